@@ -1,0 +1,44 @@
+"""Statistics over a node's per-step samples.
+
+Samples are kept raw in the profile; which statistic a view shows is the
+view's choice (median by default: robust to one slow step).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable, Sequence
+
+StatFn = Callable[[Sequence[float]], float]
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else 0.0
+
+
+def _min(xs: Sequence[float]) -> float:
+    return min(xs) if xs else 0.0
+
+
+def _max(xs: Sequence[float]) -> float:
+    return max(xs) if xs else 0.0
+
+
+def _stdev(xs: Sequence[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+STATS: dict[str, StatFn] = {"median": _median, "mean": _mean, "min": _min, "max": _max, "stdev": _stdev}
+
+
+def stat_fn(name: str) -> StatFn:
+    """The statistic called ``name``; ValueError names the valid ones."""
+    try:
+        return STATS[name]
+    except KeyError:
+        raise ValueError(f"unknown statistic {name!r}; choose one of {', '.join(STATS)}") from None

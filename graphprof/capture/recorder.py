@@ -1,0 +1,306 @@
+"""What graphprof records while a function runs under ``make_fx``.
+
+make_fx gives the aten ops; it does not say which module, source line, phase
+or ``record_function`` scope each op came from, and backward ops have no
+module at all. The recorder sits above make_fx's proxy mode for the length of
+the capture and writes a ``CaptureRecord`` on every op node it creates:
+
+* module: a global forward pre/post hook keeps the module stack;
+* phase: backward while the autograd engine runs a node (or inside
+  ``Tensor.backward``), optimizer inside ``Optimizer.step`` (global hooks);
+* backward attribution: autograd sequence numbers tie a backward op to the
+  forward op it differentiates, whose module and source it inherits;
+* scope: ``record_function`` enter/exit ops are consumed here, not recorded;
+* ``.item()`` returns a TracedScalar (see ``scalars.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Iterator
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch import nn
+from torch.fx.experimental.proxy_tensor import get_proxy_slot
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from graphprof.capture.snapshot import WriteLog
+from graphprof.capture.scalars import DataDependentError, TracedScalar, contains_traced_scalar, unwrap_scalars
+from graphprof.capture.state import StateIndex, add_parameter
+from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
+from graphprof.profile.model import Phase
+
+aten = torch.ops.aten
+_RF_ENTER = {torch.ops.profiler._record_function_enter_new.default}
+_RF_EXIT = {torch.ops.profiler._record_function_exit._RecordFunction}
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# graphprof's own machinery is never "user code"; its demo models are.
+_SKIP_DIRS = (
+    _TORCH_DIR,
+    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", "tracing.py")),
+    os.path.dirname(contextlib.__file__),
+)
+# Host reads of tensor values that a static graph cannot replay.
+_REFUSED = {
+    torch.Tensor.tolist: "tolist()",
+    torch.Tensor.numpy: "numpy()",
+    torch.Tensor.__bool__: "branching on a tensor",
+    torch.Tensor.__float__: "float() of a tensor",
+    torch.Tensor.__int__: "int() of a tensor",
+    torch.Tensor.__index__: "using a tensor as an index",
+    torch.Tensor.__repr__: "printing a tensor",
+    torch.Tensor.__format__: "formatting a tensor",
+}
+_BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
+
+_ACTIVE: "CaptureRecorder | None" = None
+
+
+def user_source(skip: int = 2) -> str:
+    """``file:line`` of the innermost frame of user code (not torch, not graphprof)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<"):
+            try:
+                filename = os.path.relpath(filename)
+            except ValueError:
+                pass
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes."""
+    found: list[TracedScalar] = []
+    args = unwrap_scalars(args, found)
+    kwargs = unwrap_scalars(kwargs, found)
+    recorder = _ACTIVE
+    if recorder is None:
+        return func(*args, **kwargs)
+    recorder.pending_scalars.append(found)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        recorder.pending_scalars.pop()
+
+
+def _substitute(value: Any, scalars: list[TracedScalar]) -> Any:
+    """Replace a literal equal to a pending scalar's value by that scalar's node."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_substitute(v, scalars) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for s in scalars:
+            if type(s.value) is type(value) and s.value == value:
+                return s.node
+    return value
+
+
+class CaptureRecorder:
+    """Capture-time context; entered inside the function make_fx traces."""
+
+    def __init__(self, tracer: Any, state: StateIndex) -> None:
+        self.tracer = tracer
+        self.graph: torch.fx.Graph = tracer.graph
+        self.state = state
+        self.module_stack: list[nn.Module] = []
+        self.scopes: list[str] = []
+        self.optimizer_depth = 0
+        self.backward_depth = 0
+        self.forward_by_seq: dict[int, CaptureRecord] = {}
+        self.pending_scalars: list[list[TracedScalar]] = []
+        self.params_seen: dict[int, nn.Parameter] = {}
+        self.optimizer_module = ""
+        self._last_seq = torch.autograd._get_sequence_nr()
+        self.write_log = WriteLog()
+        for p in state.params.values():
+            self.write_log.note_grad(p)
+
+    # -- context of the op being dispatched -------------------------------------
+    def context(self, args: tuple) -> CaptureRecord:
+        scope = "/".join(self.scopes)
+        grad_node = torch._C._current_autograd_node()
+        if grad_node is not None or self.backward_depth:
+            return self._backward_context(grad_node, scope)
+        source = user_source(3)
+        if self.optimizer_depth:
+            # Attribute an update to the module whose parameter it touches; ops on
+            # temporaries inherit the last one (single-tensor loops go param by param).
+            for a in args:
+                if isinstance(a, torch.Tensor) and (module := self.state.module_of(a)):
+                    self.optimizer_module = module
+                    break
+            module = self.optimizer_module
+            return CaptureRecord(module, self._module_type(module), source, Phase.OPTIMIZER, scope)
+        if self.module_stack:
+            top = self.module_stack[-1]
+            return CaptureRecord(self.state.module_name(top), type(top).__name__, source, Phase.FORWARD, scope)
+        grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        return CaptureRecord("", "", source, Phase.FORWARD if grad else Phase.OTHER, scope)
+
+    def _module_type(self, path: str) -> str:
+        module = self.state.module_at(path)
+        return type(module).__name__ if module is not None else ""
+
+    def _backward_context(self, grad_node: Any, scope: str) -> CaptureRecord:
+        if grad_node is not None:
+            variable = getattr(grad_node, "variable", None)
+            if isinstance(variable, torch.Tensor):  # AccumulateGrad of a parameter
+                record = self.state.describe(variable)
+                module = record.module if record else ""
+                return CaptureRecord(module, self._module_type(module), user_source(4), Phase.BACKWARD, scope)
+            forward = self.forward_by_seq.get(grad_node._sequence_nr())
+            if forward is not None:
+                return CaptureRecord(forward.module, forward.module_type, forward.source, Phase.BACKWARD, scope)
+        return CaptureRecord("", "", user_source(4), Phase.BACKWARD, scope)
+
+    # -- node bookkeeping ----------------------------------------------------------
+    def _last_node(self) -> torch.fx.Node:
+        return next(iter(reversed(self.graph.nodes)))
+
+    def _new_nodes(self, before: torch.fx.Node) -> list[torch.fx.Node]:
+        new = []
+        for node in reversed(self.graph.nodes):
+            if node is before:
+                break
+            new.append(node)
+        new.reverse()
+        return new
+
+    def _is_preexisting(self, tensor: torch.Tensor) -> bool:
+        """True for tensors from before the capture (make_fx tracks only new ones)."""
+        return get_proxy_slot(tensor, self.tracer, None) is None
+
+    def tensor_node(self, tensor: torch.Tensor) -> Any:
+        slot = get_proxy_slot(tensor, self.tracer, None)
+        if slot is not None:
+            return slot.proxy.node
+        return self.tracer.create_arg(tensor)
+
+    def record_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        for a in args:
+            if isinstance(a, nn.Parameter) and id(a) not in self.params_seen:
+                self.params_seen[id(a)] = a
+                self.write_log.note_grad(a)
+                add_parameter(self.state, a)
+        self.write_log.before_write(func, args, kwargs, self._is_preexisting)
+        record = self.context(args)
+        before = self._last_node()
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as exc:
+            if "get value out of a tracing tensor" in str(exc):
+                raise DataDependentError(
+                    f"the step reads a tensor's value on the host ({func}) at {record.source}, "
+                    "which a static graph cannot replay"
+                ) from None
+            raise
+        scalars = [s for group in self.pending_scalars for s in group]
+        for node in self._new_nodes(before):
+            if node.op != "call_function":
+                continue
+            node.meta[CAPTURE] = record
+            if scalars:
+                node.args = _substitute(node.args, scalars)
+                node.kwargs = {k: _substitute(v, scalars) for k, v in node.kwargs.items()}
+        # Autograd numbers each node it creates; the counter moved only if this
+        # op created one, and then the newest number is this op's backward node.
+        seq = torch.autograd._get_sequence_nr()
+        if seq != self._last_seq:
+            self._last_seq = seq
+            if record.phase is Phase.FORWARD:
+                self.forward_by_seq[seq - 1] = record
+        return out
+
+    def traced_item(self, tensor: torch.Tensor) -> TracedScalar:
+        with _disable_current_modes():
+            value = tensor.item()
+        node = self.graph.call_function(aten._local_scalar_dense.default, (self.tensor_node(tensor),))
+        record = self.context((tensor,))
+        node.meta[CAPTURE] = record
+        node.meta[SCALAR] = True
+        return TracedScalar(value, node, self.graph, record.source)
+
+    # -- hooks -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def active(self) -> Iterator["CaptureRecorder"]:
+        global _ACTIVE
+        handles = [
+            nn.modules.module.register_module_forward_pre_hook(lambda m, a: self.module_stack.append(m)),
+            nn.modules.module.register_module_forward_hook(lambda m, a, o: self._pop_module(m), always_call=True),
+            register_optimizer_step_pre_hook(lambda o, a, k: self._enter_optimizer()),
+            register_optimizer_step_post_hook(lambda o, a, k: self._exit_optimizer()),
+        ]
+        previous, _ACTIVE = _ACTIVE, self
+        try:
+            with _ScalarMode(self), _OpMode(self):
+                yield self
+        finally:
+            _ACTIVE = previous
+            for h in handles:
+                h.remove()
+
+    def _pop_module(self, module: nn.Module) -> None:
+        if self.module_stack and self.module_stack[-1] is module:
+            self.module_stack.pop()
+
+    def _enter_optimizer(self) -> None:
+        self.optimizer_depth += 1
+
+    def _exit_optimizer(self) -> None:
+        self.optimizer_depth -= 1
+        self.optimizer_module = ""
+
+
+class _OpMode(TorchDispatchMode):
+    """Tags every op node make_fx creates; consumes record_function ops."""
+
+    def __init__(self, recorder: CaptureRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _RF_ENTER:
+            self.recorder.scopes.append(str(args[0]))
+            with _disable_current_modes():
+                return func(*args, **kwargs)
+        if func in _RF_EXIT:
+            if self.recorder.scopes:
+                self.recorder.scopes.pop()
+            with _disable_current_modes():
+                return func(*args, **kwargs)
+        return self.recorder.record_op(func, args, kwargs)
+
+
+class _ScalarMode(TorchFunctionMode):
+    """Python-level view: ``.item()``, backward entry points, refused host reads."""
+
+    def __init__(self, recorder: CaptureRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.item:
+            return self.recorder.traced_item(args[0])
+        if func in _REFUSED:
+            raise DataDependentError(
+                f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "
+                "which a static graph cannot replay"
+            )
+        if func in _BACKWARD_ENTRIES:
+            self.recorder.backward_depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.recorder.backward_depth -= 1
+        if contains_traced_scalar(args) or contains_traced_scalar(kwargs):
+            return call_with_scalars(func, args, kwargs)
+        return func(*args, **kwargs)

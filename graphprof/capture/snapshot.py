@@ -1,0 +1,55 @@
+"""Undo a failed capture: the step must not leave the user's state half-updated.
+
+A capture runs the step for real. If it fails part way (say at a ``print``
+after ``opt.step()``), parameters, optimizer state and gradients may already
+be written. The write log is copy-on-write: just before an op writes in place
+to a tensor that existed before the capture, that tensor is copied once; the
+``.grad`` of every parameter the step touches and the CPU RNG state are
+remembered too. ``restore`` puts all of it back. Only state the step really
+writes is copied, once per capture, never per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+class WriteLog:
+    """Originals of everything a capture overwrote, restorable in place."""
+
+    def __init__(self) -> None:
+        self._tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._grads: dict[int, tuple[torch.nn.Parameter, torch.Tensor | None]] = {}
+        self._rng_state = torch.get_rng_state()
+
+    def note_grad(self, param: torch.nn.Parameter) -> None:
+        """Remember ``param.grad`` as it is now (first sighting wins)."""
+        if id(param) not in self._grads:
+            self._grads[id(param)] = (param, param.grad)
+
+    def before_write(self, func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> None:
+        """Copy every pre-existing tensor argument ``func`` writes to, once."""
+        schema = getattr(func, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            return
+        for i, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
+            targets = value if isinstance(value, (list, tuple)) else [value]
+            for t in targets:
+                if isinstance(t, torch.Tensor) and id(t) not in self._tensors and is_preexisting(t):
+                    with _disable_current_modes(), torch.no_grad():
+                        self._tensors[id(t)] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        """Write every original back, in place."""
+        with torch.no_grad():
+            for target, original in self._tensors.values():
+                target.copy_(original)
+        for param, grad in self._grads.values():
+            param.grad = grad
+        torch.set_rng_state(self._rng_state)

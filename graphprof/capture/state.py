@@ -1,0 +1,139 @@
+"""Find the user's modules and optimizers, and name the tensors they own.
+
+A traced step usually closes over ``model``, ``opt`` and ``loss_fn``. Looking
+them up in the function's closure, globals and bound ``self`` lets graphprof
+name parameters (``layer1.0.conv1.weight``), attribute ops to modules
+(``layer1.0.conv1``, ``Conv2d``), and tell parameters, buffers, gradients and
+optimizer state apart for the memory model. Discovery only names things: the
+captured graph is correct without it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from graphprof.passes.records import StateRecord, StateRole
+
+
+@dataclass
+class StateIndex:
+    """Names and roles of the tensors and modules a traced function can reach."""
+
+    modules: dict[int, tuple[str, nn.Module]] = field(default_factory=dict)
+    tensors: dict[int, StateRecord] = field(default_factory=dict)
+    params: dict[int, nn.Parameter] = field(default_factory=dict)
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    roots: list[nn.Module] = field(default_factory=list)
+
+    def module_name(self, module: nn.Module) -> str:
+        entry = self.modules.get(id(module))
+        return entry[0] if entry is not None else type(module).__name__
+
+    def module_at(self, path: str) -> nn.Module | None:
+        """The module registered under ``path`` (None when unknown)."""
+        if not path:
+            return None
+        by_path = self.__dict__.setdefault("_by_path", {})
+        if len(by_path) != len(self.modules):
+            by_path.clear()
+            by_path.update({name: m for name, m in self.modules.values()})
+        return by_path.get(path)
+
+    def describe(self, tensor: torch.Tensor) -> StateRecord | None:
+        return self.tensors.get(id(tensor))
+
+    def module_of(self, tensor: torch.Tensor) -> str:
+        record = self.tensors.get(id(tensor))
+        return record.module if record is not None else ""
+
+    def refresh_gradients(self) -> None:
+        """Record the current ``.grad`` tensors (they change every step)."""
+        for p in self.params.values():
+            if p.grad is not None:
+                base = self.tensors[id(p)]
+                self.tensors[id(p.grad)] = StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module)
+
+
+def _candidate_objects(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
+    """Objects the function can reach by name: closure, globals, bound self, defaults."""
+    found: list[tuple[str, Any]] = []
+    target = inspect.unwrap(fn)
+    self_obj = getattr(target, "__self__", None)
+    func = getattr(target, "__func__", target)
+    code = getattr(func, "__code__", None)
+    if self_obj is not None:
+        found.append(("self", self_obj))
+        found.extend((k, v) for k, v in vars(self_obj).items() if isinstance(v, (nn.Module, torch.optim.Optimizer)))
+    if code is not None:
+        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+            try:
+                found.append((name, cell.cell_contents))
+            except ValueError:  # empty cell
+                continue
+        globals_ = getattr(func, "__globals__", {})
+        found.extend((n, globals_[n]) for n in code.co_names if n in globals_)
+    for default in getattr(func, "__defaults__", None) or ():
+        found.append(("default", default))
+    # One level into plain user objects (a dataclass or config holding the
+    # model and optimizer); never into modules, classes or torch's own objects.
+    nested: list[tuple[str, Any]] = []
+    for name, obj in found:
+        if isinstance(obj, (nn.Module, torch.optim.Optimizer, types.ModuleType, type)) or callable(obj):
+            continue
+        if type(obj).__module__.startswith("torch") or not hasattr(obj, "__dict__"):
+            continue
+        nested.extend((k, v) for k, v in vars(obj).items() if isinstance(v, (nn.Module, torch.optim.Optimizer)))
+    return found + nested
+
+
+def discover_state(fn: Callable[..., Any]) -> StateIndex:
+    """Build the StateIndex of everything ``fn`` reaches through names."""
+    index = StateIndex()
+    candidates = _candidate_objects(fn)
+    roots = [(n, o) for n, o in candidates if isinstance(o, nn.Module)]
+    optimizers = [o for _, o in candidates if isinstance(o, torch.optim.Optimizer)]
+    # The root with most parameters is "the model": its paths get no prefix.
+    roots.sort(key=lambda item: -sum(p.numel() for p in item[1].parameters()))
+    for rank, (var, root) in enumerate(roots):
+        if id(root) in index.modules:
+            continue
+        prefix = "" if rank == 0 else var
+        index.roots.append(root)
+        for path, module in root.named_modules(prefix=prefix):
+            index.modules.setdefault(id(module), (path, module))
+        for path, module in root.named_modules(prefix=prefix):
+            for pname, p in module.named_parameters(recurse=False):
+                if id(p) not in index.tensors:
+                    full = f"{path}.{pname}" if path else pname
+                    index.tensors[id(p)] = StateRecord(full, StateRole.PARAMETER, path)
+                    index.params[id(p)] = p
+            for bname, b in module.named_buffers(recurse=False):
+                if id(b) not in index.tensors:
+                    full = f"{path}.{bname}" if path else bname
+                    index.tensors[id(b)] = StateRecord(full, StateRole.BUFFER, path)
+    for oi, opt in enumerate(optimizers):
+        index.optimizers.append(opt)
+        for group in opt.param_groups:
+            for pi, p in enumerate(group["params"]):
+                if id(p) not in index.tensors:
+                    index.tensors[id(p)] = StateRecord(f"optimizer{oi}.param{pi}", StateRole.PARAMETER, "")
+                    index.params[id(p)] = p
+                base = index.tensors[id(p)]
+                for key, value in opt.state.get(p, {}).items():
+                    if isinstance(value, torch.Tensor):
+                        index.tensors[id(value)] = StateRecord(f"{base.name}.{key}", StateRole.OPTIMIZER_STATE, base.module)
+    index.refresh_gradients()
+    return index
+
+
+def add_parameter(index: StateIndex, param: nn.Parameter) -> None:
+    """Register a parameter seen during capture that discovery did not find."""
+    if id(param) not in index.tensors:
+        index.tensors[id(param)] = StateRecord(f"param{len(index.params)}", StateRole.PARAMETER, "")
+    index.params.setdefault(id(param), param)

@@ -1,0 +1,107 @@
+"""The ``node.meta`` keys graphprof writes, and the typed record under each.
+
+One place for all of them, so a pass documents what it reads and writes by
+naming keys from this module. Each key holds one frozen dataclass.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from graphprof.profile.model import Phase
+
+#: Facts only known while the function runs under capture (CaptureRecord).
+CAPTURE = "graphprof.capture"
+#: Where a graph input or constant comes from (StateRecord).
+STATE = "graphprof.state"
+#: What the annotate pass derived for an op node (OpAnnotation).
+ANNOTATION = "graphprof.annotation"
+#: Cost model output (CostRecord), written by the cost pass.
+COST = "graphprof.cost"
+#: Marks a probe node inserted by the instrument pass (ProbeRecord).
+PROBE = "graphprof.probe"
+#: Set on scalar arithmetic nodes recorded from ``.item()`` values.
+SCALAR = "graphprof_scalar"
+
+
+class StateRole(str, enum.Enum):
+    """What a graph input or constant tensor is to the user."""
+
+    INPUT = "input"
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    GRADIENT = "gradient"
+    OPTIMIZER_STATE = "optimizer_state"
+    CONSTANT = "constant"
+
+
+@dataclass(frozen=True)
+class CaptureRecord:
+    """Context of one op at capture: module, source line, phase and user scope.
+
+    Backward ops carry the module and source of the forward op they
+    differentiate (matched through autograd sequence numbers).
+    """
+
+    module: str
+    module_type: str
+    source: str
+    phase: Phase
+    scope: str
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    """Name and role of a placeholder or get_attr node (parameters, state, inputs)."""
+
+    name: str
+    role: StateRole
+    module: str = ""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Static description of one tensor value."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    stride: tuple[int, ...]
+    device: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class OpAnnotation:
+    """Everything the annotate pass knows about an op node."""
+
+    index: int
+    op: str
+    type: str
+    inputs: tuple[str, ...]
+    in_tensors: tuple[TensorInfo | None, ...]
+    out_tensors: tuple[TensorInfo | None, ...]
+    module: str
+    module_type: str
+    source: str
+    phase: Phase
+    scope: str
+    is_view: bool
+    is_inplace: bool
+
+
+@dataclass(frozen=True)
+class CostRecord:
+    """FLOPs and bytes moved by one op; ``flops`` is None when no formula exists."""
+
+    flops: int | None
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """A probe node: ``slot`` is the index of the sample it writes in a step."""
+
+    slot: int
+    after: str

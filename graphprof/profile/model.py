@@ -1,0 +1,206 @@
+"""The Profile data model: frozen dataclasses of plain Python values.
+
+Why plain values: a saved profile must be analysed on a machine without torch,
+loaded without running code, and compared across versions. Everything here is
+ints, floats, strings, tuples and enums; nothing refers to a tensor or a graph.
+
+Raw data only (pyinstrument's rule): per-node samples for every profiled step
+are kept, and statistics are computed by ``graphprof.analysis`` on demand.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+SCHEMA_ID = "graphprof.profile/1"
+
+
+class Phase(str, enum.Enum):
+    """Which part of a training step a node belongs to."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+class GraphKind(str, enum.Enum):
+    """How a graph was captured: a whole step, or an AOTAutograd segment."""
+
+    STEP = "step"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    SEGMENT = "segment"
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """Modelled memory of one node (bytes), filled by the memory pass."""
+
+    allocated_bytes: int = 0
+    freed_bytes: int = 0
+    live_bytes: int = 0
+    live_by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One executed op node of a graph, with its static annotations and samples.
+
+    ``inputs`` holds the ids of the op nodes that produce this node's tensor
+    inputs: they are the dataflow edges. ``host_time_s`` and ``device_time_s``
+    hold one sample per profiled step, in step order.
+    """
+
+    id: int
+    name: str
+    op: str
+    type: str
+    inputs: tuple[int, ...] = ()
+    in_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    in_dtypes: tuple[str | None, ...] = ()
+    out_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    out_dtypes: tuple[str | None, ...] = ()
+    module: str = ""
+    module_type: str = ""
+    source: str = ""
+    phase: Phase = Phase.OTHER
+    scope: str = ""
+    is_view: bool = False
+    flops: int | None = None
+    bytes_read: int | None = None
+    bytes_written: int | None = None
+    memory: MemoryRecord | None = None
+    host_time_s: tuple[float, ...] = ()
+    device_time_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """A captured graph and its op nodes in execution order."""
+
+    id: int
+    name: str
+    kind: GraphKind
+    nodes: tuple[NodeRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One profiled call of the traced function.
+
+    ``wall_time_s`` is host time from entering the call to the end of the last
+    graph; ``graph_time_s`` the part spent inside instrumented graphs.
+    """
+
+    index: int
+    wall_time_s: float
+    graph_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    """Where and how a profile was taken."""
+
+    function: str = ""
+    capture: str = "fx"
+    device_type: str = "cpu"
+    device_name: str = ""
+    created_at: str = ""
+    graphprof_version: str = ""
+    torch_version: str = ""
+    python_version: str = ""
+    probe_cost_s: float = 0.0
+    peaks: Mapping[str, float] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Profile(dict):
+    """A whole profile: meta, profiled steps and graphs.
+
+    It is also a read-only ``dict`` whose items are its JSON document, so that
+    MegEngine users' habit ``json.dump(fn.get_profile(), f)`` writes a file that
+    ``graphprof.load`` reads. The document is built on first use, not stored.
+    """
+
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
+    steps: tuple[StepRecord, ...] = ()
+    graphs: tuple[GraphRecord, ...] = ()
+
+    def __post_init__(self) -> None:
+        # json's C encoder skips dict subclasses whose real storage is empty,
+        # so one real key is kept; every other read goes through _document().
+        dict.__setitem__(self, "schema", SCHEMA_ID)
+
+    # -- dict view of the JSON document --------------------------------------
+    def _document(self) -> dict[str, Any]:
+        cached = self.__dict__.get("_json_document")
+        if cached is None:
+            from graphprof.profile.serialize import profile_to_document
+
+            cached = profile_to_document(self)
+            object.__setattr__(self, "_json_document", cached)
+        return cached
+
+    def __getitem__(self, key: str) -> Any:
+        return self._document()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._document())
+
+    def __len__(self) -> int:
+        return len(self._document())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._document()
+
+    def keys(self):  # type: ignore[override]
+        return self._document().keys()
+
+    def items(self):  # type: ignore[override]
+        return self._document().items()
+
+    def values(self):  # type: ignore[override]
+        return self._document().values()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self._document().get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Profile):
+            return NotImplemented
+        return (self.meta, self.steps, self.graphs) == (other.meta, other.steps, other.graphs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Profile is read-only")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _readonly  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        nodes = sum(len(g.nodes) for g in self.graphs)
+        return (
+            f"Profile(function={self.meta.function!r}, graphs={len(self.graphs)}, "
+            f"nodes={nodes}, steps={len(self.steps)})"
+        )
+
+    # -- convenience -----------------------------------------------------------
+    def iter_nodes(self) -> Iterator[tuple[GraphRecord, NodeRecord]]:
+        """Every node of every graph, with its graph, in execution order."""
+        for graph in self.graphs:
+            for node in graph.nodes:
+                yield graph, node
+
+    @property
+    def node_count(self) -> int:
+        return sum(len(g.nodes) for g in self.graphs)
+
+    def save(self, path: str) -> None:
+        """Write the profile as JSON, atomically (a crash leaves no half file)."""
+        from graphprof.profile.serialize import save_profile
+
+        save_profile(self, path)

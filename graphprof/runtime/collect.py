@@ -1,0 +1,90 @@
+"""Build a Profile from an annotated graph and its raw samples.
+
+This is where torch-side records (``node.meta``) become plain values: the
+profile layer never sees a tensor, a node or an op overload.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Sequence
+
+import torch
+import torch.fx
+
+from graphprof.passes.annotate import is_op_node
+from graphprof.passes.records import ANNOTATION, COST, OpAnnotation
+from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
+from graphprof.runtime.samples import StepSamples
+
+_NS = 1e-9
+
+
+def graph_record(
+    gm: torch.fx.GraphModule, steps: Sequence[StepSamples], graph_id: int = 0,
+    name: str = "step", kind: GraphKind = GraphKind.STEP,
+) -> GraphRecord:
+    """One GraphRecord: a NodeRecord per op node, with its host time in every step."""
+    per_step = [s.node_times_ns() for s in steps]
+    ids: dict[str, int] = {}
+    nodes: list[NodeRecord] = []
+    for node in gm.graph.nodes:
+        if not is_op_node(node):
+            continue
+        ann: OpAnnotation = node.meta[ANNOTATION]
+        cost = node.meta.get(COST)
+        i = ann.index
+        ids[node.name] = i
+        nodes.append(NodeRecord(
+            id=i,
+            name=node.name,
+            op=ann.op,
+            type=ann.type,
+            inputs=tuple(ids[p] for p in ann.inputs if p in ids),
+            in_shapes=tuple(t.shape for t in ann.in_tensors),
+            in_dtypes=tuple(t.dtype for t in ann.in_tensors),
+            out_shapes=tuple(t.shape if t else None for t in ann.out_tensors),
+            out_dtypes=tuple(t.dtype if t else None for t in ann.out_tensors),
+            module=ann.module,
+            module_type=ann.module_type,
+            source=ann.source,
+            phase=ann.phase,
+            scope=ann.scope,
+            is_view=ann.is_view,
+            flops=cost.flops if cost else None,
+            bytes_read=cost.bytes_read if cost else None,
+            bytes_written=cost.bytes_written if cost else None,
+            host_time_s=tuple(times[i] * _NS for times in per_step),
+        ))
+    return GraphRecord(id=graph_id, name=name, kind=kind, nodes=tuple(nodes))
+
+
+def profile_meta(function: str, capture: str, probe_cost_s: float, **extra: object) -> ProfileMeta:
+    """Meta for a profile taken now, on this host."""
+    from graphprof import __version__
+
+    return ProfileMeta(
+        function=function,
+        capture=capture,
+        device_type="cpu",
+        device_name=platform.processor() or platform.machine(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        graphprof_version=__version__,
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        probe_cost_s=probe_cost_s,
+        extra=dict(extra),
+    )
+
+
+def build_profile(
+    graphs: Sequence[GraphRecord], steps: Sequence[StepSamples], meta: ProfileMeta,
+    cls: type[Profile] = Profile,
+) -> Profile:
+    """Assemble a Profile (or a subclass of it) from graph records and step samples."""
+    return cls(
+        meta=meta,
+        steps=tuple(StepRecord(index=s.index, wall_time_s=s.wall_ns * _NS, graph_time_s=s.graph_ns * _NS) for s in steps),
+        graphs=tuple(graphs),
+    )

@@ -1,0 +1,50 @@
+"""Raw per-step samples, as the instrumented graph returns them.
+
+A step's samples are the host-clock stamps of its probes plus the wall time
+of the whole call. They are kept raw (ints, nanoseconds) and turned into
+seconds only when a Profile is built: per step, bookkeeping is one append.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StepSamples:
+    """One profiled step: its call index, wall time and the probes' stamps."""
+
+    index: int
+    wall_ns: int
+    stamps_ns: tuple[int, ...]
+
+    @property
+    def graph_ns(self) -> int:
+        return self.stamps_ns[-1] - self.stamps_ns[0] if self.stamps_ns else 0
+
+    def node_times_ns(self) -> list[int]:
+        s = self.stamps_ns
+        return [s[i + 1] - s[i] for i in range(len(s) - 1)]
+
+
+@dataclass
+class SampleBuffer:
+    """Steps recorded for one captured graph.
+
+    ``limit`` bounds memory on long runs: only the newest ``limit`` steps are
+    kept (the schedule decides which steps are recorded at all).
+    """
+
+    limit: int | None = None
+    steps: list[StepSamples] = field(default_factory=list)
+
+    def add(self, step: StepSamples) -> None:
+        self.steps.append(step)
+        if self.limit is not None and len(self.steps) > self.limit:
+            del self.steps[: len(self.steps) - self.limit]
+
+    def clear(self) -> None:
+        self.steps.clear()
+
+    def __len__(self) -> int:
+        return len(self.steps)

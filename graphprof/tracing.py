@@ -1,0 +1,170 @@
+"""``@graphprof.trace``: the one place the pipeline is assembled.
+
+Call 1 runs the user's function eagerly (lazily created state, such as
+optimizer moments, comes into existence). Call 2 captures it with make_fx
+while executing it: its result is that step's result. Later calls run the
+captured graph, instrumented when ``profiling=True``. A new input signature,
+or changed optimizer hyperparameters or module train/eval modes, captures
+again (bounded by ``cache_size``), like ``torch.compile``'s recompiles.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from graphprof.api import Profile
+from graphprof.capture.errors import CaptureError
+from graphprof.capture.state import StateIndex
+from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
+from graphprof.passes.annotate import annotate
+from graphprof.passes.instrument import Clock, instrument, probe_cost_ns
+from graphprof.runtime.collect import build_profile, graph_record, profile_meta
+from graphprof.runtime.samples import SampleBuffer, StepSamples
+
+log = logging.getLogger("graphprof")
+_CAPTURE_MODES = ("auto", "fx")
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_cost_s() -> float:
+    return probe_cost_ns() * 1e-9
+
+
+def _signature(args: tuple, kwargs: dict) -> Hashable:
+    """What a captured graph is specialised to: tensor metadata, other values by equality."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    parts: list[Hashable] = [str(spec), torch.is_grad_enabled()]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
+        else:
+            try:
+                hash(leaf)
+                parts.append((type(leaf), leaf))
+            except TypeError:
+                parts.append((type(leaf), id(leaf)))
+    return tuple(parts)
+
+
+def _guard_values(state: StateIndex) -> tuple:
+    """Python values baked into a graph: optimizer hyperparameters, module modes."""
+    hyper = tuple(
+        tuple((k, v) for k, v in group.items() if k != "params" and isinstance(v, (int, float, bool, str, tuple, type(None))))
+        for opt in state.optimizers for group in opt.param_groups
+    )
+    modes = tuple(m.training for _, m in state.modules.values())
+    return hyper, modes
+
+
+@dataclass
+class _Entry:
+    """One captured signature: its graphs and the samples recorded on it."""
+
+    captured: CapturedStep
+    instrumented: torch.fx.GraphModule
+    guards: tuple
+    samples: SampleBuffer = field(default_factory=SampleBuffer)
+
+
+class TracedFunction:
+    """A user function replaced by its captured, optionally instrumented, graph."""
+
+    def __init__(self, fn: Callable[..., Any], *, profiling: bool = True, capture: str = "auto",
+                 cache_size: int = 8, clock: Clock = time.perf_counter_ns) -> None:
+        if capture not in _CAPTURE_MODES:
+            raise ValueError(f"capture must be one of {', '.join(_CAPTURE_MODES)}, not {capture!r}")
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self.profiling = profiling
+        self.capture = capture
+        self.cache_size = cache_size
+        self._clock = clock
+        self._calls = 0
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._current: _Entry | None = None
+
+    # -- calling ----------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        start = self._clock()
+        self._calls += 1
+        if self._calls == 1:
+            return self._fn(*args, **kwargs)
+        key = _signature(args, kwargs)
+        entry = self._entries.get(key)
+        if entry is not None and entry.guards != _guard_values(entry.captured.state):
+            log.info("graphprof: %s: optimizer hyperparameters or module modes changed; capturing again",
+                     self.__name__)
+            del self._entries[key]
+            entry = None
+        if entry is None:
+            entry = self._capture(key, args, kwargs)
+            self._current = entry
+            return entry.captured.result
+        self._current = entry
+        if not self.profiling:
+            return run_captured(entry.captured, entry.captured.graph_module, args, kwargs)[0]
+        result, stamps = run_captured(entry.captured, entry.instrumented, args, kwargs, instrumented=True)
+        entry.samples.add(StepSamples(self._calls - 1, self._clock() - start, stamps))
+        return result
+
+    def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> _Entry:
+        if self._entries:
+            log.info("graphprof: %s: new input signature; capturing graph %d", self.__name__, len(self._entries) + 1)
+        try:
+            captured = capture_whole_step(self._fn, args, kwargs)  # restores state on failure
+        except Exception as exc:
+            raise CaptureError.from_exception(self.__name__, exc) from exc
+        annotate(captured.graph_module)
+        entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state))
+        self._entries[key] = entry
+        while len(self._entries) > self.cache_size:
+            self._entries.popitem(last=False)
+        return entry
+
+    # -- results ------------------------------------------------------------------
+    def get_profile(self) -> Profile:
+        """The profile of the graph run last, over every step profiled on it."""
+        entry = self._current
+        if entry is None or not entry.samples:
+            raise RuntimeError(
+                f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
+                "calls from 3 on are profiled (with profiling=True)"
+            )
+        steps = list(entry.samples.steps)
+        graph = graph_record(entry.captured.graph_module, steps)
+        meta = profile_meta(self.__name__, "fx", _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0)
+        return build_profile([graph], steps, meta, cls=Profile)
+
+    def reset(self) -> None:
+        """Forget captured graphs and samples; the next call runs eagerly again."""
+        self._entries.clear()
+        self._current = None
+        self._calls = 0
+
+    @property
+    def graph_module(self) -> torch.fx.GraphModule | None:
+        """The captured (uninstrumented) graph of the last call, for inspection."""
+        return self._current.captured.graph_module if self._current else None
+
+
+def trace(fn: Callable[..., Any] | None = None, *, profiling: bool = True, capture: str = "auto",
+          cache_size: int = 8, clock: Clock = time.perf_counter_ns) -> Any:
+    """Capture ``fn`` as a static graph and profile every node.
+
+    Usable as ``@trace``, ``@trace(profiling=True)`` and ``trace(fn, ...)``.
+    """
+    def wrap(f: Callable[..., Any]) -> TracedFunction:
+        return TracedFunction(f, profiling=profiling, capture=capture, cache_size=cache_size, clock=clock)
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,15 @@
+"""DESIGN rule: the analysis side never imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_profile_analysis_render_and_cli_do_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "import graphprof, graphprof.profile, graphprof.analysis.table, graphprof.render.console, graphprof.cli\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
