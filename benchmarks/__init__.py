@@ -1,0 +1,1 @@
+"""Reproducible measurements of graphprof (not part of the test suite)."""

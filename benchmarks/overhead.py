@@ -1,0 +1,113 @@
+"""Overhead, fidelity and coverage of graphprof on the demo training steps.
+
+Everything is a ratio measured in one run: the variants run interleaved,
+round after round, each on its own copy of the model built from the same
+seed, and each ratio is the median over rounds of per-round ratios (so a
+noisy neighbour slows all variants of a round alike).
+
+  fidelity  = captured graph without probes / eager
+  overhead  = graph with probes / graph without probes
+  coverage  = sum of node times / step wall time (with probes)
+  torch.profiler = eager inside torch.profiler(record_shapes, profile_memory,
+              with_flops) / eager; time is taken inside the active profiler,
+              so its start/stop and post-processing are not counted.
+
+Usage: python -m benchmarks.overhead [--workload resnet gpt tiny-mlp] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+import graphprof
+from graphprof.demo.steps import DEMO_STEPS, DemoStep
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    workload: str
+    eager_ms: float
+    fidelity: float
+    overhead: float
+    coverage: float
+    torch_profiler: float
+    nodes: int
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> OverheadResult:
+    """Interleaved rounds of eager, graph, graph+probes and torch.profiler steps."""
+    copies: dict[str, DemoStep] = {k: DEMO_STEPS[workload](seed=0) for k in ("eager", "plain", "probed", "torchprof")}
+    plain = graphprof.trace(copies["plain"].step_fn, profiling=False)
+    probed = graphprof.trace(copies["probed"].step_fn, profiling=True)
+    inputs = copies["eager"].make_inputs(0)
+    for _ in range(3):  # eager warm-up, capture, first replay
+        copies["eager"].step_fn(*inputs)
+        copies["torchprof"].step_fn(*inputs)
+        plain(*inputs)
+        probed(*inputs)
+    variants: dict[str, Callable[[], object]] = {
+        "eager": lambda: copies["eager"].step_fn(*inputs),
+        "plain": lambda: plain(*inputs),
+        "probed": lambda: probed(*inputs),
+    }
+    ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": []}
+    eager_times = []
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    for _ in range(rounds):
+        per = {name: min(_timed(fn) for _ in range(steps_per_round)) for name, fn in variants.items()}
+        with torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=True, with_flops=True):
+            per["torchprof"] = min(_timed(lambda: copies["torchprof"].step_fn(*inputs)) for _ in range(steps_per_round))
+        eager_times.append(per["eager"])
+        ratios["fidelity"].append(per["plain"] / per["eager"])
+        ratios["overhead"].append(per["probed"] / per["plain"])
+        ratios["torch_profiler"].append(per["torchprof"] / per["eager"])
+    profile = probed.get_profile()
+    graph_nodes = profile.graphs[0].nodes
+    coverages = [
+        sum(n.host_time_s[i] for n in graph_nodes) / step.wall_time_s for i, step in enumerate(profile.steps)
+    ]
+    return OverheadResult(
+        workload=workload,
+        eager_ms=statistics.median(eager_times) * 1e3,
+        fidelity=statistics.median(ratios["fidelity"]),
+        overhead=statistics.median(ratios["overhead"]),
+        coverage=statistics.median(coverages),
+        torch_profiler=statistics.median(ratios["torch_profiler"]),
+        nodes=len(graph_nodes),
+    )
+
+
+def markdown(results: list[OverheadResult]) -> str:
+    lines = [
+        "| workload | nodes | eager step | fidelity (graph/eager) | overhead (probes/graph) | coverage | torch.profiler/eager |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r.workload} | {r.nodes} | {r.eager_ms:.2f} ms | {r.fidelity:.3f} | {r.overhead:.3f} | "
+                     f"{r.coverage:.3f} | {r.torch_profiler:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", nargs="+", default=["resnet"], choices=sorted(DEMO_STEPS))
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    results = [measure(w, rounds=args.rounds) for w in args.workload]
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
