@@ -8,6 +8,8 @@ noisy neighbour slows all variants of a round alike).
   fidelity  = captured graph without probes / eager
   overhead  = graph with probes / graph without probes
   coverage  = sum of node times / step wall time (with probes)
+  idle schedule = graph with a schedule whose active window is never reached /
+              graph without probes (steps outside the window must cost nothing)
   torch.profiler = eager inside torch.profiler(record_shapes, profile_memory,
               with_flops) / eager; time is taken inside the active profiler,
               so its start/stop and post-processing are not counted.
@@ -37,6 +39,7 @@ class OverheadResult:
     overhead: float
     coverage: float
     torch_profiler: float
+    idle_schedule: float
     nodes: int
 
 
@@ -48,21 +51,25 @@ def _timed(fn: Callable[[], object]) -> float:
 
 def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> OverheadResult:
     """Interleaved rounds of eager, graph, graph+probes and torch.profiler steps."""
-    copies: dict[str, DemoStep] = {k: DEMO_STEPS[workload](seed=0) for k in ("eager", "plain", "probed", "torchprof")}
+    names = ("eager", "plain", "probed", "idle", "torchprof")
+    copies: dict[str, DemoStep] = {k: DEMO_STEPS[workload](seed=0) for k in names}
     plain = graphprof.trace(copies["plain"].step_fn, profiling=False)
     probed = graphprof.trace(copies["probed"].step_fn, profiling=True)
+    idle = graphprof.trace(copies["idle"].step_fn, schedule=graphprof.schedule(skip_first=10**9))
     inputs = copies["eager"].make_inputs(0)
     for _ in range(3):  # eager warm-up, capture, first replay
         copies["eager"].step_fn(*inputs)
         copies["torchprof"].step_fn(*inputs)
         plain(*inputs)
         probed(*inputs)
+        idle(*inputs)
     variants: dict[str, Callable[[], object]] = {
         "eager": lambda: copies["eager"].step_fn(*inputs),
         "plain": lambda: plain(*inputs),
         "probed": lambda: probed(*inputs),
+        "idle": lambda: idle(*inputs),
     }
-    ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": []}
+    ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": [], "idle": []}
     eager_times = []
     activities = [torch.profiler.ProfilerActivity.CPU]
     for _ in range(rounds):
@@ -73,6 +80,7 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
         ratios["fidelity"].append(per["plain"] / per["eager"])
         ratios["overhead"].append(per["probed"] / per["plain"])
         ratios["torch_profiler"].append(per["torchprof"] / per["eager"])
+        ratios["idle"].append(per["idle"] / per["plain"])
     profile = probed.get_profile()
     graph_nodes = profile.graphs[0].nodes
     coverages = [
@@ -85,18 +93,20 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
         overhead=statistics.median(ratios["overhead"]),
         coverage=statistics.median(coverages),
         torch_profiler=statistics.median(ratios["torch_profiler"]),
+        idle_schedule=statistics.median(ratios["idle"]),
         nodes=len(graph_nodes),
     )
 
 
 def markdown(results: list[OverheadResult]) -> str:
     lines = [
-        "| workload | nodes | eager step | fidelity (graph/eager) | overhead (probes/graph) | coverage | torch.profiler/eager |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | nodes | eager step | fidelity (graph/eager) | overhead (probes/graph) | coverage "
+        "| idle schedule/graph | torch.profiler/eager |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(f"| {r.workload} | {r.nodes} | {r.eager_ms:.2f} ms | {r.fidelity:.3f} | {r.overhead:.3f} | "
-                     f"{r.coverage:.3f} | {r.torch_profiler:.2f} |")
+                     f"{r.coverage:.3f} | {r.idle_schedule:.3f} | {r.torch_profiler:.2f} |")
     return "\n".join(lines)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from graphprof.api import Profile, load
+from graphprof.runtime.schedule import schedule
 
 __version__ = "0.1.0"
-__all__ = ["trace", "Profile", "load", "__version__"]
+__all__ = ["trace", "schedule", "Profile", "load", "__version__"]
 
 
 def trace(fn: Any = None, **options: Any) -> Any:
@@ -20,7 +21,9 @@ def trace(fn: Any = None, **options: Any) -> Any:
 
     ``@trace``, ``@trace(profiling=True)`` or ``trace(fn, profiling=False)``.
     Options: ``profiling`` (default True), ``capture`` ("auto" or "fx"),
-    ``cache_size`` (captured signatures kept, default 8).
+    ``cache_size`` (captured signatures kept, default 8), ``schedule``
+    (``graphprof.schedule(...)``), ``on_profile_ready`` (called with each
+    completed cycle's Profile), ``max_steps`` (steps kept without a schedule).
     """
     from graphprof.tracing import trace as _trace
 

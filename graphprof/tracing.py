@@ -29,9 +29,13 @@ from graphprof.passes.annotate import annotate
 from graphprof.passes.instrument import Clock, instrument, probe_cost_ns
 from graphprof.runtime.collect import build_profile, graph_record, profile_meta
 from graphprof.runtime.samples import SampleBuffer, StepSamples
+from graphprof.runtime.schedule import Action, Schedule
 
 log = logging.getLogger("graphprof")
 _CAPTURE_MODES = ("auto", "fx")
+#: Without a schedule every call after capture is recorded; only the newest
+#: steps are kept so that memory stays bounded on long runs.
+DEFAULT_MAX_STEPS = 100
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +83,14 @@ class TracedFunction:
     """A user function replaced by its captured, optionally instrumented, graph."""
 
     def __init__(self, fn: Callable[..., Any], *, profiling: bool = True, capture: str = "auto",
-                 cache_size: int = 8, clock: Clock = time.perf_counter_ns) -> None:
+                 cache_size: int = 8, clock: Clock = time.perf_counter_ns,
+                 schedule: Schedule | None = None,
+                 on_profile_ready: Callable[[Profile], Any] | None = None,
+                 max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TypeError("schedule must come from graphprof.schedule(...)")
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
         if capture not in _CAPTURE_MODES:
             raise ValueError(f"capture must be one of {', '.join(_CAPTURE_MODES)}, not {capture!r}")
         if cache_size < 1:
@@ -93,12 +104,24 @@ class TracedFunction:
         self._calls = 0
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._current: _Entry | None = None
+        self.schedule = schedule
+        self.on_profile_ready = on_profile_ready
+        self.max_steps = max_steps
+        self._cycles: list[Profile] = []
+
+    def _action(self, call: int) -> Action:
+        if not self.profiling:
+            return Action.NONE
+        if self.schedule is None:
+            return Action.RECORD
+        return self.schedule(call)
 
     # -- calling ----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         start = self._clock()
+        call = self._calls
         self._calls += 1
-        if self._calls == 1:
+        if call == 0:
             return self._fn(*args, **kwargs)
         key = _signature(args, kwargs)
         entry = self._entries.get(key)
@@ -112,11 +135,23 @@ class TracedFunction:
             self._current = entry
             return entry.captured.result
         self._current = entry
-        if not self.profiling:
+        action = self._action(call)
+        if action is Action.NONE:
             return run_captured(entry.captured, entry.captured.graph_module, args, kwargs)[0]
         result, stamps = run_captured(entry.captured, entry.instrumented, args, kwargs, instrumented=True)
-        entry.samples.add(StepSamples(self._calls - 1, self._clock() - start, stamps))
+        if action is Action.WARMUP:
+            return result
+        entry.samples.add(StepSamples(call, self._clock() - start, stamps))
+        if action is Action.RECORD_AND_SAVE:
+            self._complete_cycle(entry)
         return result
+
+    def _complete_cycle(self, entry: _Entry) -> None:
+        profile = self._profile_of(entry, cycle=len(self._cycles))
+        entry.samples.clear()
+        self._cycles.append(profile)
+        if self.on_profile_ready is not None:
+            self.on_profile_ready(profile)
 
     def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> _Entry:
         if self._entries:
@@ -126,24 +161,45 @@ class TracedFunction:
         except Exception as exc:
             raise CaptureError.from_exception(self.__name__, exc) from exc
         annotate(captured.graph_module)
-        entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state))
+        entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state),
+                       SampleBuffer(limit=None if self.schedule else self.max_steps))
         self._entries[key] = entry
         while len(self._entries) > self.cache_size:
             self._entries.popitem(last=False)
         return entry
 
     # -- results ------------------------------------------------------------------
-    def get_profile(self) -> Profile:
-        """The profile of the graph run last, over every step profiled on it."""
+    def get_profile(self, all: bool = False) -> Any:
+        """The latest profile; with ``all=True`` a list of every completed cycle.
+
+        With a schedule, the latest profile is that of the last completed
+        cycle. Without one, it covers the steps recorded on the graph run
+        last (at most ``max_steps``, newest kept).
+        """
+        if self.schedule is not None:
+            if not self._cycles:
+                raise RuntimeError(
+                    f"no profiling cycle of {self.__name__} has completed yet ({self._calls} calls so far; "
+                    f"the schedule records {self.schedule.describe()})"
+                )
+            return list(self._cycles) if all else self._cycles[-1]
         entry = self._current
         if entry is None or not entry.samples:
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
                 "calls from 3 on are profiled (with profiling=True)"
             )
+        profile = self._profile_of(entry)
+        return [profile] if all else profile
+
+    def _profile_of(self, entry: _Entry, cycle: int | None = None) -> Profile:
         steps = list(entry.samples.steps)
         graph = graph_record(entry.captured.graph_module, steps)
-        meta = profile_meta(self.__name__, "fx", _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0)
+        extra: dict[str, Any] = {}
+        if self.schedule is not None:
+            extra["schedule"] = {k: getattr(self.schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
+            extra["cycle"] = cycle
+        meta = profile_meta(self.__name__, "fx", _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0, **extra)
         return build_profile([graph], steps, meta, cls=Profile)
 
     def reset(self) -> None:
@@ -151,6 +207,7 @@ class TracedFunction:
         self._entries.clear()
         self._current = None
         self._calls = 0
+        self._cycles.clear()
 
     @property
     def graph_module(self) -> torch.fx.GraphModule | None:
@@ -158,13 +215,13 @@ class TracedFunction:
         return self._current.captured.graph_module if self._current else None
 
 
-def trace(fn: Callable[..., Any] | None = None, *, profiling: bool = True, capture: str = "auto",
-          cache_size: int = 8, clock: Clock = time.perf_counter_ns) -> Any:
+def trace(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
     """Capture ``fn`` as a static graph and profile every node.
 
-    Usable as ``@trace``, ``@trace(profiling=True)`` and ``trace(fn, ...)``.
+    Usable as ``@trace``, ``@trace(profiling=True)`` and ``trace(fn, ...)``;
+    ``options`` are TracedFunction's keyword arguments.
     """
     def wrap(f: Callable[..., Any]) -> TracedFunction:
-        return TracedFunction(f, profiling=profiling, capture=capture, cache_size=cache_size, clock=clock)
+        return TracedFunction(f, **options)
 
     return wrap(fn) if fn is not None else wrap
