@@ -10,6 +10,8 @@ noisy neighbour slows all variants of a round alike).
   coverage  = sum of node times / step wall time (with probes)
   idle schedule = graph with a schedule whose active window is never reached /
               graph without probes (steps outside the window must cost nothing)
+  segmented fidelity = torch.compile/AOTAutograd segments without probes / eager
+              (capture="dynamo"; only with --segmented)
   torch.profiler = eager inside torch.profiler(record_shapes, profile_memory,
               with_flops) / eager; time is taken inside the active profiler,
               so its start/stop and post-processing are not counted.
@@ -41,6 +43,7 @@ class OverheadResult:
     torch_profiler: float
     idle_schedule: float
     nodes: int
+    segmented_fidelity: float | None = None
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -49,13 +52,14 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> OverheadResult:
+def measure(workload: str, rounds: int = 30, steps_per_round: int = 3, segmented: bool = False) -> OverheadResult:
     """Interleaved rounds of eager, graph, graph+probes and torch.profiler steps."""
-    names = ("eager", "plain", "probed", "idle", "torchprof")
+    names = ("eager", "plain", "probed", "idle", "torchprof", "segmented")
     copies: dict[str, DemoStep] = {k: DEMO_STEPS[workload](seed=0) for k in names}
     plain = graphprof.trace(copies["plain"].step_fn, profiling=False)
     probed = graphprof.trace(copies["probed"].step_fn, profiling=True)
     idle = graphprof.trace(copies["idle"].step_fn, schedule=graphprof.schedule(skip_first=10**9))
+    seg = graphprof.trace(copies["segmented"].step_fn, capture="dynamo", profiling=False)
     inputs = copies["eager"].make_inputs(0)
     for _ in range(3):  # eager warm-up, capture, first replay
         copies["eager"].step_fn(*inputs)
@@ -63,13 +67,17 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
         plain(*inputs)
         probed(*inputs)
         idle(*inputs)
+        if segmented:
+            seg(*inputs)
     variants: dict[str, Callable[[], object]] = {
         "eager": lambda: copies["eager"].step_fn(*inputs),
         "plain": lambda: plain(*inputs),
         "probed": lambda: probed(*inputs),
         "idle": lambda: idle(*inputs),
     }
-    ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": [], "idle": []}
+    if segmented:
+        variants["segmented"] = lambda: seg(*inputs)
+    ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": [], "idle": [], "segmented": []}
     eager_times = []
     activities = [torch.profiler.ProfilerActivity.CPU]
     for _ in range(rounds):
@@ -81,6 +89,8 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
         ratios["overhead"].append(per["probed"] / per["plain"])
         ratios["torch_profiler"].append(per["torchprof"] / per["eager"])
         ratios["idle"].append(per["idle"] / per["plain"])
+        if segmented:
+            ratios["segmented"].append(per["segmented"] / per["eager"])
     profile = probed.get_profile()
     graph_nodes = profile.graphs[0].nodes
     coverages = [
@@ -94,6 +104,7 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
         coverage=statistics.median(coverages),
         torch_profiler=statistics.median(ratios["torch_profiler"]),
         idle_schedule=statistics.median(ratios["idle"]),
+        segmented_fidelity=statistics.median(ratios["segmented"]) if segmented else None,
         nodes=len(graph_nodes),
     )
 
@@ -101,12 +112,13 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3) -> Overhe
 def markdown(results: list[OverheadResult]) -> str:
     lines = [
         "| workload | nodes | eager step | fidelity (graph/eager) | overhead (probes/graph) | coverage "
-        "| idle schedule/graph | torch.profiler/eager |",
-        "|---|---|---|---|---|---|---|---|",
+        "| idle schedule/graph | segmented/eager | torch.profiler/eager |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(f"| {r.workload} | {r.nodes} | {r.eager_ms:.2f} ms | {r.fidelity:.3f} | {r.overhead:.3f} | "
-                     f"{r.coverage:.3f} | {r.idle_schedule:.3f} | {r.torch_profiler:.2f} |")
+                     f"{r.coverage:.3f} | {r.idle_schedule:.3f} | "
+                     f"{'-' if r.segmented_fidelity is None else f'{r.segmented_fidelity:.3f}'} | {r.torch_profiler:.2f} |")
     return "\n".join(lines)
 
 
@@ -114,8 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", nargs="+", default=["resnet"], choices=sorted(DEMO_STEPS))
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--segmented", action="store_true", help="also measure capture='dynamo' segments")
     args = parser.parse_args()
-    results = [measure(w, rounds=args.rounds) for w in args.workload]
+    results = [measure(w, rounds=args.rounds, segmented=args.segmented) for w in args.workload]
     print(markdown(results))
 
 

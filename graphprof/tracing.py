@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
@@ -24,18 +25,25 @@ import torch.utils._pytree as pytree
 from graphprof.api import Profile
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.state import StateIndex
+from graphprof.capture.segmented import SegmentedCapture
 from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
 from graphprof.passes.annotate import annotate
 from graphprof.passes.instrument import Clock, instrument, probe_cost_ns
 from graphprof.runtime.collect import build_profile, graph_record, profile_meta
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action, Schedule
+from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
 
 log = logging.getLogger("graphprof")
-_CAPTURE_MODES = ("auto", "fx")
+_CAPTURE_MODES = ("auto", "fx", "dynamo")
 #: Without a schedule every call after capture is recorded; only the newest
 #: steps are kept so that memory stays bounded on long runs.
 DEFAULT_MAX_STEPS = 100
+
+
+def prepare_graph(gm: torch.fx.GraphModule) -> None:
+    """The passes every captured graph goes through, whole-step or segment, in order."""
+    annotate(gm)
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,6 +104,8 @@ class TracedFunction:
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
         functools.update_wrapper(self, fn)
+        if not hasattr(self, "__name__"):  # a module or other callable object
+            self.__name__ = type(fn).__name__
         self._fn = fn
         self.profiling = profiling
         self.capture = capture
@@ -108,6 +118,10 @@ class TracedFunction:
         self.on_profile_ready = on_profile_ready
         self.max_steps = max_steps
         self._cycles: list[Profile] = []
+        self._segmented: SegmentedCapture | None = None
+        # Segmented steps are kept per input signature, like captured entries.
+        self._segment_buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
+        self._segment_key: Hashable = None
 
     def _action(self, call: int) -> Action:
         if not self.profiling:
@@ -123,6 +137,8 @@ class TracedFunction:
         self._calls += 1
         if call == 0:
             return self._fn(*args, **kwargs)
+        if self._segmented is not None or self.capture == "dynamo":
+            return self._call_segmented(call, start, args, kwargs)
         key = _signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is not None and entry.guards != _guard_values(entry.captured.state):
@@ -131,7 +147,14 @@ class TracedFunction:
             del self._entries[key]
             entry = None
         if entry is None:
-            entry = self._capture(key, args, kwargs)
+            try:
+                entry = self._capture(key, args, kwargs)
+            except CaptureError as exc:
+                if self.capture != "auto":
+                    raise
+                warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
+                              stacklevel=2)
+                return self._call_segmented(call, start, args, kwargs)
             self._current = entry
             return entry.captured.result
         self._current = entry
@@ -146,9 +169,37 @@ class TracedFunction:
             self._complete_cycle(entry)
         return result
 
-    def _complete_cycle(self, entry: _Entry) -> None:
+    def _call_segmented(self, call: int, start: int, args: tuple, kwargs: dict) -> Any:
+        """Segmented capture: the first call here compiles, later ones run the segments."""
+        if self._segmented is None:
+            self._segmented = SegmentedCapture(self._fn, prepare_graph, self._clock)
+            self._segmented.probing = False
+            return self._segmented(*args, **kwargs)
+        key = _signature(args, kwargs)
+        if key not in self._segment_buffers:
+            if self._segment_buffers:
+                log.info("graphprof: %s: new input signature; torch.compile may compile new segments", self.__name__)
+            self._segment_buffers[key] = SampleBuffer(limit=None if self.schedule else self.max_steps)
+            while len(self._segment_buffers) > self.cache_size:
+                self._segment_buffers.popitem(last=False)
+        self._segment_key = key
+        action = self._action(call)
+        self._segmented.probing = action is not Action.NONE
+        result = self._segmented(*args, **kwargs)
+        if action in (Action.RECORD, Action.RECORD_AND_SAVE):
+            events = tuple(self._segmented.timeline.events)
+            self._segment_buffers[key].add(SegmentedStep(call, start, self._clock(), events))
+            if action is Action.RECORD_AND_SAVE:
+                self._complete_cycle(None)
+        return result
+
+    @property
+    def _segment_samples(self) -> SampleBuffer:
+        return self._segment_buffers.get(self._segment_key) or SampleBuffer()
+
+    def _complete_cycle(self, entry: _Entry | None) -> None:
         profile = self._profile_of(entry, cycle=len(self._cycles))
-        entry.samples.clear()
+        (entry.samples if entry is not None else self._segment_samples).clear()
         self._cycles.append(profile)
         if self.on_profile_ready is not None:
             self.on_profile_ready(profile)
@@ -160,7 +211,7 @@ class TracedFunction:
             captured = capture_whole_step(self._fn, args, kwargs)  # restores state on failure
         except Exception as exc:
             raise CaptureError.from_exception(self.__name__, exc) from exc
-        annotate(captured.graph_module)
+        prepare_graph(captured.graph_module)
         entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state),
                        SampleBuffer(limit=None if self.schedule else self.max_steps))
         self._entries[key] = entry
@@ -184,6 +235,12 @@ class TracedFunction:
                 )
             return list(self._cycles) if all else self._cycles[-1]
         entry = self._current
+        if self._segmented is not None:
+            if not self._segment_samples:
+                raise RuntimeError(f"no profiled step yet for {self.__name__} (segmented capture: the first call "
+                                   "after the eager one compiles, later calls are profiled)")
+            profile = self._profile_of(None)
+            return [profile] if all else profile
         if entry is None or not entry.samples:
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
@@ -192,15 +249,21 @@ class TracedFunction:
         profile = self._profile_of(entry)
         return [profile] if all else profile
 
-    def _profile_of(self, entry: _Entry, cycle: int | None = None) -> Profile:
-        steps = list(entry.samples.steps)
-        graph = graph_record(entry.captured.graph_module, steps)
+    def _profile_of(self, entry: _Entry | None, cycle: int | None = None) -> Profile:
+        if entry is None:
+            steps = list(self._segment_samples.steps)
+            graphs = segment_graph_records(self._segmented.segments, steps)
+            mode = "dynamo"
+        else:
+            steps = list(entry.samples.steps)
+            graphs = [graph_record(entry.captured.graph_module, steps)]
+            mode = "fx"
         extra: dict[str, Any] = {}
         if self.schedule is not None:
             extra["schedule"] = {k: getattr(self.schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
             extra["cycle"] = cycle
-        meta = profile_meta(self.__name__, "fx", _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0, **extra)
-        return build_profile([graph], steps, meta, cls=Profile)
+        meta = profile_meta(self.__name__, mode, _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0, **extra)
+        return build_profile(graphs, steps, meta, cls=Profile)
 
     def reset(self) -> None:
         """Forget captured graphs and samples; the next call runs eagerly again."""
@@ -208,6 +271,8 @@ class TracedFunction:
         self._current = None
         self._calls = 0
         self._cycles.clear()
+        self._segmented = None
+        self._segment_buffers.clear()
 
     @property
     def graph_module(self) -> torch.fx.GraphModule | None:

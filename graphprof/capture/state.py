@@ -63,6 +63,8 @@ class StateIndex:
 def _candidate_objects(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
     """Objects the function can reach by name: closure, globals, bound self, defaults."""
     found: list[tuple[str, Any]] = []
+    if isinstance(fn, nn.Module):  # tracing a module directly: it is the model
+        return [("self", fn)]
     target = inspect.unwrap(fn)
     self_obj = getattr(target, "__self__", None)
     func = getattr(target, "__func__", target)

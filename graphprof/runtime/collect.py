@@ -26,7 +26,14 @@ def graph_record(
     name: str = "step", kind: GraphKind = GraphKind.STEP,
 ) -> GraphRecord:
     """One GraphRecord: a NodeRecord per op node, with its host time in every step."""
-    per_step = [s.node_times_ns() for s in steps]
+    return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind)
+
+
+def graph_record_from_times(
+    gm: torch.fx.GraphModule, per_step: Sequence[Sequence[int]], graph_id: int,
+    name: str, kind: GraphKind,
+) -> GraphRecord:
+    """A GraphRecord from per-step node times in ns (one list per step, in node order)."""
     ids: dict[str, int] = {}
     nodes: list[NodeRecord] = []
     for node in gm.graph.nodes:
