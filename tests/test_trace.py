@@ -113,7 +113,7 @@ def test_untraceable_step_raises_one_clear_error_and_restores_state() -> None:
         printed.append(f"{loss.item():.3f}")  # host read a static graph cannot replay
         return loss
 
-    fn = graphprof.trace(step)
+    fn = graphprof.trace(step, capture="fx")  # "auto" would fall back to segments instead
     fn(*demo.make_inputs(0))
     before = {k: v.clone() for k, v in demo.model.state_dict().items()}
     with pytest.raises(CaptureError, match=r"cannot capture step.*formatting.*test_trace.py:\d+"):
