@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -35,3 +36,76 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path) -> None:
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("graphprof: error: ")
         assert "Traceback" not in proc.stderr
+
+
+def _bad_files(tmp_path) -> dict[str, tuple[object, str]]:
+    """Each bad input of `graphprof analyze` and a phrase of its one-sentence error."""
+    from graphprof.profile import Profile, StepRecord
+
+    files = {
+        "not_json.json": (b"not json at all", "is not JSON"),
+        "truncated.json": (json.dumps(small_profile()).encode()[:-40], "truncated"),
+        "chrome.json": (b'{"traceEvents": [{"name": "x", "ph": "X"}]}', "Chrome trace"),
+        "future.json": (b'{"schema": "graphprof.profile/2"}', "unsupported profile schema version"),
+        "no_steps.json": (Profile(graphs=small_profile().graphs), "has no profiled steps"),
+        "no_nodes.json": (Profile(steps=(StepRecord(0, 1.0),)), "has no graph nodes"),
+    }
+    out = {}
+    for name, (content, phrase) in files.items():
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            content.save(str(path))
+        out[str(path)] = (content, phrase)
+    out[str(tmp_path / "missing.json")] = (None, "no such profile file")
+    return out
+
+
+def test_analyze_bad_files_exit_2_with_one_sentence(tmp_path, capsys) -> None:
+    for path, (_, phrase) in _bad_files(tmp_path).items():
+        assert main(["analyze", path]) == 2, path
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1, path
+        assert captured.err.startswith("graphprof: error: ") and phrase in captured.err, (path, captured.err)
+
+
+def test_analyze_bad_option_values_exit_2_with_one_line(tmp_path) -> None:
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    for args, phrase in (
+        (["--name", "("], "not a valid regular expression"),
+        (["--order-by", "memory"], "'bytes_moved'"),
+        (["--order-by", "bogus"], "cannot order by 'bogus'"),
+        (["--format", "xlsx"], "--format 'xlsx' is unknown"),
+        (["--module-depth", "2"], "only applies with --aggregate-by module"),
+        (["--stat", "p99"], "invalid choice: 'p99'"),
+        (["--top", "many"], "invalid int value: 'many'"),
+        (["--aggregate-by", "color"], "invalid choice: 'color'"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", "graphprof", "analyze", str(path), *args],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2, args
+        assert proc.stderr.count("\n") == 1 and phrase in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_analyze_filter_that_selects_nothing_exits_0_and_says_why(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    assert main(["analyze", str(path), "--type", "conv2d"]) == 0
+    assert "no rows: no node has type 'conv2d'" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--type", "conv2d", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["table"]["rows"] == []  # stdout stays valid JSON
+    assert captured.err == "graphprof: note: no node has type 'conv2d'\n"
+
+
+def test_analyze_reads_a_json_dumped_profile(tmp_path, capsys) -> None:
+    path = tmp_path / "dumped.json"
+    with open(path, "w") as f:
+        json.dump(graphprof.Profile(meta=small_profile().meta, steps=small_profile().steps,
+                                    graphs=small_profile().graphs), f)
+    assert main(["analyze", str(path), "--aggregate-by", "type", "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("rank,label,calls,time_s") and len(rows) == 3

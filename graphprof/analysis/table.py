@@ -1,65 +1,157 @@
-"""Per-node table of a profile, in the spirit of ``profile_analyze``.
+"""A profile table in the spirit of MegEngine's ``profile_analyze`` and torch's ``key_averages``.
 
-Produces plain rows (numbers in SI units); renderers decide how they look.
+``build_table(profile, options)`` is the whole analysis behind
+``graphprof analyze`` and ``Profile.table``: per-node times under a statistic,
+filters, optional aggregation, ordering by any column, the top rows, and the
+summary. It returns plain numbers in SI units; renderers decide how they look.
+
+Steps, in order (as in profile_analyze): time every node, filter single
+nodes, aggregate, order, cut to ``top``, then compute cumulative shares in the
+printed order. Percentages are shares of the whole profile's time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+import math
+from dataclasses import dataclass, fields
+from typing import Any
 
-from graphprof.analysis.stats import stat_fn
+from graphprof.analysis.aggregate import aggregate
+from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by
+from graphprof.analysis.entries import NodeEntry
+from graphprof.analysis.filters import NodePairs, flat_nodes, node_times, resolve_clock, select, why_empty
+from graphprof.analysis.options import TableOptions, make_options
+from graphprof.analysis.summary import Summary, summarize
 from graphprof.profile.model import Profile
+
+Shapes = tuple[tuple[int, ...] | None, ...]
 
 
 @dataclass(frozen=True)
-class NodeRow:
-    """One node of the table, its time under the chosen statistic."""
+class Row:
+    """One printed row: a node, or a group of nodes when the table is aggregated.
 
-    graph: str
-    id: int
-    name: str
-    op: str
-    type: str
-    module: str
-    module_type: str
-    source: str
-    phase: str
-    scope: str
-    in_shapes: tuple[tuple[int, ...] | None, ...]
-    out_shapes: tuple[tuple[int, ...] | None, ...]
+    Descriptive fields of a group hold its nodes' common value, or None when
+    they differ; ``id`` is None for groups. Unknown numbers are None.
+    """
+
+    rank: int
+    label: str
+    calls: int
     time_s: float
     percent: float
     cumulative_percent: float
+    flops: float | None
+    flop_per_s: float | None
+    bytes_moved: float | None
+    bytes_read: float | None
+    bytes_written: float | None
+    bandwidth_bytes_per_s: float | None
+    intensity_flop_per_byte: float | None
+    allocated_bytes: float | None
+    freed_bytes: float | None
+    live_bytes: float | None
+    id: int | None
+    name: str | None
+    op: str | None
+    type: str | None
+    module: str | None
+    module_type: str | None
+    source: str | None
+    phase: str | None
+    scope: str | None
+    graph: str | None
+    in_shapes: Shapes | None
+    out_shapes: Shapes | None
+    in_dtypes: tuple[str | None, ...] | None
+
+
+ROW_FIELDS = tuple(f.name for f in fields(Row))
+_FROM_ENTRY = tuple(k for k in ROW_FIELDS if k not in ("rank", "cumulative_percent"))
 
 
 @dataclass(frozen=True)
-class NodeTable:
-    """Rows sorted by time (descending) and the total they are a share of."""
+class TableResult:
+    """Everything a renderer needs: the summary, the rows, and how they were chosen.
 
-    rows: tuple[NodeRow, ...]
+    ``matched_nodes`` and ``matched_time_s`` describe the selection after
+    filters; ``total_rows`` counts rows before the ``top`` cut. ``has_memory``
+    says whether memory columns carry data. ``note`` explains an empty table.
+    """
+
+    options: TableOptions
+    summary: Summary
+    rows: tuple[Row, ...]
+    order: OrderBy
+    clock: str
     total_time_s: float
-    stat: str
-    steps: int
+    matched_nodes: int
+    matched_time_s: float
+    total_rows: int
+    has_memory: bool
+    note: str | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Row fields that carry data in this table (memory ones only when recorded)."""
+        return tuple(k for k in ROW_FIELDS if self.has_memory or k not in MEMORY_KEYS)
 
 
-def node_table(profile: Profile, top: int = 10, stat: str = "median") -> NodeTable:
-    """The ``top`` slowest nodes (0 = all) under ``stat`` across profiled steps."""
-    fn = stat_fn(stat)
-    timed = [(g, n, fn(n.host_time_s)) for g, n in profile.iter_nodes()]
-    total = sum(t for _, _, t in timed)
-    timed.sort(key=lambda item: item[2], reverse=True)
-    if top > 0:
-        timed = timed[:top]
+def _row(entry: Any, rank: int, cumulative_percent: float) -> Row:
+    values = {k: getattr(entry, k) for k in _FROM_ENTRY}
+    return Row(rank=rank, cumulative_percent=cumulative_percent, **values)
+
+
+def _node_entries(pairs: NodePairs, times: list[float], indices: list[int], total: float) -> list[NodeEntry]:
+    return [NodeEntry(pairs[i][0], pairs[i][1], times[i], total, i) for i in indices]
+
+
+def _ordered(pairs: NodePairs, times: list[float], indices: list[int], options: TableOptions,
+             order: OrderBy, total: float) -> tuple[list[Any], int]:
+    """The entries to print, in order, and how many rows there were before the ``top`` cut."""
+    if options.aggregated:
+        groups = aggregate(_node_entries(pairs, times, indices, total), options, total)
+        ordered = order_entries(groups, order)
+        return (ordered[: options.top] if options.top else ordered), len(groups)
+    if order.column.key in ("time_s", "percent"):
+        # The common case on big profiles: order indices by time, build entries for shown rows only.
+        # heapq's nlargest/nsmallest equal sorted(...)[:n], ties included, so both paths agree.
+        key = times.__getitem__
+        if options.top and options.top < len(indices):
+            pick = heapq.nsmallest if order.ascending else heapq.nlargest
+            shown = pick(options.top, indices, key=key)
+        else:
+            shown = sorted(indices, key=key, reverse=not order.ascending)
+        return _node_entries(pairs, times, shown, total), len(indices)
+    ordered = order_entries(_node_entries(pairs, times, indices, total), order)
+    return (ordered[: options.top] if options.top else ordered), len(indices)
+
+
+def build_table(profile: Profile, options: TableOptions | None = None, **kwargs: Any) -> TableResult:
+    """The table of ``profile`` under ``options`` (or the keyword options of ``make_options``)."""
+    if options is None:
+        options = make_options(**kwargs)
+    elif kwargs:
+        raise TypeError("pass either options or keyword options, not both")
+    else:
+        options.validate()
+    order = parse_order_by(options.order_by)
+    clock = resolve_clock(profile, options.clock)
+    pairs = flat_nodes(profile)
+    times = node_times(pairs, options.stat, clock)
+    summary = summarize(profile, pairs, times, options.stat, clock)
+    total = summary.total_time_s
+    indices = select(pairs, options, times)
+    note = why_empty(profile, options) if not indices and pairs else None
+    shown, total_rows = _ordered(pairs, times, indices, options, order, total)
     rows = []
     cumulative = 0.0
-    for graph, node, t in timed:
-        cumulative += t
-        rows.append(NodeRow(
-            graph=graph.name, id=node.id, name=node.name, op=node.op, type=node.type,
-            module=node.module, module_type=node.module_type, source=node.source,
-            phase=node.phase.value, scope=node.scope, in_shapes=node.in_shapes,
-            out_shapes=node.out_shapes, time_s=t,
-            percent=100.0 * t / total if total > 0 else 0.0,
-            cumulative_percent=100.0 * cumulative / total if total > 0 else 0.0,
-        ))
-    return NodeTable(rows=tuple(rows), total_time_s=total, stat=stat, steps=len(profile.steps))
+    for rank, entry in enumerate(shown, start=1):
+        cumulative += entry.time_s
+        rows.append(_row(entry, rank, 100.0 * cumulative / total if total > 0 else 0.0))
+    return TableResult(
+        options=options, summary=summary, rows=tuple(rows), order=order, clock=clock, total_time_s=total,
+        matched_nodes=len(indices), matched_time_s=math.fsum(times[i] for i in indices), total_rows=total_rows,
+        has_memory=summary.peak_live_bytes is not None, note=note,
+    )

@@ -1,33 +1,42 @@
 """Versioned JSON (de)serialisation of a Profile, with validation.
 
 Loading never runs code (no pickle) and turns every malformed input into one
-``ProfileError`` sentence that the CLI prints as is. Node fields equal to their
-default are left out of the document: that keeps files small (a profile of
-100,000 nodes must stay a few tens of MB) without a second, packed format.
+``ProfileError`` sentence that the CLI prints as is.
+
+Graphs are written in the compact column layout of ``graphprof.profile.columns``
+(about 150 bytes per node plus 8 per node and profiled step). The reader also
+accepts the readable layout, a graph whose ``"nodes"`` is a list of node
+objects with fields named as in ``NodeRecord``: it is handy for hand-written
+test documents and was the layout of the first files written.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
 import tempfile
-from dataclasses import fields
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, Iterator
+from contextlib import contextmanager
 
 from graphprof.profile.model import (
     SCHEMA_ID,
+    DeviceMemorySample,
     GraphKind,
     GraphRecord,
+    MemoryPeak,
     MemoryRecord,
     NodeRecord,
+    PeakTensor,
     Phase,
     Profile,
     ProfileMeta,
     StepRecord,
 )
+from graphprof.profile.columns import ColumnError, graph_from_json, graph_to_json
 
-_NODE_DEFAULTS = {f.name: f.default for f in fields(NodeRecord) if f.name not in ("id", "name", "op", "type")}
 _TIME_DIGITS = 10  # 0.1 ns: below any clock we read
 
 
@@ -36,33 +45,6 @@ class ProfileError(ValueError):
 
 
 # -- writing --------------------------------------------------------------------
-def _round_times(samples: tuple[float, ...]) -> list[float]:
-    return [round(t, _TIME_DIGITS) for t in samples]
-
-
-def _node_to_dict(node: NodeRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": node.id, "name": node.name, "op": node.op, "type": node.type}
-    for name, default in _NODE_DEFAULTS.items():
-        value = getattr(node, name)
-        if value == default:
-            continue
-        if name in ("host_time_s", "device_time_s"):
-            value = _round_times(value)
-        elif name == "phase":
-            value = value.value
-        elif name == "memory":
-            value = {
-                "allocated_bytes": value.allocated_bytes,
-                "freed_bytes": value.freed_bytes,
-                "live_bytes": value.live_bytes,
-                "live_by_category_bytes": dict(value.live_by_category_bytes),
-            }
-        elif isinstance(value, tuple):
-            value = [list(v) if isinstance(v, tuple) else v for v in value]
-        out[name] = value
-    return out
-
-
 def profile_to_document(profile: Profile) -> dict[str, Any]:
     """The JSON-ready dict of a profile (schema id first)."""
     meta = {f.name: getattr(profile.meta, f.name) for f in fields(ProfileMeta)}
@@ -76,11 +58,64 @@ def profile_to_document(profile: Profile) -> dict[str, Any]:
              "graph_time_s": round(s.graph_time_s, _TIME_DIGITS)}
             for s in profile.steps
         ],
-        "graphs": [
-            {"id": g.id, "name": g.name, "kind": g.kind.value, "nodes": [_node_to_dict(n) for n in g.nodes]}
-            for g in profile.graphs
-        ],
+        "graphs": [_graph_memory_to_json(g, graph_to_json(g)) for g in profile.graphs],
     }
+
+
+_DEVICE_MEMORY_FIELDS = tuple(f.name for f in fields(DeviceMemorySample))
+
+
+def _graph_memory_to_json(graph: GraphRecord, out: dict[str, Any]) -> dict[str, Any]:
+    """Add a graph's memory peak and allocator samples (when it has them) to its JSON object."""
+    peak = graph.memory_peak
+    if peak is not None:
+        out["memory_peak"] = {
+            "node_id": peak.node_id, "live_bytes": peak.live_bytes, "start_bytes": peak.start_bytes,
+            "allocated_bytes": peak.allocated_bytes, "by_category_bytes": dict(peak.by_category_bytes),
+            "largest_tensors": [[t.name, t.nbytes, t.category, t.node_id] for t in peak.largest_tensors],
+        }
+    if graph.device_memory:
+        out["device_memory"] = {f: [getattr(s, f) for s in graph.device_memory] for f in _DEVICE_MEMORY_FIELDS}
+    return out
+
+
+def _int(value: Any, what: str) -> int:
+    _expect(type(value) is int, f"{what} must be an integer")
+    return value
+
+
+def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str) -> GraphRecord:
+    """``graph`` with the memory peak and allocator samples its JSON object holds."""
+    peak = graph.memory_peak
+    if raw.get("memory_peak") is not None:
+        p = raw["memory_peak"]
+        _expect(isinstance(p, dict), f"{where}.memory_peak must be an object")
+        cats = p.get("by_category_bytes", {})
+        _expect(isinstance(cats, dict), f"{where}.memory_peak.by_category_bytes must be an object")
+        rows = p.get("largest_tensors", [])
+        _expect(isinstance(rows, list) and all(
+            isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and type(r[1]) is int
+            and isinstance(r[2], str) and type(r[3]) is int for r in rows),
+            f"{where}.memory_peak.largest_tensors must hold [name, bytes, category, node id] rows")
+        peak = MemoryPeak(
+            node_id=_int(p.get("node_id"), f"{where}.memory_peak.node_id"),
+            live_bytes=_int(p.get("live_bytes"), f"{where}.memory_peak.live_bytes"),
+            by_category_bytes={str(k): _int(v, f"{where}.memory_peak.by_category_bytes") for k, v in cats.items()},
+            largest_tensors=tuple(PeakTensor(*r) for r in rows),
+            start_bytes=_int(p.get("start_bytes", 0), f"{where}.memory_peak.start_bytes"),
+            allocated_bytes=_int(p.get("allocated_bytes", 0), f"{where}.memory_peak.allocated_bytes"),
+        )
+    samples = graph.device_memory
+    if raw.get("device_memory") is not None:
+        d = raw["device_memory"]
+        _expect(isinstance(d, dict) and all(isinstance(d.get(f), list) for f in _DEVICE_MEMORY_FIELDS)
+                and len({len(d[f]) for f in _DEVICE_MEMORY_FIELDS}) == 1
+                and all(type(v) is int for f in _DEVICE_MEMORY_FIELDS for v in d[f]),
+                f"{where}.device_memory must hold equally long integer lists {', '.join(_DEVICE_MEMORY_FIELDS)}")
+        samples = tuple(DeviceMemorySample(*row) for row in zip(*(d[f] for f in _DEVICE_MEMORY_FIELDS)))
+    if peak is graph.memory_peak and samples is graph.device_memory:
+        return graph
+    return replace(graph, memory_peak=peak, device_memory=samples)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
@@ -205,6 +240,12 @@ def profile_from_document(doc: Any, cls: type[Profile] = Profile) -> Profile:
     graphs = []
     for gi, g in enumerate(graphs_raw):
         _expect(isinstance(g, dict), f"graphs[{gi}] must be an object")
+        if "columns" in g:
+            try:
+                graphs.append(_graph_memory_from_json(g, graph_from_json(g, gi), f"graphs[{gi}]"))
+            except ColumnError as exc:
+                raise ProfileError(f"not a valid graphprof profile: graphs[{gi}]: {exc}") from None
+            continue
         try:
             kind = GraphKind(g.get("kind", "step"))
         except ValueError:
@@ -212,7 +253,8 @@ def profile_from_document(doc: Any, cls: type[Profile] = Profile) -> Profile:
         nodes_raw = g.get("nodes", [])
         _expect(isinstance(nodes_raw, list), f"graphs[{gi}].nodes must be a list")
         nodes = tuple(_node_from_dict(n, f"graphs[{gi}].nodes[{ni}]") for ni, n in enumerate(nodes_raw))
-        graphs.append(GraphRecord(id=int(g.get("id", gi)), name=str(g.get("name", "")), kind=kind, nodes=nodes))
+        graphs.append(_graph_memory_from_json(
+            g, GraphRecord(id=int(g.get("id", gi)), name=str(g.get("name", "")), kind=kind, nodes=nodes), f"graphs[{gi}]"))
     return cls(meta=meta, steps=tuple(steps), graphs=tuple(graphs))
 
 
@@ -230,10 +272,43 @@ def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> 
         raise ProfileError(f"cannot read {path}: {exc.strerror}") from None
     if not data.strip():
         raise ProfileError(f"{path} is empty, not a profile")
+    with _gc_paused():
+        try:
+            doc = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(data.rstrip()) - 1:
+                raise ProfileError(f"{path} is truncated JSON (it ends in the middle of the document)") from None
+            raise ProfileError(f"{path} is not JSON: {exc}") from None
+        except RecursionError:
+            raise ProfileError(f"{path} is nested too deeply to be a profile") from None
+        return profile_from_document(doc, cls)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a profile is built.
+
+    Why: parsing and building a 100,000-node profile allocates millions of
+    objects and none of them form cycles, yet each allocation burst triggers a
+    full collection; pausing it makes loading about twice as fast.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(data.rstrip()) - 1:
-            raise ProfileError(f"{path} is truncated JSON (it ends in the middle of the document)") from None
-        raise ProfileError(f"{path} is not JSON: {exc}") from None
-    return profile_from_document(doc, cls)
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def require_samples(profile: Profile, source: str = "the profile") -> None:
+    """Raise ProfileError when ``profile`` has nothing to analyse (no steps or no nodes).
+
+    Loading accepts such a profile (it is a valid document, and every view
+    renders it); commands that analyse timings call this to say why there is
+    nothing to show instead of printing an empty table.
+    """
+    if not profile.graphs or profile.node_count == 0:
+        raise ProfileError(f"{source} has no graph nodes, so there is nothing to analyse")
+    if not profile.steps:
+        raise ProfileError(f"{source} has no profiled steps (a traced function profiles from its third call on)")

@@ -9,7 +9,7 @@ import pytest
 
 import graphprof
 from graphprof.profile import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileError, ProfileMeta, StepRecord
-from graphprof.profile.serialize import load_profile, save_profile
+from graphprof.profile.serialize import load_profile, profile_from_document, require_samples, save_profile
 
 
 def small_profile() -> Profile:
@@ -93,3 +93,88 @@ def test_save_is_atomic_and_keeps_old_file_on_failure(tmp_path, monkeypatch) -> 
     assert os.listdir(tmp_path) == ["p.json"]  # no temporary file left behind
     with pytest.raises(ProfileError, match="does not exist"):
         save_profile(small_profile(), tmp_path / "missing" / "p.json")
+
+
+# -- the compact column layout ---------------------------------------------------
+def _varied_profile() -> Profile:
+    """Every field away from its default somewhere: ids not 0..n-1, ragged samples, device times, views."""
+    from graphprof.profile import MemoryRecord
+
+    nodes = (
+        NodeRecord(id=10, name="mm", op="aten.mm.default", type="mm", in_shapes=((4, 3), (3, 8)),
+                   in_dtypes=("float32", "float32"), out_shapes=((4, 8),), out_dtypes=("float32",),
+                   module="a.b", module_type="Linear", source="m.py:1", phase=Phase.BACKWARD, scope="s",
+                   flops=384, bytes_read=176, bytes_written=None,
+                   memory=MemoryRecord(allocated_bytes=128, freed_bytes=0, live_bytes=1 << 40,
+                                       live_by_category_bytes={"activations": 128}),
+                   host_time_s=(1.5e-6, 1.25e-6, 2e-6), device_time_s=(3e-6, 3e-6, 3.5e-6)),
+        NodeRecord(id=12, name="t", op="aten.t.default", type="t", inputs=(10,), in_shapes=((4, 8),),
+                   out_shapes=((8, 4), None), is_view=True, host_time_s=(0.0,)),
+        NodeRecord(id=13, name="getitem", op="aten.split.Tensor", type="split", inputs=(12, 10),
+                   host_time_s=()),
+    )
+    return Profile(steps=(StepRecord(index=0, wall_time_s=1.0),),
+                   graphs=(GraphRecord(id=3, name="bwd", kind=GraphKind.BACKWARD, nodes=nodes),
+                           GraphRecord(id=4, name="empty", kind=GraphKind.SEGMENT)))
+
+
+def test_compact_layout_round_trips_every_field(tmp_path) -> None:
+    profile = _varied_profile()
+    path = tmp_path / "p.json"
+    profile.save(str(path))
+    assert graphprof.load(path) == profile
+    graph = json.loads(path.read_text())["graphs"][0]
+    assert graph["columns"]["inputs"] == [[], [2], [1, 3]]  # id differences
+    assert "by_node" in graph["columns"]["host_time_s"]  # ragged samples
+    assert graph["strings"][0] == ""
+
+
+def test_readable_node_object_layout_still_loads() -> None:
+    doc = {"schema": "graphprof.profile/1", "steps": [{"index": 0, "wall_time_s": 1.0}],
+           "graphs": [{"id": 0, "name": "step", "kind": "step", "nodes": [
+               {"id": 0, "name": "relu", "op": "aten.relu.default", "type": "relu", "phase": "forward",
+                "in_shapes": [[2, 3]], "flops": 6, "host_time_s": [1e-6]}]}]}
+    node = profile_from_document(doc).graphs[0].nodes[0]
+    assert node.flops == 6 and node.in_shapes == ((2, 3),) and node.phase is Phase.FORWARD
+
+
+def _compact(**column_overrides) -> dict:
+    doc = json.loads(json.dumps(small_profile()))
+    doc["graphs"][0]["columns"].update(column_overrides)
+    return doc
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"name": ["only one"]}, "columns.name must be a list of 2 values"),
+    ({"op": [0, 99]}, "columns.op refers past its table"),
+    ({"type": ["addmm", "relu"]}, "columns.type holds a value of the wrong type"),
+    ({"flops": [1.5, None]}, "columns.flops holds a value of the wrong type"),
+    ({"phase": [0, 0]}, "unknown phase"),
+    ({"in_shapes": [0, 7]}, "columns.in_shapes refers past its table"),
+    ({"host_time_s": {"ticks_per_s": 0, "by_step": []}}, "ticks_per_s must be a positive integer"),
+    ({"host_time_s": {"ticks_per_s": 10, "by_step": [[1, "x"]]}}, "wrong type"),
+    ({"inputs": [[], ["a"]]}, "columns.inputs holds a non-integer"),
+    ({"memory": {"allocated_bytes": [1]}}, "columns.memory.allocated_bytes must be a list of 2 values"),
+])
+def test_malformed_columns_give_one_sentence(overrides: dict, message: str) -> None:
+    with pytest.raises(ProfileError, match=message) as info:
+        profile_from_document(_compact(**overrides))
+    assert "\n" not in str(info.value) and str(info.value).startswith("not a valid graphprof profile: graphs[0]")
+
+
+def test_compact_file_is_small(tmp_path) -> None:
+    from tests.data.make_small_profile import build
+
+    path = tmp_path / "p.json"
+    profile = build()
+    profile.save(str(path))
+    per_node_step = path.stat().st_size / profile.node_count / len(profile.steps)
+    assert per_node_step < 300  # the analyzer's budget (benchmarks/analyze_scale.py measures 100,000 nodes)
+
+
+def test_require_samples_names_what_is_missing() -> None:
+    with pytest.raises(ProfileError, match="has no graph nodes"):
+        require_samples(Profile(steps=(StepRecord(0, 1.0),)), "x.json")
+    with pytest.raises(ProfileError, match="has no profiled steps"):
+        require_samples(Profile(graphs=small_profile().graphs), "x.json")
+    require_samples(small_profile(), "x.json")

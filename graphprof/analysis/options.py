@@ -1,0 +1,165 @@
+"""The options of a profile table, shared by ``graphprof analyze`` and ``Profile.table``.
+
+One frozen dataclass so the CLI, the Python API and later commands (report,
+diff) accept the same options with the same meaning and the same checks. A bad
+value raises ``TableOptionError`` (a ValueError) whose message is one sentence
+the CLI prints as is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+AGGREGATES = ("sum", "mean", "max", "min")
+AGGREGATE_BY = ("type", "module", "source", "shape", "scope", "phase", "graph")
+STATS = ("median", "mean", "min", "max")
+PHASES = ("forward", "backward", "optimizer", "other")
+PRINT_ONLY = ("summary", "table")
+CLOCKS = ("auto", "host", "device")
+#: Formats handled by graphprof itself; every other name is a tabulate table format.
+DATA_FORMATS = ("csv", "json")
+
+_DTYPE_ALIASES = {
+    "float": "float32", "half": "float16", "double": "float64", "long": "int64", "int": "int32",
+    "short": "int16", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
+    "cfloat": "complex64", "cdouble": "complex128",
+}
+
+
+class TableOptionError(ValueError):
+    """An option value the user can fix; the message is one sentence."""
+
+
+def normalize_dtype(name: str) -> str:
+    """``torch.float32``, ``Float32`` (MegEngine) and ``float`` all become ``float32``."""
+    key = name.strip().lower()
+    key = key.removeprefix("torch.")
+    return _DTYPE_ALIASES.get(key, key)
+
+
+def normalize_type(name: str) -> str:
+    """``aten::addmm`` (torch.profiler's spelling) becomes ``aten.addmm``; others are kept."""
+    return name.strip().replace("::", ".")
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """What to select, how to group and order, and how to print a profile table.
+
+    Times are seconds. ``top=0`` shows every row. ``order_by`` is a column key
+    or alias, ``+`` in front means ascending. ``aggregate_by`` without
+    ``aggregate`` sums; ``aggregate`` without ``aggregate_by`` folds every
+    selected node into one row "all" (as MegEngine's profile_analyze does).
+    """
+
+    top: int = 10
+    types: tuple[str, ...] = ()
+    name: str | None = None
+    module: str | None = None
+    input_dtype: str | None = None
+    phases: tuple[str, ...] = ()
+    aggregate: str | None = None
+    aggregate_by: str | None = None
+    order_by: str = "time"
+    min_time_s: float | None = None
+    max_time_s: float | None = None
+    stat: str = "median"
+    print_only: str | None = None
+    format: str = "simple"
+    module_depth: int | None = None
+    clock: str = "auto"
+    _compiled: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    @property
+    def aggregated(self) -> bool:
+        return self.aggregate is not None or self.aggregate_by is not None
+
+    @property
+    def aggregate_fn(self) -> str:
+        return self.aggregate or "sum"
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.types or self.name or self.module or self.input_dtype or self.phases
+                    or self.min_time_s is not None or self.max_time_s is not None)
+
+    def regex(self, which: str) -> re.Pattern[str] | None:
+        """The compiled ``name`` or ``module`` pattern (compiled once, by ``validate``)."""
+        return self._compiled.get(which)
+
+    def validate(self) -> "TableOptions":
+        """Check every value; return self so calls chain. Raises TableOptionError."""
+        _choice("--aggregate", self.aggregate, AGGREGATES)
+        _choice("--aggregate-by", self.aggregate_by, AGGREGATE_BY)
+        _choice("--stat", self.stat, STATS)
+        _choice("--print-only", self.print_only, PRINT_ONLY)
+        _choice("--clock", self.clock, CLOCKS)
+        for phase in self.phases:
+            _choice("--phase", phase, PHASES)
+        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 0:
+            raise TableOptionError(f"--top must be a whole number >= 0 (0 shows all rows), not {self.top!r}")
+        if self.module_depth is not None:
+            if isinstance(self.module_depth, bool) or not isinstance(self.module_depth, int) or self.module_depth < 1:
+                raise TableOptionError(f"--module-depth must be a whole number >= 1, not {self.module_depth!r}")
+            if self.aggregate_by != "module":
+                raise TableOptionError("--module-depth only applies with --aggregate-by module")
+        for flag, value in (("--min-time", self.min_time_s), ("--max-time", self.max_time_s)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+                raise TableOptionError(f"{flag} must be a number of seconds, not {value!r}")
+        if self.min_time_s is not None and self.max_time_s is not None and self.min_time_s > self.max_time_s:
+            raise TableOptionError(
+                f"--min-time ({self.min_time_s:g} s) is larger than --max-time ({self.max_time_s:g} s), so nothing can match")
+        for flag, value in (("--type", self.types), ("--name", self.name), ("--module", self.module)):
+            if value is not None and not isinstance(value, (str, tuple)):
+                raise TableOptionError(f"{flag} must be text, not {value!r}")
+        for which, flag in (("name", "--name"), ("module", "--module")):
+            pattern = getattr(self, which)
+            if pattern is not None:
+                try:
+                    self._compiled[which] = re.compile(pattern)
+                except re.error as exc:
+                    raise TableOptionError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
+        from graphprof.analysis.columns import parse_order_by
+
+        parse_order_by(self.order_by)
+        if not isinstance(self.format, str) or not self.format:
+            raise TableOptionError(f"--format must be a format name, not {self.format!r}")
+        return self  # the format name itself is checked by the renderer, which knows the formats
+
+
+def _choice(flag: str, value: str | None, choices: Iterable[str]) -> None:
+    choices = tuple(choices)
+    if value is not None and value not in choices:
+        raise TableOptionError(f"{flag} {value!r} is not one of {', '.join(choices)}")
+
+
+def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def make_options(
+    top: int = 10, *, type: str | Iterable[str] | None = None, name: str | None = None,
+    module: str | None = None, input_dtype: str | None = None, phase: str | Iterable[str] | None = None,
+    aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
+    min_time: float | None = None, max_time: float | None = None, stat: str = "median",
+    print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
+    clock: str = "auto",
+) -> TableOptions:
+    """TableOptions from the keyword names the CLI uses (``type``, ``phase``, ``min_time`` ...), validated."""
+    return TableOptions(
+        top=top, types=_as_tuple(type), name=name, module=module, input_dtype=input_dtype,
+        phases=_as_tuple(phase), aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by,
+        min_time_s=min_time, max_time_s=max_time, stat=stat, print_only=print_only, format=format,
+        module_depth=module_depth, clock=clock,
+    ).validate()
+
+
+def with_changes(options: TableOptions, **changes: Any) -> TableOptions:
+    """A validated copy of ``options`` with some fields changed."""
+    return replace(options, **changes).validate()

@@ -1,0 +1,108 @@
+"""The summary above a profile table: totals of the whole profile, filters ignored.
+
+As in MegEngine's profile_analyze, the summary and the table's percentages
+refer to every node of the profile, so a filtered table shows what share of
+the whole step the selected nodes take (its cumulative % stops short of 100).
+
+"Total time" is the sum over nodes of each node's time under the chosen
+statistic (median by default), i.e. the serial time of one step's ops.
+Achieved FLOP/s divides the FLOPs that are known by the total time, so it is a
+lower bound when some ops have no FLOP formula; ``flops_time_share`` says how
+much of the time those FLOPs cover.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from graphprof.analysis.entries import ratio
+from graphprof.analysis.stats import stat_fn
+from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """Time of one phase of the step (forward, backward, optimizer, other)."""
+
+    phase: str
+    nodes: int
+    time_s: float
+    percent: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Whole-profile figures, in SI units; None where the profile has no data for one."""
+
+    function: str
+    device_type: str
+    device_name: str
+    stat: str
+    clock: str
+    steps: int
+    graphs: int
+    nodes: int
+    total_time_s: float
+    step_wall_time_s: float | None
+    total_flops: int | None
+    flops_nodes: int
+    flops_time_share: float
+    achieved_flop_per_s: float | None
+    total_bytes_moved: int | None
+    achieved_bandwidth_bytes_per_s: float | None
+    phases: tuple[PhaseTime, ...]
+    peak_live_bytes: int | None
+    peak_live_node: str | None
+
+
+def summarize(profile: Profile, pairs: Sequence[tuple[GraphRecord, NodeRecord]], times: Sequence[float],
+              stat: str, clock: str) -> Summary:
+    """The summary of ``profile``; ``pairs`` are its (graph, node) pairs and ``times`` their times."""
+    total = math.fsum(times)
+    flops = flops_nodes = moved = 0
+    flops_times: list[float] = []
+    moved_known = False
+    phase_times: dict[Phase, list[float]] = {}
+    peak: int | None = None
+    peak_at: tuple[GraphRecord, NodeRecord] | None = None
+    for (graph, node), t in zip(pairs, times):
+        if node.flops is not None:
+            flops += node.flops
+            flops_nodes += 1
+            flops_times.append(t)
+        if node.bytes_read is not None or node.bytes_written is not None:
+            moved += (node.bytes_read or 0) + (node.bytes_written or 0)
+            moved_known = True
+        bucket = phase_times.get(node.phase)
+        if bucket is None:
+            bucket = phase_times[node.phase] = []
+        bucket.append(t)
+        memory = node.memory
+        if memory is not None and (peak is None or memory.live_bytes > peak):
+            peak = memory.live_bytes
+            peak_at = (graph, node)
+    phases = []
+    for phase in Phase:
+        if phase in phase_times:
+            t = math.fsum(phase_times[phase])
+            phases.append(PhaseTime(phase.value, len(phase_times[phase]), t, 100.0 * t / total if total > 0 else 0.0))
+    walls = [s.wall_time_s for s in profile.steps]
+    total_flops = flops if flops_nodes else None
+    total_moved = moved if moved_known else None
+    peak_node = None
+    if peak_at is not None:
+        graph, node = peak_at
+        peak_node = f"{node.name} (#{node.id}" + (f" in {graph.name})" if len(profile.graphs) > 1 else ")")
+    return Summary(
+        function=profile.meta.function, device_type=profile.meta.device_type,
+        device_name=profile.meta.device_name, stat=stat, clock=clock, steps=len(profile.steps),
+        graphs=len(profile.graphs), nodes=len(times), total_time_s=total,
+        step_wall_time_s=stat_fn(stat)(walls) if walls else None,
+        total_flops=total_flops, flops_nodes=flops_nodes,
+        flops_time_share=math.fsum(flops_times) / total if total > 0 else 0.0,
+        achieved_flop_per_s=ratio(total_flops, total),
+        total_bytes_moved=total_moved, achieved_bandwidth_bytes_per_s=ratio(total_moved, total),
+        phases=tuple(phases), peak_live_bytes=peak, peak_live_node=peak_node,
+    )

@@ -1,0 +1,327 @@
+"""The compact, column-per-field JSON form of one graph's nodes.
+
+Why columns: a profile of 100,000 nodes must stay near 150 bytes per node and
+load in a fraction of a second. Writing each node as an object repeats every
+key and every module path, source line and shape in full; here each field is
+one list over the nodes, strings are indices into a per-graph string table,
+whole shape and dtype tuples are indices into per-graph tables (a model
+repeats a few shapes many times), input edges are id differences, and time
+samples are integers of 0.1 ns, one list per profiled step.
+
+Layout of a graph (every column may be absent; then all nodes hold the default)::
+
+    {"id": 0, "name": "step", "kind": "step", "size": N,
+     "strings": [...], "shape_sets": [[[2, 3], null], ...], "dtype_sets": [["float32"], ...],
+     "columns": {"id": [...] (absent when ids are 0..N-1), "name": [...],
+                 "op"|"type"|"module"|"module_type"|"source"|"phase"|"scope": [string index],
+                 "inputs": [[id - input id, ...]], "in_shapes"|"out_shapes": [shape set index],
+                 "in_dtypes"|"out_dtypes": [dtype set index], "is_view": [0|1],
+                 "flops"|"bytes_read"|"bytes_written": [int|null],
+                 "memory": {"allocated_bytes": [int|null (null: no record)], ..., mapping fields:
+                            {"keys": [...], "values": [[int per key]|null]}},
+                 "host_time_s"|"device_time_s": {"ticks_per_s": 10000000000,
+                                                 "by_step": [[tick per node], ...]} or "by_node": [[ticks], ...]}}
+
+NodeRecord fields this module does not know (added later) are written as
+plain JSON lists, so adding a field never breaks saving or loading.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import MISSING, fields
+from typing import Any, Callable, Iterable
+
+from graphprof.profile.model import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase
+
+TICKS_PER_S = 10_000_000_000  # 0.1 ns: below any clock we read
+STRING_FIELDS = ("op", "type", "module", "module_type", "source", "phase", "scope")
+SHAPE_FIELDS = ("in_shapes", "out_shapes")
+DTYPE_FIELDS = ("in_dtypes", "out_dtypes")
+INT_FIELDS = ("flops", "bytes_read", "bytes_written")
+TIME_FIELDS = ("host_time_s", "device_time_s")
+_KNOWN = {"id", "name", "inputs", "is_view", "memory", *STRING_FIELDS, *SHAPE_FIELDS, *DTYPE_FIELDS,
+          *INT_FIELDS, *TIME_FIELDS}
+NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
+NODE_DEFAULTS: dict[str, Any] = {
+    f.name: (f.default if f.default is not MISSING else None) for f in fields(NodeRecord)
+}  # NodeRecord has no default_factory fields; a mutable default would be shared here
+_new = object.__new__
+
+
+class ColumnError(ValueError):
+    """A malformed column; the message names what is wrong, the caller adds where."""
+
+
+# -- writing --------------------------------------------------------------------
+class _Interner:
+    """Assigns each distinct value an index in first-seen order."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+
+    def __call__(self, value: Any) -> int:
+        i = self.index.get(value)
+        if i is None:
+            i = self.index[value] = len(self.index)
+        return i
+
+    def table(self, convert: Callable[[Any], Any] = lambda v: v) -> list[Any]:
+        return [convert(v) for v in self.index]
+
+
+def _shape_set_json(shapes: tuple[tuple[int, ...] | None, ...]) -> list[Any]:
+    return [list(s) if s is not None else None for s in shapes]
+
+
+def _to_json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (Phase, GraphKind)):
+        return value.value
+    return value
+
+
+def _times_to_json(samples: list[tuple[float, ...]]) -> dict[str, Any]:
+    lengths = {len(s) for s in samples}
+    ticks = [[round(t * TICKS_PER_S) for t in s] for s in samples]
+    if len(lengths) == 1:
+        return {"ticks_per_s": TICKS_PER_S, "by_step": [list(col) for col in zip(*ticks)]}
+    return {"ticks_per_s": TICKS_PER_S, "by_node": ticks}
+
+
+def _memory_to_json(records: list[MemoryRecord | None]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(MemoryRecord):
+        values = [getattr(r, f.name) if r is not None else None for r in records]
+        if any(isinstance(v, dict) or hasattr(v, "keys") for v in values if v is not None):
+            keys = sorted({str(k) for v in values if v is not None for k in v})
+            out[f.name] = {"keys": keys, "values": [
+                [int(v.get(k, 0)) for k in keys] if v is not None else None for v in values]}
+        else:
+            out[f.name] = [_to_json_value(v) for v in values]
+    if not any(isinstance(v, list) for v in out.values()):  # a MemoryRecord with only mapping fields
+        out["present"] = [int(r is not None) for r in records]
+    return out
+
+
+def graph_to_json(graph: GraphRecord) -> dict[str, Any]:
+    """The compact JSON object of one graph (see the module docstring)."""
+    nodes = graph.nodes
+    strings, shapes, dtypes = _Interner(), _Interner(), _Interner()
+    strings("")
+    cols: dict[str, Any] = {}
+    ids = [n.id for n in nodes]
+    if ids != list(range(len(nodes))):
+        cols["id"] = ids
+    cols["name"] = [n.name for n in nodes]
+    for name in STRING_FIELDS:
+        values = [getattr(n, name) for n in nodes]
+        if any(v != NODE_DEFAULTS[name] for v in values):
+            cols[name] = [strings(v.value if name == "phase" else v) for v in values]
+    if any(n.inputs for n in nodes):
+        cols["inputs"] = [[n.id - i for i in n.inputs] for n in nodes]
+    for name in SHAPE_FIELDS:
+        if any(getattr(n, name) for n in nodes):
+            cols[name] = [shapes(getattr(n, name)) for n in nodes]
+    for name in DTYPE_FIELDS:
+        if any(getattr(n, name) for n in nodes):
+            cols[name] = [dtypes(getattr(n, name)) for n in nodes]
+    if any(n.is_view for n in nodes):
+        cols["is_view"] = [int(n.is_view) for n in nodes]
+    for name in INT_FIELDS:
+        values = [getattr(n, name) for n in nodes]
+        if any(v is not None for v in values):
+            cols[name] = values
+    if any(n.memory is not None for n in nodes):
+        cols["memory"] = _memory_to_json([n.memory for n in nodes])
+    for name in TIME_FIELDS:
+        samples = [getattr(n, name) for n in nodes]
+        if any(samples):
+            cols[name] = _times_to_json(samples)
+    for name in NODE_FIELDS:
+        if name not in _KNOWN:
+            values = [getattr(n, name) for n in nodes]
+            if any(v != NODE_DEFAULTS[name] for v in values):
+                cols[name] = [_to_json_value(v) for v in values]
+    return {
+        "id": graph.id, "name": graph.name, "kind": graph.kind.value, "size": len(nodes),
+        "strings": strings.table(), "shape_sets": shapes.table(_shape_set_json),
+        "dtype_sets": dtypes.table(list), "columns": cols,
+    }
+
+
+# -- reading --------------------------------------------------------------------
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise ColumnError(what)
+
+
+def _list_of(value: Any, n: int, types: tuple[type, ...], what: str) -> list[Any]:
+    _check(isinstance(value, list) and len(value) == n, f"{what} must be a list of {n} values")
+    _check(set(map(type, value)) <= set(types), f"{what} holds a value of the wrong type")
+    return value
+
+
+def _indices(value: Any, n: int, table: list[Any], what: str) -> list[Any]:
+    _list_of(value, n, (int,), what)
+    _check(not value or (min(value) >= 0 and max(value) < len(table)), f"{what} refers past its table")
+    return list(map(table.__getitem__, value))
+
+
+def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> list[tuple[Any, ...]]:
+    _check(isinstance(raw, list), f"{what} must be a list")
+    out = []
+    for entry in raw:
+        _check(isinstance(entry, list) and all(map(item_ok, entry)), f"{what} holds a malformed entry")
+        out.append(tuple(tuple(x) if isinstance(x, list) else x for x in entry))
+    return out
+
+
+def _shape_ok(shape: Any) -> bool:
+    return shape is None or (isinstance(shape, list) and all(type(d) is int for d in shape))
+
+
+def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[float, ...]]:
+    _check(isinstance(raw, dict), f"{what} must be an object")
+    tps = raw.get("ticks_per_s")
+    _check(type(tps) is int and tps > 0, f"{what}.ticks_per_s must be a positive integer")
+    if "by_step" in raw:
+        steps = raw["by_step"]
+        _check(isinstance(steps, list), f"{what}.by_step must be a list")
+        cols = [_list_of(s, n, (int,), f"{what}.by_step[{i}]") for i, s in enumerate(steps)]
+        if not cols:
+            return [()] * n
+        seconds = [[t / tps for t in col] for col in cols]  # t / tps is exact to the tick; t * (1 / tps) is not
+        return list(zip(*seconds))
+    rows = _list_of(raw.get("by_node"), n, (list,), f"{what}.by_node")
+    for row in rows:
+        _check(set(map(type, row)) <= {int}, f"{what}.by_node holds a non-integer tick")
+    return [tuple([t / tps for t in row]) for row in rows]
+
+
+def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
+    _check(isinstance(raw, dict), f"{what} must be an object")
+    per_field: dict[str, list[Any]] = {}
+    present: list[bool] | None = None
+    if "present" in raw:
+        present = [bool(v) for v in _list_of(raw["present"], n, (int,), f"{what}.present")]
+    for f in fields(MemoryRecord):
+        if f.name not in raw:
+            continue
+        col = raw[f.name]
+        if isinstance(col, dict):
+            keys = col.get("keys")
+            _check(isinstance(keys, list) and set(map(type, keys)) <= {str}, f"{what}.{f.name}.keys must be strings")
+            values = _list_of(col.get("values"), n, (list, type(None)), f"{what}.{f.name}.values")
+            per_field[f.name] = [
+                dict(zip(keys, v)) if v is not None else None for v in values]
+            for v in values:
+                _check(v is None or (len(v) == len(keys) and set(map(type, v)) <= {int}),
+                       f"{what}.{f.name}.values holds a malformed entry")
+        else:
+            per_field[f.name] = _list_of(col, n, (int, float, str, type(None)), f"{what}.{f.name}")
+            if present is None:
+                present = [v is not None for v in col]
+    _check(present is not None, f"{what} has no field to tell which nodes have a record")
+    names = tuple(f.name for f in fields(MemoryRecord))
+    defaults = [_field_default(f) for f in fields(MemoryRecord)]
+    columns = [per_field[k] if k in per_field else itertools.repeat(d) for k, d in zip(names, defaults)]
+    rows = [row if None not in row else tuple(d if v is None else v for v, d in zip(row, defaults))
+            for has, row in zip(present, zip(*columns)) if has]  # type: ignore[arg-type]
+    records = iter(_build_all(MemoryRecord, names, rows))
+    return [next(records) if has else None for has in present]  # type: ignore[union-attr]
+
+
+def _field_default(f: Any) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
+
+
+def _build_all(cls: type, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
+    """Instances of the frozen dataclass ``cls`` from validated field values, without its __init__.
+
+    Why: building 100,000 records through a frozen dataclass's __init__ (one
+    ``object.__setattr__`` per field) is a third of a profile's load time.
+    A class with a ``__post_init__`` goes through __init__, so no check is skipped.
+    """
+    if hasattr(cls, "__post_init__"):
+        return [cls(*row) for row in rows]
+    out = []
+    append = out.append
+    for row in rows:
+        obj = _new(cls)
+        obj.__dict__.update(zip(names, row))
+        append(obj)
+    return out
+
+
+def _raw_from_json(value: Any, default: Any) -> Any:
+    if isinstance(value, list) and isinstance(default, tuple):
+        return tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    return value
+
+
+def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
+    """Validate and decode one compact graph object; ColumnError says what is wrong."""
+    n = raw.get("size")
+    _check(type(n) is int and n >= 0, "size must be a non-negative integer")
+    strings = raw.get("strings", [""])
+    _check(isinstance(strings, list) and set(map(type, strings)) <= {str}, "strings must be a list of strings")
+    shape_sets = _table_of_tuples(raw.get("shape_sets", []), "shape_sets", _shape_ok)
+    dtype_sets = _table_of_tuples(raw.get("dtype_sets", []), "dtype_sets", lambda d: d is None or isinstance(d, str))
+    cols = raw.get("columns", {})
+    _check(isinstance(cols, dict), "columns must be an object")
+    _check("name" in cols, "columns has no 'name'")
+    values: dict[str, Any] = {}
+    values["id"] = _list_of(cols["id"], n, (int,), "columns.id") if "id" in cols else range(n)
+    values["name"] = _list_of(cols["name"], n, (str,), "columns.name")
+    for name in STRING_FIELDS:
+        if name in cols:
+            values[name] = _indices(cols[name], n, strings, f"columns.{name}")
+    _check(n == 0 or ("op" in values and "type" in values), "columns must have 'op' and 'type'")
+    if "phase" in values:
+        try:
+            phases = {s: Phase(s) for s in set(values["phase"])}
+        except ValueError as exc:
+            raise ColumnError(f"columns.phase holds an unknown phase ({exc})") from None
+        values["phase"] = [phases[s] for s in values["phase"]]
+    if "inputs" in cols:
+        rows = _list_of(cols["inputs"], n, (list,), "columns.inputs")
+        for row in rows:
+            _check(set(map(type, row)) <= {int}, "columns.inputs holds a non-integer")
+        values["inputs"] = [tuple(map(i.__sub__, row)) for i, row in zip(values["id"], rows)]
+    for name in SHAPE_FIELDS:
+        if name in cols:
+            values[name] = _indices(cols[name], n, shape_sets, f"columns.{name}")
+    for name in DTYPE_FIELDS:
+        if name in cols:
+            values[name] = _indices(cols[name], n, dtype_sets, f"columns.{name}")
+    if "is_view" in cols:
+        values["is_view"] = [bool(v) for v in _list_of(cols["is_view"], n, (int, bool), "columns.is_view")]
+    for name in INT_FIELDS:
+        if name in cols:
+            values[name] = _list_of(cols[name], n, (int, type(None)), f"columns.{name}")
+    if "memory" in cols:
+        values["memory"] = _memory_from_json(cols["memory"], n, "columns.memory")
+    for name in TIME_FIELDS:
+        if name in cols:
+            values[name] = _times_from_json(cols[name], n, f"columns.{name}")
+    for name in NODE_FIELDS:
+        if name not in _KNOWN and name in cols:
+            col = _list_of(cols[name], n, (int, float, str, bool, list, dict, type(None)), f"columns.{name}")
+            values[name] = [_raw_from_json(v, NODE_DEFAULTS[name]) for v in col]
+    ordered = [values[f] if f in values else itertools.repeat(NODE_DEFAULTS[f]) for f in NODE_FIELDS]
+    nodes = _build_all(NodeRecord, NODE_FIELDS, zip(*ordered))  # every value validated above
+    try:
+        kind = GraphKind(raw.get("kind", "step"))
+    except ValueError:
+        raise ColumnError(f"kind {raw.get('kind')!r} is unknown") from None
+    gid = raw.get("id", index)
+    _check(type(gid) is int, "id must be an integer")
+    return GraphRecord(id=gid, name=str(raw.get("name", "")), kind=kind, nodes=tuple(nodes))
