@@ -1,8 +1,9 @@
 """graphprof: profile PyTorch programs as static graphs.
 
-Public API: ``trace``, ``Profile``, ``load``, ``__version__``. Importing this
-package does not import torch; ``trace`` imports it on first use, so saved
-profiles can be analysed on machines without torch.
+Public API: ``trace``, ``schedule``, ``register_cost``, ``Profile``, ``load``,
+``__version__``. Importing this package does not import torch; ``trace`` and
+``register_cost`` import it on first use, so saved profiles can be analysed
+on machines without torch.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from graphprof.api import Profile, load
 from graphprof.runtime.schedule import schedule
 
 __version__ = "0.1.0"
-__all__ = ["trace", "schedule", "Profile", "load", "__version__"]
+__all__ = ["trace", "schedule", "register_cost", "Profile", "load", "__version__"]
 
 
 def trace(fn: Any = None, **options: Any) -> Any:
@@ -28,3 +29,17 @@ def trace(fn: Any = None, **options: Any) -> Any:
     from graphprof.tracing import trace as _trace
 
     return _trace(fn, **options)
+
+
+def register_cost(op: Any, fn: Any = None) -> Any:
+    """Register the cost formula of a custom op (an op overload, an op packet or a callable).
+
+    ``fn(call)`` receives a ``graphprof.passes.cost_formulas.OpCall`` (argument
+    values with FakeTensors for tensors, the distinct inputs, the written
+    tensors) and returns a ``CostRecord``, an ``int`` of FLOPs (bytes then
+    follow the default rule), or ``None``. ``register_cost(op, fn)`` or
+    ``@register_cost(op)``; it takes precedence over built-in formulas.
+    """
+    from graphprof.passes.cost import register_cost as _register_cost
+
+    return _register_cost(op, fn)

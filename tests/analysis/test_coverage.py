@@ -1,0 +1,85 @@
+"""Cost coverage: share of nodes and of time with a FLOP count, ops without one; torch-free."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from graphprof.analysis.coverage import cost_coverage, node_coverage
+from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
+
+
+def _node(i: int, op: str, flops: int | None, times: tuple[float, ...]) -> NodeRecord:
+    return NodeRecord(id=i, name=f"n{i}", op=op, type=op.split(".")[1], flops=flops, bytes_read=0,
+                      bytes_written=0, host_time_s=times)
+
+
+def _profile(nodes: list[NodeRecord]) -> Profile:
+    return Profile(graphs=(GraphRecord(id=0, name="step", kind=GraphKind.STEP, nodes=tuple(nodes)),))
+
+
+def test_shares_of_nodes_and_of_median_time() -> None:
+    profile = _profile([
+        _node(0, "aten.mm.default", 100, (3.0, 1.0, 2.0)),      # median 2
+        _node(1, "aten.view.default", 0, (0.5, 0.5, 0.5)),      # free, and covered
+        _node(2, "mylib.fancy.default", None, (1.0, 1.0, 9.0)),  # median 1
+        _node(3, "mylib.other.default", None, (0.25, 0.25, 0.25)),
+        _node(4, "mylib.fancy.default", None, (0.25, 0.25, 0.25)),
+    ])
+    cov = cost_coverage(profile)
+    assert (cov.nodes, cov.covered_nodes) == (5, 2)
+    assert cov.node_share == 2 / 5
+    assert cov.time_s == 2.0 + 0.5 + 1.0 + 0.25 + 0.25
+    assert cov.time_share == 2.5 / 4.0
+    assert cov.uncovered_ops == ("mylib.fancy.default", "mylib.other.default")  # slowest first
+    assert [(u.nodes, u.time_s) for u in cov.uncovered] == [(2, 1.25), (1, 0.25)]
+    assert cost_coverage(profile, stat="max").time_share == (3.0 + 0.5) / (3.0 + 0.5 + 9.0 + 0.25 + 0.25)
+
+
+def test_to_dict_is_plain_json_and_an_empty_profile_misses_nothing() -> None:
+    cov = cost_coverage(_profile([_node(0, "aten.relu.default", None, (1e-6,))]))
+    doc = json.loads(json.dumps(cov.to_dict()))
+    assert doc["node_share"] == 0.0 and doc["time_share"] == 0.0
+    assert doc["ops_without_formula"] == [{"op": "aten.relu.default", "nodes": 1, "time_s": 1e-6}]
+    empty = node_coverage([])
+    assert (empty.node_share, empty.time_share, empty.uncovered) == (1.0, 1.0, ())
+    untimed = node_coverage([_node(0, "aten.mm.default", 1, ()), _node(1, "aten.x.default", None, ())])
+    assert untimed.time_share == untimed.node_share == 0.5  # no samples: the node share stands in
+
+
+def test_host_time_records_of_segmented_capture_are_not_ops() -> None:
+    nodes = [_node(0, "aten.mm.default", 10, (1.0,)),
+             NodeRecord(id=1, name="host gap: a -> b", op="host.gap", type="host_gap", host_time_s=(5.0,)),
+             NodeRecord(id=2, name="Tensor.item() at x.py:3", op="Tensor.item", type="item", host_time_s=(2.0,))]
+    cov = node_coverage(nodes)
+    assert (cov.nodes, cov.time_s, cov.node_share, cov.time_share, cov.uncovered) == (1, 1.0, 1.0, 1.0, ())
+
+
+def test_coverage_module_does_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "import graphprof, graphprof.analysis.coverage\n"
+        "assert callable(graphprof.register_cost)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_traced_profile_carries_costs_and_its_coverage(tmp_path) -> None:
+    import graphprof
+    from graphprof.demo.steps import mlp_sgd_step
+
+    demo = mlp_sgd_step()
+    fn = graphprof.trace(demo.step_fn)
+    for i in range(3):
+        fn(*demo.make_inputs(i))
+    profile = fn.get_profile()
+    stored = profile.meta.extra["cost_coverage"]
+    assert stored == cost_coverage(profile).to_dict()
+    assert stored["node_share"] == 1.0 and stored["ops_without_formula"] == []
+    assert all(n.flops is not None and n.bytes_read is not None for _, n in profile.iter_nodes())
+    assert sum(n.flops for _, n in profile.iter_nodes()) > 0
+    path = tmp_path / "step.json"
+    profile.save(str(path))
+    assert graphprof.load(str(path)).meta.extra["cost_coverage"] == stored
