@@ -1,0 +1,389 @@
+"""The memory pass: bytes allocated, freed and live at every op node.
+
+Reads ``ANNOTATION`` (phase), ``STATE`` (roles of graph inputs and constants)
+and ``val`` (the FakeTensor make_fx leaves on every node); writes ``MEMORY``
+on every op node and ``MEMORY_STEP`` on the output node.
+
+The model is the one the executed code follows, so it is exact up to what
+kernels allocate internally:
+
+* A tensor op allocates one storage per output tensor that does not alias an
+  input; the size is that storage's ``nbytes`` (the FakeTensor's, so odd
+  strides are counted as allocated). Which outputs alias which inputs comes
+  from the op schema (``Tensor(a)``: views; ``Tensor(a!)``: in-place and
+  ``out=``), plus ``_unsafe_view``, which aliases although its schema does
+  not say so. ``getitem`` picks tensors out of a tuple: no allocation.
+  A few loss kernels reduce into their elementwise buffer, so their scalar
+  result keeps that whole buffer alive; the model knows them by name.
+* fx's generated code drops each value after its last use (``x = None``), and
+  a value nobody uses right after it is made. A storage is freed after the
+  node that drops the last value referring to it (a view keeps its base's
+  storage alive). Values the graph returns stay alive.
+* Graph inputs and constants (parameters, buffers, optimizer state, the
+  gradients a step accumulates into, the step's inputs) are live before the
+  step and are never freed by it: the caller and the module hold them.
+  Tensors that share a storage (tied weights) are counted once.
+
+Categories: ``parameters``, ``buffers`` (buffers and constants),
+``optimizer_state``, ``inputs``, ``gradients`` (gradient state and the
+gradients the step returns), ``outputs`` (the user's returned tensors),
+``activations`` (made by a forward op and read by a backward op, through any
+alias) and ``temporaries`` (every other intermediate).
+
+``live_bytes`` is measured after the node's frees. While a node runs, its
+outputs exist next to inputs freed after it, so the step's peak is the
+largest ``live_bytes + freed_bytes`` of a node: the high-water mark an
+allocator sees.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+import torch.fx
+
+from graphprof.passes.annotate import is_op_node
+from graphprof.passes.records import (
+    ANNOTATION,
+    MEMORY,
+    MEMORY_STEP,
+    STATE,
+    MemoryEffect,
+    PeakTensorRecord,
+    StateRole,
+    StepMemoryRecord,
+)
+from graphprof.profile.model import MEMORY_CATEGORIES, Phase
+
+CATEGORIES = MEMORY_CATEGORIES
+_ROLE_CATEGORY = {
+    StateRole.INPUT: "inputs",
+    StateRole.PARAMETER: "parameters",
+    StateRole.BUFFER: "buffers",
+    StateRole.CONSTANT: "buffers",
+    StateRole.GRADIENT: "gradients",
+    StateRole.OPTIMIZER_STATE: "optimizer_state",
+}
+#: Ops whose output shares its input's storage though the schema has no alias annotation.
+_ALIASES_DESPITE_SCHEMA = {"aten::_unsafe_view"}
+#: Losses whose reduced (0-d) result keeps the storage of the elementwise loss
+#: it was reduced from: their kernels reduce into that buffer (seen on CPU,
+#: torch 2.13; the real-run test in tests/passes/test_memory.py checks it).
+_KEEPS_ELEMENTWISE_BUFFER = {"aten::mse_loss", "aten::smooth_l1_loss", "aten::binary_cross_entropy",
+                             "aten::soft_margin_loss"}
+_LARGEST_AT_PEAK = 10
+
+# A value's storages, shaped like its ``val``: a storage id, None, or a list of those.
+Slots = Any
+
+
+@dataclass
+class _Storage:
+    """One allocation: who made it and how big it is."""
+
+    nbytes: int
+    name: str
+    producer: torch.fx.Node | None = None
+    category: str = "temporaries"
+    persistent: bool = False
+
+
+def _slot_ids(slots: Slots) -> Iterable[int]:
+    if isinstance(slots, int):
+        yield slots
+    elif isinstance(slots, list):
+        for s in slots:
+            yield from _slot_ids(s)
+
+
+def _storage_nbytes(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, nested)
+        return int(t.numel()) * t.element_size()
+
+
+class _Model:
+    """Storages and the slots of every value node, built in graph order."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.storages: list[_Storage] = []
+        self.slots: dict[torch.fx.Node, Slots] = {}
+        self.allocated_by: dict[torch.fx.Node, list[int]] = {}
+        self._state_storage: dict[tuple[str, int], int] = {}
+
+    def new_storage(self, nbytes: int, name: str, producer: torch.fx.Node | None) -> int:
+        self.storages.append(_Storage(nbytes, name, producer))
+        return len(self.storages) - 1
+
+    def fresh(self, value: Any, node: torch.fx.Node) -> Slots:
+        """New storages for every tensor in ``value`` (an op's non-aliasing outputs)."""
+        if isinstance(value, torch.Tensor):
+            sid = self.new_storage(_storage_nbytes(value), node.name, node)
+            self.allocated_by.setdefault(node, []).append(sid)
+            return sid
+        if isinstance(value, (list, tuple)):
+            return [self.fresh(v, node) for v in value]
+        return None
+
+    def state(self, node: torch.fx.Node) -> Slots:
+        """Storages of a placeholder or get_attr: live before the step, never freed by it."""
+        record = node.meta.get(STATE)
+        category = _ROLE_CATEGORY.get(record.role, "inputs") if record is not None else "inputs"
+        name = record.name if record is not None else node.name
+        value = node.meta.get("val")
+        if node.op == "get_attr":
+            value = getattr(self.gm, node.target, value)  # the real tensor: storages can be shared
+
+        def one(t: Any) -> Slots:
+            if not isinstance(t, torch.Tensor):
+                return None
+            key = None
+            if node.op == "get_attr" and not isinstance(t, torch._subclasses.FakeTensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                if storage.nbytes() > 0 and storage.data_ptr() != 0:
+                    key = (str(t.device), storage.data_ptr())
+            if key is not None and key in self._state_storage:
+                return self._state_storage[key]
+            sid = self.new_storage(_storage_nbytes(t), name, None)
+            self.storages[sid].category = category
+            self.storages[sid].persistent = True
+            if key is not None:
+                self._state_storage[key] = sid
+            return sid
+
+        if isinstance(value, (list, tuple)):
+            return [one(v) for v in value]
+        return one(value)
+
+    def op(self, node: torch.fx.Node) -> Slots:
+        value = node.meta.get("val")
+        target = node.target
+        if target is operator.getitem:
+            source = self.slots.get(node.args[0])
+            index = node.args[1]
+            if isinstance(source, list) and isinstance(index, int) and -len(source) <= index < len(source):
+                return source[index]
+            return self.fresh(value, node)
+        if not isinstance(target, torch._ops.OpOverload):
+            return self.fresh(value, node)
+        if target._schema.name in _KEEPS_ELEMENTWISE_BUFFER and isinstance(value, torch.Tensor):
+            return self._reduced_loss(node, value)
+        returns = target._schema.returns
+        if target._schema.name in _ALIASES_DESPITE_SCHEMA and node.args and isinstance(node.args[0], torch.fx.Node):
+            source = self.slots.get(node.args[0])
+            return source if source is not None else self.fresh(value, node)
+        if len(returns) == 1:
+            return self._return_slots(node, returns[0], value)
+        if not isinstance(value, (list, tuple)) or len(value) != len(returns):
+            return self.fresh(value, node)
+        return [self._return_slots(node, r, v) for r, v in zip(returns, value)]
+
+    def _reduced_loss(self, node: torch.fx.Node, value: torch.Tensor) -> Slots:
+        sid = self.fresh(value, node)
+        inp = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if value.dim() == 0 and isinstance(inp, torch.Tensor):
+            self.storages[sid].nbytes = max(self.storages[sid].nbytes, int(inp.numel()) * inp.element_size())
+        return sid
+
+    def _return_slots(self, node: torch.fx.Node, ret: Any, value: Any) -> Slots:
+        alias = ret.alias_info
+        if alias is None:
+            return self.fresh(value, node)
+        # ``Tensor(a)[]`` (split, unbind): Python sees the list's empty alias set,
+        # not its elements'; they alias the argument marked ``Tensor(a -> *)``.
+        source = self._aliased_argument(node, set(alias.before_set) or {"*"})
+        if source is None:
+            return self.fresh(value, node)
+        if isinstance(value, (list, tuple)):
+            if isinstance(source, list) and len(source) == len(value):
+                return list(source)
+            return [source for _ in value]
+        return source
+
+    def _aliased_argument(self, node: torch.fx.Node, alias_set: set[str]) -> Slots:
+        """Slots of the argument whose alias set the return shares (``self``, ``out``)."""
+        target: torch._ops.OpOverload = node.target  # type: ignore[assignment]
+        for i, arg in enumerate(target._schema.arguments):
+            info = arg.alias_info
+            if info is None or not ((set(info.before_set) | set(info.after_set)) & alias_set):
+                continue
+            if i < len(node.args) and not arg.kwarg_only:
+                value = node.args[i]
+            else:
+                value = node.kwargs.get(arg.name)
+            if isinstance(value, torch.fx.Node):
+                return self.slots.get(value)
+            if isinstance(value, (list, tuple)):
+                return [self.slots.get(v) if isinstance(v, torch.fx.Node) else None for v in value]
+        return None
+
+
+def _release_points(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node | None]:
+    """For each value node, the node after which generated code drops it (None: never)."""
+    release: dict[torch.fx.Node, torch.fx.Node | None] = {}
+    for node in reversed(gm.graph.nodes):
+        for inp in node.all_input_nodes:
+            if inp not in release:
+                release[inp] = None if node.op == "output" else node
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            release[node] = None
+        elif node not in release and node.op != "output":
+            release[node] = node  # unused: dropped right after it is made
+    return release
+
+
+def _output_parts(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
+    """Nodes the step returns to the user, and those it returns as gradients.
+
+    Whole-step capture returns ``((user_outputs, grads),)``; any other layout
+    is taken as user outputs only.
+    """
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if output is None:
+        return [], []
+    result = output.args[0] if output.args else None
+    parts: list[list[torch.fx.Node]] = [[], []]
+
+    def collect(arg: Any, into: list[torch.fx.Node]) -> None:
+        torch.fx.map_arg(arg, lambda n: into.append(n) or n)
+
+    if isinstance(result, (list, tuple)) and len(result) == 2 and all(isinstance(p, (list, tuple)) for p in result):
+        collect(result[0], parts[0])
+        collect(result[1], parts[1])
+    else:
+        collect(result, parts[0])
+    return parts[0], parts[1]
+
+
+def _phase(node: torch.fx.Node) -> Phase:
+    ann = node.meta.get(ANNOTATION)
+    return ann.phase if ann is not None else Phase.OTHER
+
+
+def _categorise(model: _Model, gm: torch.fx.GraphModule) -> None:
+    user_out, grad_out = _output_parts(gm)
+    returned_grads = {sid for n in grad_out for sid in _slot_ids(model.slots.get(n))}
+    returned_user = {sid for n in user_out for sid in _slot_ids(model.slots.get(n))}
+    read_in_backward: set[int] = set()
+    for node in gm.graph.nodes:
+        if is_op_node(node) and _phase(node) is Phase.BACKWARD:
+            for inp in node.all_input_nodes:
+                read_in_backward.update(_slot_ids(model.slots.get(inp)))
+    for sid, storage in enumerate(model.storages):
+        if storage.persistent:
+            continue
+        if sid in returned_grads:
+            storage.category = "gradients"
+        elif sid in returned_user:
+            storage.category = "outputs"
+        elif storage.producer is not None and _phase(storage.producer) is Phase.FORWARD and sid in read_in_backward:
+            storage.category = "activations"
+        else:
+            storage.category = "temporaries"
+
+
+def memory(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Write a MemoryEffect on every op node and a StepMemoryRecord on the output; returns ``gm``."""
+    model = _Model(gm)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            model.slots[node] = model.state(node)
+        elif node.op == "call_function":
+            model.slots[node] = model.op(node)
+    _categorise(model, gm)
+
+    # A storage dies after the last release among the values that refer to it.
+    release = _release_points(gm)
+    holders_left: dict[int, int] = {}
+    kept: set[int] = {sid for sid, s in enumerate(model.storages) if s.persistent}
+    for node, slots in model.slots.items():
+        for sid in set(_slot_ids(slots)):
+            if release.get(node) is None:
+                kept.add(sid)
+            holders_left[sid] = holders_left.get(sid, 0) + 1
+    released_at: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for value, point in release.items():
+        if point is not None and value in model.slots:
+            released_at.setdefault(point, []).append(value)
+
+    live: dict[int, int] = {sid: s.nbytes for sid, s in enumerate(model.storages) if s.persistent}
+    by_category = dict.fromkeys(CATEGORIES, 0)
+    for sid in live:
+        by_category[model.storages[sid].category] += model.storages[sid].nbytes
+    live_bytes = sum(live.values())
+    op_nodes = [n for n in gm.graph.nodes if is_op_node(n)]
+    made_at: dict[int, int] = {}
+    freed_at: dict[int, int] = {}
+    peak_bytes, peak_index = live_bytes, -1
+    total_allocated = 0
+    for index, node in enumerate(op_nodes):
+        allocated = model.allocated_by.get(node, [])
+        for sid in allocated:
+            live[sid] = model.storages[sid].nbytes
+            by_category[model.storages[sid].category] += model.storages[sid].nbytes
+            made_at[sid] = index
+        allocated_bytes = sum(model.storages[sid].nbytes for sid in allocated)
+        total_allocated += allocated_bytes
+        during = live_bytes + allocated_bytes
+        if during > peak_bytes:
+            peak_bytes, peak_index = during, index
+        freed_bytes = 0
+        for value in released_at.get(node, []):
+            for sid in set(_slot_ids(model.slots[value])):
+                holders_left[sid] -= 1
+                if holders_left[sid] == 0 and sid not in kept and sid in live:
+                    nbytes = live.pop(sid)
+                    by_category[model.storages[sid].category] -= nbytes
+                    freed_bytes += nbytes
+                    freed_at[sid] = index
+        live_bytes = during - freed_bytes
+        node.meta[MEMORY] = MemoryEffect(
+            allocated_bytes=allocated_bytes,
+            freed_bytes=freed_bytes,
+            live_bytes=live_bytes,
+            live_by_category_bytes={c: b for c, b in by_category.items() if b},
+        )
+
+    # Alive at the high-water mark of the peak node: made at or before it, freed at or after it.
+    at_peak = [
+        sid for sid, s in enumerate(model.storages)
+        if (s.persistent or made_at.get(sid, len(op_nodes)) <= peak_index)
+        and freed_at.get(sid, len(op_nodes)) >= peak_index
+    ]
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if output is not None:
+        peak_node = op_nodes[peak_index] if peak_index >= 0 else None
+        output.meta[MEMORY_STEP] = _step_record(model, peak_bytes, peak_node, at_peak, live_bytes, total_allocated)
+    return gm
+
+
+def _step_record(model: _Model, peak_bytes: int, peak_node: torch.fx.Node | None, at_peak: list[int],
+                 end_bytes: int, allocated_bytes: int) -> StepMemoryRecord:
+    by_category = dict.fromkeys(CATEGORIES, 0)
+    for sid in at_peak:
+        by_category[model.storages[sid].category] += model.storages[sid].nbytes
+    largest = sorted(at_peak, key=lambda sid: -model.storages[sid].nbytes)[:_LARGEST_AT_PEAK]
+    return StepMemoryRecord(
+        start_bytes=sum(s.nbytes for s in model.storages if s.persistent),
+        end_bytes=end_bytes,
+        allocated_bytes=allocated_bytes,
+        peak_bytes=peak_bytes,
+        peak_node=peak_node.name if peak_node is not None else "",
+        peak_by_category_bytes={c: b for c, b in by_category.items() if b},
+        largest_at_peak=tuple(_peak_tensor(model.storages[sid]) for sid in largest),
+    )
+
+
+def _peak_tensor(storage: _Storage) -> PeakTensorRecord:
+    return PeakTensorRecord(
+        name=storage.name,
+        nbytes=storage.nbytes,
+        category=storage.category,
+        producer=storage.producer.name if storage.producer is not None else "",
+    )
