@@ -109,6 +109,7 @@ class ScaleResult:
     analyze_median_s: float
     analyze_min_s: float
     cpu_median_s: float
+    report_median_s: float
 
 
 def _file_size(profile: Profile, directory: str, name: str) -> tuple[str, int]:
@@ -121,8 +122,9 @@ def measure(nodes: int, steps: int, repeat: int, directory: str) -> ScaleResult:
     """Write the profiles, time the analyze command ``repeat`` times."""
     _, one_step_size = _file_size(synthetic_profile(nodes, 1), directory, f"scale_{nodes}_1.json")
     path, size = _file_size(synthetic_profile(nodes, steps), directory, f"scale_{nodes}_{steps}.json")
-    times, cpu_times = [], []
+    times, cpu_times, report_times = [], [], []
     command = [sys.executable, "-m", "graphprof", "analyze", path, "-t", "20"]
+    report = [sys.executable, "-m", "graphprof", "report", path, "--peak-gflops", "100", "--peak-gbs", "20"]
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
@@ -130,9 +132,13 @@ def measure(nodes: int, steps: int, repeat: int, directory: str) -> ScaleResult:
         times.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_times.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        t0 = time.perf_counter()
+        subprocess.run(report, check=True, stdout=subprocess.DEVNULL)
+        report_times.append(time.perf_counter() - t0)
     return ScaleResult(nodes=nodes, steps=steps, bytes_per_node_step=size / nodes / steps,
                        bytes_per_node_one_step=one_step_size / nodes, analyze_median_s=statistics.median(times),
-                       analyze_min_s=min(times), cpu_median_s=statistics.median(cpu_times))
+                       analyze_min_s=min(times), cpu_median_s=statistics.median(cpu_times),
+                       report_median_s=statistics.median(report_times))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -143,12 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; `graphprof analyze FILE -t 20` as a subprocess")
     print(f"{'nodes':>8} {'steps':>5} {'B/node/step':>12} {'B/node (1 step)':>16} {'wall median':>12} {'min':>7} "
-          f"{'CPU median':>11}")
+          f"{'CPU median':>11} {'report median':>14}")
     with tempfile.TemporaryDirectory() as directory:
         for nodes in args.nodes:
             r = measure(nodes, args.steps, args.repeat, directory)
             print(f"{r.nodes:>8} {r.steps:>5} {r.bytes_per_node_step:>12.1f} {r.bytes_per_node_one_step:>16.1f} "
-                  f"{r.analyze_median_s:>11.3f}s {r.analyze_min_s:>6.3f}s {r.cpu_median_s:>10.3f}s")
+                  f"{r.analyze_median_s:>11.3f}s {r.analyze_min_s:>6.3f}s {r.cpu_median_s:>10.3f}s "
+                  f"{r.report_median_s:>13.3f}s")
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (wall time suffers on a busy machine; "
           "CPU time = user + sys of the command)")
 

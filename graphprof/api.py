@@ -10,18 +10,85 @@ from __future__ import annotations
 
 import os
 
-from graphprof.analysis.table import node_table
+from typing import Any, Iterable
+
 from graphprof.profile import model
 from graphprof.profile.serialize import load_profile
-from graphprof.render.console import render_node_table
 
 
 class Profile(model.Profile):
     """A profile with its views. See ``graphprof.profile.model.Profile`` for the data."""
 
-    def table(self, top: int = 10, stat: str = "median", fmt: str = "simple") -> str:
-        """The ``top`` slowest nodes (0 = all) as a text table."""
-        return render_node_table(node_table(self, top=top, stat=stat), fmt=fmt)
+    def table(
+        self, top: int = 10, *, type: str | Iterable[str] | None = None, name: str | None = None,
+        module: str | None = None, input_dtype: str | None = None, phase: str | Iterable[str] | None = None,
+        aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
+        min_time: float | None = None, max_time: float | None = None, stat: str = "median",
+        print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
+        clock: str = "auto",
+    ) -> str:
+        """The summary and the ``top`` rows (0 = all) as text; the options of ``graphprof analyze``.
+
+        Same names and meanings as the command's flags (``type`` and ``phase``
+        take one value or a list; ``min_time``/``max_time`` are seconds), e.g.
+        ``profile.table(5, aggregate_by="type")`` or
+        ``profile.table(type="convolution", order_by="+flops", format="json")``.
+        A bad value raises ValueError with one sentence.
+        """
+        from graphprof.analysis.options import make_options
+        from graphprof.analysis.table import build_table
+        from graphprof.render.console import render_table
+
+        options = make_options(
+            top, type=type, name=name, module=module, input_dtype=input_dtype, phase=phase,
+            aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by, min_time=min_time,
+            max_time=max_time, stat=stat, print_only=print_only, format=format,
+            module_depth=module_depth, clock=clock,
+        )
+        return render_table(build_table(self, options))
+
+    def report(self, top: int = 10, stat: str = "median", peaks: dict[str, float] | None = None,
+               module_depth: int = 2) -> str:
+        """The bottleneck report as text: summary, findings, roofline, critical path, breakdowns.
+
+        ``peaks`` (``{"flops_per_s": ..., "bytes_per_s": ...}``) override the
+        ones recorded in the profile's meta by ``graphprof calibrate``.
+        """
+        from graphprof.analysis.report import build_report
+        from graphprof.analysis.roofline import Peaks
+        from graphprof.render.report_text import render_report
+
+        given = Peaks(peaks["flops_per_s"], peaks["bytes_per_s"]) if peaks else None
+        return render_report(build_report(self, given, stat=stat, top=top, module_depth=module_depth))
+
+    def memory_summary(self, graph_id: int = 0, top: int = 10) -> str:
+        """The modelled memory peak of graph ``graph_id`` as text.
+
+        Peak bytes and the node, module and source line where it happens,
+        bytes live before and after the step, the peak split by category
+        (parameters, gradients, optimizer state, activations, ...) and the
+        ``top`` largest tensors alive at the peak. On an accelerator with
+        ``sample_rate`` set, the allocator's measured figures come next to it.
+        """
+        from graphprof.analysis.memory import memory_summary
+        from graphprof.render.memory_text import render_memory_summary
+
+        return render_memory_summary(memory_summary(self, graph_id), top=top)
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None, **options: Any) -> str:
+        """Write this profile to ``path`` in the format its name implies; returns the format's name.
+
+        ``.trace.json``/``.json`` Chrome/Perfetto trace, ``.dot``/``.svg`` annotated
+        graph, ``.graphml``, ``.nodelink.json``, ``.folded`` flame-graph stacks,
+        ``.html`` report, ``memory.svg`` memory timeline; ``format`` overrides the
+        name. Options: ``stat``, ``module_level`` (None = automatic), ``hide_views``,
+        ``max_nodes``, ``graph_id``, ``bounds``, ``findings`` (see
+        ``graphprof.render.exporters.ExportOptions``). Writes atomically; a path or
+        option that cannot work raises ``ExportError`` (a ValueError) with one sentence.
+        """
+        from graphprof.render.exporters import export_profile
+
+        return export_profile(self, path, format=format, **options)
 
 
 def load(path: str | os.PathLike[str]) -> Profile:

@@ -1,7 +1,7 @@
 """The ``graphprof`` command: a thin argparse front over the library.
 
-Commands that read a saved profile (``analyze``) never import torch; ``demo``
-does. A user error (bad file, bad option value) prints one sentence to stderr
+Commands that read a saved profile (``analyze``, ``report``, ``export``) never
+import torch; ``demo`` and ``calibrate`` do. A user error (bad file, bad option value) prints one sentence to stderr
 and exits with status 2, with no traceback.
 """
 
@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from graphprof.profile.serialize import ProfileError
+
+if TYPE_CHECKING:
+    from graphprof.analysis.options import TableOptions
+    from graphprof.analysis.roofline import Peaks
+    from graphprof.profile.model import Profile
 
 
 class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr and exit status 2, like every user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -25,16 +37,156 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    from graphprof.api import load
+def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
+    """Add the table options of ``graphprof analyze`` to ``parser`` (for every command that prints a table).
 
-    profile = load(args.profile)
-    print(profile.table(top=args.top, stat=args.stat))
+    Read them back with ``table_options_from_args``. They mirror MegEngine's
+    profile_analyze where it has the option, and ``Profile.table``'s keywords.
+    """
+    from graphprof.analysis.options import AGGREGATE_BY, AGGREGATES, CLOCKS, PHASES, PRINT_ONLY, STATS
+
+    g = parser.add_argument_group("table options")
+    g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
+    g.add_argument("--type", dest="types", action="append", metavar="T",
+                   help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
+    g.add_argument("--name", metavar="REGEX", help="keep nodes whose name matches (re.search)")
+    g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
+    g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
+    g.add_argument("--phase", dest="phases", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
+    g.add_argument("--aggregate", choices=AGGREGATES,
+                   help="fold nodes with this function; without --aggregate-by into one row 'all'")
+    g.add_argument("--aggregate-by", choices=AGGREGATE_BY, help="one row per group (sums without --aggregate)")
+    g.add_argument("--module-depth", type=int, metavar="N", help="with --aggregate-by module: group by the first N path parts")
+    g.add_argument("--order-by", default="time", metavar="[+]COL",
+                   help="order by any column (time, flops, flop_per_s, bytes_moved, bandwidth, intensity, "
+                        "live_bytes, calls, id, type, in_shapes, ...); + = ascending (default time)")
+    g.add_argument("--min-time", type=float, metavar="S", help="drop single nodes faster than S seconds")
+    g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
+    g.add_argument("--stat", default="median", choices=STATS, help="statistic over profiled steps (default median)")
+    g.add_argument("--clock", default="auto", choices=CLOCKS, help="host or device time (auto: device when recorded)")
+    g.add_argument("--print-only", choices=PRINT_ONLY, help="print only the summary or only the table")
+    g.add_argument("--format", default="simple", metavar="FMT",
+                   help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
+
+
+def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
+    """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
+    from graphprof.analysis.options import make_options
+
+    return make_options(
+        args.top, type=args.types, name=args.name, module=args.module, input_dtype=args.input_dtype,
+        phase=args.phases, aggregate=args.aggregate, aggregate_by=args.aggregate_by, order_by=args.order_by,
+        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=args.print_only,
+        format=args.format, module_depth=args.module_depth, clock=args.clock,
+    )
+
+
+def load_for_analysis(path: str) -> "Profile":
+    """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
+    from graphprof.profile.serialize import load_profile, require_samples
+
+    profile = load_profile(path)
+    require_samples(profile, path)
+    return profile
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    import gc
+
+    from graphprof.analysis.options import DATA_FORMATS
+    from graphprof.analysis.table import build_table
+    from graphprof.render.console import check_format, render_table
+
+    options = table_options_from_args(args)
+    check_format(options.format)
+    profile = load_for_analysis(args.profile)
+    # The loaded profile is immutable: keep its million objects out of the cyclic
+    # collector's sight while the table is built, or every collection walks them
+    # again (half the analysis time of a 100,000-node profile).
+    gc.freeze()
+    try:
+        result = build_table(profile, options)
+    finally:
+        gc.unfreeze()
+    print(render_table(result))
+    if result.note and options.format in DATA_FORMATS:
+        print(f"graphprof: note: {result.note}", file=sys.stderr)  # keep stdout machine-readable
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from graphprof.profile.serialize import load_profile
+    from graphprof.render.exporters import export_profile
+
+    profile = load_profile(args.profile)
+    written = export_profile(profile, args.output, format=args.format, stat=args.stat,
+                             module_level=args.module_level, hide_views=args.hide_views)
+    print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
+    return 0
+
+
+def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+    from graphprof.render.exporters import EXPORTERS, FORMATS
+
+    endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS)
+    export = sub.add_parser(
+        "export", help="write a saved profile as a trace, annotated graph, flame-graph stacks or HTML report",
+        description=f"The format follows from the output file's name ({endings}); --format overrides it.")
+    export.add_argument("profile", help="a profile JSON file")
+    export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    export.add_argument("--format", choices=FORMATS, help="the format, whatever the file's name")
+    level = export.add_mutually_exclusive_group()
+    level.add_argument("--module-level", dest="module_level", action="store_const", const=True, default=None,
+                       help="graph pictures: one box per module and phase (automatic above 600 ops)")
+    level.add_argument("--node-level", dest="module_level", action="store_const", const=False,
+                       help="graph pictures: one box per op, however large the graph")
+    export.add_argument("--hide-views", action="store_true",
+                        help="graph pictures: leave out views, tuple projections and constant factories")
+    export.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"),
+                        help="statistic over profiled steps (default median)")
+    export.set_defaults(func=_cmd_export)
+
+
+def _peaks_from_args(args: argparse.Namespace) -> "Peaks | None":
+    """Peaks given on the command line (GFLOP/s and GB/s), or None for the profile's own."""
+    from graphprof.analysis.roofline import Peaks
+
+    if args.peak_gflops is None and args.peak_gbs is None:
+        return None
+    if args.peak_gflops is None or args.peak_gbs is None:
+        raise UsageError("--peak-gflops and --peak-gbs go together")
+    if args.peak_gflops <= 0 or args.peak_gbs <= 0:
+        raise UsageError("peaks must be positive")
+    return Peaks(args.peak_gflops * 1e9, args.peak_gbs * 1e9)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from graphprof.analysis.report import build_report
+    from graphprof.render.report_text import render_report
+
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    profile = load_for_analysis(args.profile)
+    print(render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
+                                     module_depth=args.module_depth)))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from graphprof.runtime.calibrate import cache_path, calibrate, load_cached
+
+    peaks = load_cached(args.device) if args.show else calibrate(args.device)
+    if peaks is None:
+        raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
+    for key, value in sorted(peaks.items()):
+        unit = "B/s" if key.startswith("bytes") else "FLOP/s"
+        print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
+    print(f"cached in {cache_path()}; profiles taken from now on record these peaks")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
+    parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="profile a built-in training step on CPU and print the report")
@@ -44,11 +196,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-o", "--output", help="also save the profile to this JSON file")
     demo.set_defaults(func=_cmd_demo)
 
-    analyze = sub.add_parser("analyze", help="tables of a saved profile")
-    analyze.add_argument("profile", help="a profile JSON file")
-    analyze.add_argument("-t", "--top", type=int, default=10, help="rows to show (0 = all)")
-    analyze.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"))
+    analyze = sub.add_parser(
+        "analyze", help="summary and table of a saved profile (like MegEngine's profile_analyze)",
+        description="Summary and per-node or aggregated table of a saved profile. A filter that selects "
+                    "nothing is not an error: it prints why and exits 0.")
+    analyze.add_argument("profile", help="a profile JSON file (Profile.save or json.dump of get_profile())")
+    add_table_options(analyze)
     analyze.set_defaults(func=_cmd_analyze)
+
+    report = sub.add_parser("report", help="bottleneck report: roofline, critical path, breakdowns, findings")
+    report.add_argument("profile", help="a profile JSON file")
+    report.add_argument("-t", "--top", type=int, default=10, help="rows per section (default 10)")
+    report.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"))
+    report.add_argument("--module-depth", type=int, default=2, help="module tree depth of the breakdown")
+    report.add_argument("--peak-gflops", type=float, help="device peak GFLOP/s (instead of the profile's)")
+    report.add_argument("--peak-gbs", type=float, help="device peak memory bandwidth in GB/s")
+    report.set_defaults(func=_cmd_report)
+
+    calibrate = sub.add_parser("calibrate", help="measure and cache this device's peak FLOP/s and bandwidth")
+    calibrate.add_argument("--device", default="cpu", help="device to measure (default cpu)")
+    calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
+    calibrate.set_defaults(func=_cmd_calibrate)
+    _add_export_parser(sub)
     return parser
 
 

@@ -27,8 +27,15 @@ from graphprof.capture.errors import CaptureError
 from graphprof.capture.state import StateIndex
 from graphprof.capture.segmented import SegmentedCapture
 from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
+from graphprof.analysis.coverage import node_coverage
 from graphprof.passes.annotate import annotate
+from graphprof.passes.op_attrs import op_attrs
+from graphprof.passes.cost import cost
 from graphprof.passes.instrument import Clock, instrument, probe_cost_ns
+from graphprof.passes.memory import memory
+from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
+from graphprof.runtime.calibrate import load_cached
+from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.collect import build_profile, graph_record, profile_meta
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action, Schedule
@@ -44,6 +51,9 @@ DEFAULT_MAX_STEPS = 100
 def prepare_graph(gm: torch.fx.GraphModule) -> None:
     """The passes every captured graph goes through, whole-step or segment, in order."""
     annotate(gm)
+    cost(gm)
+    memory(gm)
+    op_attrs(gm)
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,6 +95,16 @@ class _Entry:
     instrumented: torch.fx.GraphModule
     guards: tuple
     samples: SampleBuffer = field(default_factory=SampleBuffer)
+    sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
+    _executables: dict[bool, Callable[..., Any]] = field(default_factory=dict)
+
+    def executable(self, instrumented: bool) -> Callable[..., Any]:
+        """The graph (plain or instrumented) as fast generated code, compiled on first use."""
+        fn = self._executables.get(instrumented)
+        if fn is None:
+            fn = self._executables[instrumented] = compile_graph(
+                self.instrumented if instrumented else self.captured.graph_module)
+        return fn
 
 
 class TracedFunction:
@@ -94,7 +114,15 @@ class TracedFunction:
                  cache_size: int = 8, clock: Clock = time.perf_counter_ns,
                  schedule: Schedule | None = None,
                  on_profile_ready: Callable[[Profile], Any] | None = None,
-                 max_steps: int = DEFAULT_MAX_STEPS) -> None:
+                 max_steps: int = DEFAULT_MAX_STEPS, sample_rate: int = 0,
+                 peaks: dict[str, float] | None = None) -> None:
+        if sample_rate < 0:
+            raise ValueError("sample_rate must be 0 (no allocator samples) or a positive number of ops")
+        self.sample_rate = sample_rate
+        if peaks is not None and not {"flops_per_s", "bytes_per_s"} <= set(peaks):
+            raise ValueError("peaks needs 'flops_per_s' and 'bytes_per_s' (optionally 'flops_per_s_<dtype>')")
+        # Peaks for the roofline: given by hand, else the cached `graphprof calibrate` result.
+        self.peaks = dict(peaks) if peaks is not None else None
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must come from graphprof.schedule(...)")
         if max_steps < 1:
@@ -160,11 +188,15 @@ class TracedFunction:
         self._current = entry
         action = self._action(call)
         if action is Action.NONE:
-            return run_captured(entry.captured, entry.captured.graph_module, args, kwargs)[0]
-        result, stamps = run_captured(entry.captured, entry.instrumented, args, kwargs, instrumented=True)
+            return run_captured(entry.captured, entry.executable(False), args, kwargs)[0]
+        if entry.sampler is not None:
+            entry.sampler.begin_step()
+        result, stamps = run_captured(entry.captured, entry.executable(True), args, kwargs, instrumented=True)
         if action is Action.WARMUP:
             return result
         entry.samples.add(StepSamples(call, self._clock() - start, stamps))
+        if entry.sampler is not None:
+            entry.sampler.end_step(call)
         if action is Action.RECORD_AND_SAVE:
             self._complete_cycle(entry)
         return result
@@ -200,6 +232,8 @@ class TracedFunction:
     def _complete_cycle(self, entry: _Entry | None) -> None:
         profile = self._profile_of(entry, cycle=len(self._cycles))
         (entry.samples if entry is not None else self._segment_samples).clear()
+        if entry is not None and entry.sampler is not None:
+            entry.sampler.clear()
         self._cycles.append(profile)
         if self.on_profile_ready is not None:
             self.on_profile_ready(profile)
@@ -214,6 +248,10 @@ class TracedFunction:
         prepare_graph(captured.graph_module)
         entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state),
                        SampleBuffer(limit=None if self.schedule else self.max_steps))
+        device = accelerator_type() if self.sample_rate else None
+        if device is not None and device in graph_device_types(captured.graph_module):
+            entry.sampler = AllocatorSampler(self.sample_rate)
+            add_allocator_samples(entry.instrumented, entry.sampler)
         self._entries[key] = entry
         while len(self._entries) > self.cache_size:
             self._entries.popitem(last=False)
@@ -256,13 +294,18 @@ class TracedFunction:
             mode = "dynamo"
         else:
             steps = list(entry.samples.steps)
-            graphs = [graph_record(entry.captured.graph_module, steps)]
+            device_memory = entry.sampler.samples(s.index for s in steps) if entry.sampler is not None else ()
+            graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory)]
             mode = "fx"
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {
+            "cost_coverage": node_coverage(n for g in graphs for n in g.nodes).to_dict(),
+        }
         if self.schedule is not None:
             extra["schedule"] = {k: getattr(self.schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
             extra["cycle"] = cycle
-        meta = profile_meta(self.__name__, mode, _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0, **extra)
+        peaks = self.peaks if self.peaks is not None else load_cached("cpu")
+        meta = profile_meta(self.__name__, mode, _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0,
+                            peaks=peaks, **extra)
         return build_profile(graphs, steps, meta, cls=Profile)
 
     def reset(self) -> None:

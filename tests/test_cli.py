@@ -13,11 +13,14 @@ from tests.profile.test_serialize import small_profile
 
 def test_demo_profiles_a_real_resnet_step_and_saves_it(tmp_path, capsys) -> None:
     out = tmp_path / "demo.json"
-    assert main(["demo", "--steps", "2", "--top", "0", "-o", str(out)]) == 0
+    assert main(["demo", "--steps", "2", "--top", "5", "-o", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "resnet training step on CPU" in text and "convolution" in text and "layer1.0.conv1" in text
+    assert "resnet training step on CPU" in text and "roofline of the top 5 nodes" in text
+    assert "critical path" in text and "findings" in text and "by module" in text
     profile = graphprof.load(out)
     assert len(profile.steps) == 2 and profile.node_count > 100
+    assert {"layer1.0.conv1", "fc"} <= {n.module for _, n in profile.iter_nodes()}
+    assert profile.meta.peaks["flops_per_s"] > 0  # calibrated (or cached) peaks are recorded
 
 
 def test_analyze_a_saved_profile(tmp_path, capsys) -> None:

@@ -63,10 +63,11 @@ def group_key(entry: NodeEntry, by: str | None, module_depth: int | None) -> tup
     return value, value
 
 
-def _common(values: list[Any]) -> Any:
-    first = values[0]
-    for v in values:
-        if v != first:
+def _common(members: Sequence[Any], key: str) -> Any:
+    """The members' shared value of ``key``, or None; stops at the first difference."""
+    first = getattr(members[0], key)
+    for m in members:
+        if getattr(m, key) != first:
             return None
     return first
 
@@ -96,7 +97,7 @@ def aggregate(entries: Sequence[NodeEntry], options: TableOptions, total_time_s:
             column_fn = _FUNCS["max"] if key == "live_bytes" and options.aggregate_fn == "sum" else fn
             values[key] = _reduce(column_fn, [getattr(m, key) for m in members])
         for key in _DESCRIPTIVE:
-            values[key] = _common([getattr(m, key) for m in members])
+            values[key] = _common(members, key)
         if options.aggregate_by == "module":
             values["module"] = label
         out.append(GroupEntry(label, total_time_s, order, values))

@@ -32,6 +32,7 @@ from torch._dynamo.backends.common import aot_autograd
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.passes.records import CAPTURE, CaptureRecord
+from graphprof.runtime.codegen import compile_graph
 from graphprof.profile.model import GraphKind, Phase
 
 log = logging.getLogger("graphprof")
@@ -147,7 +148,7 @@ class SegmentedCapture:
         return compile_segment
 
     def _runner(self, segment: Segment) -> Callable[[list], Any]:
-        plain, probed = segment.graph_module.forward, segment.instrumented.forward
+        plain, probed = compile_graph(segment.graph_module), compile_graph(segment.instrumented)
         seg_id = segment.id
 
         def run(args: list) -> Any:

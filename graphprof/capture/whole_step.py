@@ -139,7 +139,7 @@ def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScal
     output.args = ((user_outputs, grads),)
 
 
-def run_captured(step: CapturedStep, graph_module: torch.fx.GraphModule, args: tuple, kwargs: dict,
+def run_captured(step: CapturedStep, graph_module: Callable[..., Any], args: tuple, kwargs: dict,
                  instrumented: bool = False) -> tuple[Any, Any]:
     """Run a captured step's graph in place of the user's function.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Mapping
 
 from graphprof.profile.model import Phase
 
@@ -21,6 +22,12 @@ ANNOTATION = "graphprof.annotation"
 COST = "graphprof.cost"
 #: Marks a probe node inserted by the instrument pass (ProbeRecord).
 PROBE = "graphprof.probe"
+#: Modelled memory of an op node (MemoryEffect), written by the memory pass.
+MEMORY = "graphprof.memory"
+#: The step's modelled peak, on the output node (StepMemoryRecord), written by the memory pass.
+MEMORY_STEP = "graphprof.memory.step"
+#: Op-specific facts for the advisor (OpAttrs), written by the op_attrs pass.
+ATTRS = "graphprof.attrs"
 #: Set on scalar arithmetic nodes recorded from ``.item()`` values.
 SCALAR = "graphprof_scalar"
 
@@ -105,3 +112,51 @@ class ProbeRecord:
 
     slot: int
     after: str
+
+
+@dataclass(frozen=True)
+class MemoryEffect:
+    """What one op node does to memory: bytes it allocates, frees, and live after it.
+
+    ``live_by_category_bytes`` splits ``live_bytes`` into the memory pass's
+    categories (parameters, gradients, activations, ...); zero entries are left out.
+    """
+
+    allocated_bytes: int
+    freed_bytes: int
+    live_bytes: int
+    live_by_category_bytes: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class PeakTensorRecord:
+    """A storage alive at the step's peak: ``producer`` is its op node ('' for graph inputs and state)."""
+
+    name: str
+    nbytes: int
+    category: str
+    producer: str
+
+
+@dataclass(frozen=True)
+class StepMemoryRecord:
+    """The step's modelled memory: live bytes before and after it, and its peak.
+
+    ``peak_bytes`` is the high-water mark while ``peak_node`` runs (its
+    outputs exist next to the inputs it frees).
+    """
+
+    start_bytes: int
+    end_bytes: int
+    allocated_bytes: int
+    peak_bytes: int
+    peak_node: str
+    peak_by_category_bytes: Mapping[str, int]
+    largest_at_peak: tuple[PeakTensorRecord, ...]
+
+
+@dataclass(frozen=True)
+class OpAttrs:
+    """Op-specific facts as sorted (key, value) string pairs (conv backend, copy devices)."""
+
+    items: tuple[tuple[str, str], ...]

@@ -35,6 +35,13 @@ class GraphKind(str, enum.Enum):
     SEGMENT = "segment"
 
 
+#: The memory pass's categories, in the order views stack them (state at the bottom).
+MEMORY_CATEGORIES = (
+    "parameters", "buffers", "optimizer_state", "inputs", "gradients",
+    "activations", "temporaries", "outputs",
+)
+
+
 @dataclass(frozen=True)
 class MemoryRecord:
     """Modelled memory of one node (bytes), filled by the memory pass."""
@@ -43,6 +50,54 @@ class MemoryRecord:
     freed_bytes: int = 0
     live_bytes: int = 0
     live_by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PeakTensor:
+    """A storage alive at a graph's memory peak.
+
+    ``node_id`` is the op node that allocated it, or -1 for a graph input or
+    state tensor (parameters, optimizer state), which ``name`` then names.
+    """
+
+    name: str
+    nbytes: int
+    category: str
+    node_id: int = -1
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """A graph's modelled memory peak: where it happens and what is alive then.
+
+    ``live_bytes`` is the high-water mark while node ``node_id`` runs (its
+    outputs next to the inputs it frees); ``start_bytes`` is what is live
+    before the graph's first op (state and inputs), ``allocated_bytes`` the
+    graph's total allocations.
+    """
+
+    node_id: int
+    live_bytes: int
+    by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+    largest_tensors: tuple[PeakTensor, ...] = ()
+    start_bytes: int = 0
+    allocated_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceMemorySample:
+    """The accelerator allocator, read after node ``node_id`` in profiled step ``step``.
+
+    Taken every ``sample_rate`` ops (as MegEngine does), next to the modelled
+    figures: ``allocated_bytes`` now, ``peak_bytes`` the high-water mark since
+    the previous sample, ``reserved_bytes`` what the caching allocator holds.
+    """
+
+    step: int
+    node_id: int
+    allocated_bytes: int
+    peak_bytes: int
+    reserved_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +130,8 @@ class NodeRecord:
     memory: MemoryRecord | None = None
     host_time_s: tuple[float, ...] = ()
     device_time_s: tuple[float, ...] = ()
+    #: Op-specific facts as (key, value) pairs: conv backend, copy devices.
+    attrs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +142,8 @@ class GraphRecord:
     name: str
     kind: GraphKind
     nodes: tuple[NodeRecord, ...] = ()
+    memory_peak: MemoryPeak | None = None
+    device_memory: tuple[DeviceMemorySample, ...] = ()
 
 
 @dataclass(frozen=True)

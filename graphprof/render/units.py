@@ -54,7 +54,9 @@ def format_bytes(value: float | None, suffix: str = "B") -> str:
     if not _known(value):
         return "N/A"
     scaled, prefix = _scaled(float(value), 1024.0, ("", "Ki", "Mi", "Gi", "Ti", "Pi"))  # type: ignore[arg-type]
-    return f"{scaled:.3g} {prefix}{suffix}"
+    # Between 1000 and 1023 of a unit, three significant digits would print 1.02e+03.
+    text = f"{scaled:.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
+    return f"{text} {prefix}{suffix}"
 
 
 def format_number(value: float | None) -> str:

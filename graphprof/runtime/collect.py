@@ -14,8 +14,11 @@ import torch
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
-from graphprof.passes.records import ANNOTATION, COST, OpAnnotation
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
+from graphprof.passes.records import ANNOTATION, ATTRS, COST, MEMORY, MEMORY_STEP, OpAnnotation, StepMemoryRecord
+from graphprof.profile.model import (
+    DeviceMemorySample, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Profile,
+    ProfileMeta, StepRecord,
+)
 from graphprof.runtime.samples import StepSamples
 
 _NS = 1e-9
@@ -24,14 +27,19 @@ _NS = 1e-9
 def graph_record(
     gm: torch.fx.GraphModule, steps: Sequence[StepSamples], graph_id: int = 0,
     name: str = "step", kind: GraphKind = GraphKind.STEP,
+    device_memory: Sequence[DeviceMemorySample] = (),
 ) -> GraphRecord:
-    """One GraphRecord: a NodeRecord per op node, with its host time in every step."""
-    return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind)
+    """One GraphRecord: a NodeRecord per op node, with its host time in every step.
+
+    ``device_memory`` holds allocator samples taken on an accelerator; the
+    modelled memory comes from the memory pass's records, when it ran.
+    """
+    return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind, device_memory)
 
 
 def graph_record_from_times(
     gm: torch.fx.GraphModule, per_step: Sequence[Sequence[int]], graph_id: int,
-    name: str, kind: GraphKind,
+    name: str, kind: GraphKind, device_memory: Sequence[DeviceMemorySample] = (),
 ) -> GraphRecord:
     """A GraphRecord from per-step node times in ns (one list per step, in node order)."""
     ids: dict[str, int] = {}
@@ -41,6 +49,8 @@ def graph_record_from_times(
             continue
         ann: OpAnnotation = node.meta[ANNOTATION]
         cost = node.meta.get(COST)
+        mem = node.meta.get(MEMORY)
+        attrs = node.meta.get(ATTRS)
         i = ann.index
         ids[node.name] = i
         nodes.append(NodeRecord(
@@ -62,13 +72,34 @@ def graph_record_from_times(
             flops=cost.flops if cost else None,
             bytes_read=cost.bytes_read if cost else None,
             bytes_written=cost.bytes_written if cost else None,
+            memory=MemoryRecord(mem.allocated_bytes, mem.freed_bytes, mem.live_bytes,
+                                dict(mem.live_by_category_bytes)) if mem else None,
             host_time_s=tuple(times[i] * _NS for times in per_step),
+            attrs=attrs.items if attrs else (),
         ))
-    return GraphRecord(id=graph_id, name=name, kind=kind, nodes=tuple(nodes))
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    step_memory = output.meta.get(MEMORY_STEP) if output is not None else None
+    return GraphRecord(id=graph_id, name=name, kind=kind, nodes=tuple(nodes),
+                       memory_peak=_memory_peak(step_memory, ids) if step_memory else None,
+                       device_memory=tuple(device_memory))
 
 
-def profile_meta(function: str, capture: str, probe_cost_s: float, **extra: object) -> ProfileMeta:
-    """Meta for a profile taken now, on this host."""
+def _memory_peak(record: StepMemoryRecord, ids: dict[str, int]) -> MemoryPeak:
+    """The memory pass's step record with node names turned into node ids."""
+    return MemoryPeak(
+        node_id=ids.get(record.peak_node, -1),
+        live_bytes=record.peak_bytes,
+        by_category_bytes=dict(record.peak_by_category_bytes),
+        largest_tensors=tuple(
+            PeakTensor(t.name, t.nbytes, t.category, ids.get(t.producer, -1)) for t in record.largest_at_peak),
+        start_bytes=record.start_bytes,
+        allocated_bytes=record.allocated_bytes,
+    )
+
+
+def profile_meta(function: str, capture: str, probe_cost_s: float, peaks: dict[str, float] | None = None,
+                 **extra: object) -> ProfileMeta:
+    """Meta for a profile taken now, on this host; ``peaks`` from calibration or the user."""
     from graphprof import __version__
 
     return ProfileMeta(
@@ -81,6 +112,7 @@ def profile_meta(function: str, capture: str, probe_cost_s: float, **extra: obje
         torch_version=torch.__version__,
         python_version=platform.python_version(),
         probe_cost_s=probe_cost_s,
+        peaks=dict(peaks or {}),
         extra=dict(extra),
     )
 

@@ -1,0 +1,122 @@
+"""The bottleneck report as terminal text."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from graphprof.analysis.report import Report
+from graphprof.analysis.roofline import Bound
+from graphprof.analysis.table import TableResult
+from graphprof.render.units import format_bytes, format_count, format_time
+
+_WIDTH = 36
+
+
+def _clip(text: str | None, width: int = _WIDTH) -> str:
+    text = text or "-"
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def _header(report: Report) -> list[str]:
+    meta, s, st = report.profile.meta, report.overview.summary, report.steps
+    lines = [f"graphprof report: {meta.function or 'profile'} ({meta.capture} capture) on "
+             f"{meta.device_type}{' ' + meta.device_name if meta.device_name else ''}"]
+    if st.steps:
+        outliers = (f"; outlier steps: {', '.join(f'{o.index} ({o.ratio_to_median:.1f}x)' for o in st.outliers)}"
+                    if st.outliers else "")
+        lines.append(f"{st.steps} profiled steps: median {format_time(st.median_s)}, min {format_time(st.min_s)}, "
+                     f"max {format_time(st.max_s)}, stdev {format_time(st.stdev_s)}{outliers}")
+    lines.append(f"{s.nodes} nodes in {s.graphs} graph(s), {format_time(s.total_time_s)} of node time ({report.stat}); "
+                 f"{format_count(s.total_flops, 'FLOP')}, {format_count(s.achieved_flop_per_s, 'FLOP/s')} achieved; "
+                 f"{format_bytes(s.total_bytes_moved)} moved")
+    if report.peaks:
+        p = report.peaks
+        extra = "".join(f", {k} {format_count(v, 'FLOP/s')}" for k, v in (p.flops_per_s_by_dtype or {}).items()
+                        if k != "float32")
+        lines.append(f"peaks: {format_count(p.flops_per_s, 'FLOP/s')} (float32){extra}, "
+                     f"{format_bytes(p.bytes_per_s, 'B/s')} memory")
+        over = [r for r in report.roofline_rows if (r.point.fraction_of_attainable or 0) > 1.1]
+        if over:
+            lines.append(f"note: {len(over)} top node(s) beat these peaks, so they are too low (measured on a busy "
+                         "machine?); run `graphprof calibrate` on an idle machine for sharper bounds")
+    else:
+        lines.append("peaks: unknown (run `graphprof calibrate` once, then profile again, for roofline bounds)")
+    if s.peak_live_bytes is not None:
+        lines.append(f"modelled memory peak: {format_bytes(s.peak_live_bytes)} at {s.peak_live_node}")
+    return lines
+
+
+def _shares(report: Report) -> list[str]:
+    total = report.overview.summary.total_time_s
+    phases = ", ".join(f"{p.phase} {p.percent:.1f}%" for p in report.overview.summary.phases)
+    bounds = ", ".join(f"{b.value} {_pct(t, total)}" for b in Bound
+                       if (t := report.time_by_bound_s.get(b, 0.0)) > 0)
+    return [f"time by phase: {phases or '-'}", f"time by bound: {bounds or '-'}"]
+
+
+def _roofline(report: Report) -> str:
+    rows = []
+    for r in report.roofline_rows:
+        p = r.point
+        rows.append([
+            r.node.id, r.node.type, _clip(r.node.module, 28), _clip(r.node.source, 30), format_time(p.time_s),
+            format_count(p.flops, "FLOP"), "N/A" if p.intensity is None else f"{p.intensity:.2f}",
+            format_count(p.achieved_flops_per_s, "FLOP/s"),
+            "N/A" if p.fraction_of_attainable is None else f"{100 * p.fraction_of_attainable:.1f}%",
+            p.bound.value,
+        ])
+    headers = ["#", "op", "module", "source", "time", "FLOPs", "FLOP/B", "achieved", "of roofline", "bound"]
+    return f"roofline of the top {len(rows)} nodes\n" + tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def _critical(report: Report) -> list[str]:
+    lines = ["critical path (dataflow, weighted by measured time)"]
+    for cp in report.critical:
+        graph = next(g for g in report.profile.graphs if g.id == cp.graph_id)
+        by_id = {n.id: n for n in graph.nodes}
+        heavy = sorted(cp.nodes, key=lambda i: by_id[i].host_time_s and -sorted(by_id[i].host_time_s)[len(by_id[i].host_time_s) // 2] or 0)[:5]
+        lines.append(f"  {graph.name}: {len(cp.nodes)} of {len(graph.nodes)} nodes, {format_time(cp.length_s)} of "
+                     f"{format_time(cp.serial_s)} serial ({100 * cp.ratio:.0f}%)")
+        if heavy:
+            lines.append("    heaviest on it: " + ", ".join(f"#{i} {by_id[i].type} {by_id[i].module or ''}".rstrip()
+                                                          for i in heavy))
+    return lines
+
+
+def _breakdown(title: str, result: TableResult) -> str:
+    rows = [[_clip(r.label, 44), r.calls, format_time(r.time_s), f"{r.percent:.1f}", format_count(r.flops, "FLOP")]
+            for r in result.rows]
+    return f"{title}\n" + tabulate(rows, headers=["", "nodes", "time", "%", "FLOPs"], disable_numparse=True)
+
+
+def _findings(report: Report) -> list[str]:
+    if not report.findings:
+        return ["findings: none (no rule fired)"]
+    step = report.steps.median_s or report.overview.summary.total_time_s
+    lines = [f"findings ({len(report.findings)})"]
+    for f in report.findings:
+        lines.append(f"  [{f.severity.value.upper()}] {f.title}: {format_time(f.time_s)} at stake ({_pct(f.time_s, step)} of a step)")
+        lines.append(f"      hint: {f.hint}")
+        if f.sources:
+            more = f" (+{len(f.sources) - 3} more)" if len(f.sources) > 3 else ""
+            lines.append(f"      where: {', '.join(f.sources[:3])}{more}")
+    return lines
+
+
+def render_report(report: Report) -> str:
+    """The whole report, sections separated by blank lines."""
+    sections = [
+        "\n".join(_header(report)),
+        "\n".join(_shares(report)),
+        "\n".join(_findings(report)),
+        _roofline(report),
+        "\n".join(_critical(report)),
+        _breakdown("by module", report.breakdowns["module"]),
+        _breakdown("by op type", report.breakdowns["type"]),
+        _breakdown("by source line", report.breakdowns["source"]),
+    ]
+    return "\n\n".join(sections)

@@ -1,0 +1,109 @@
+"""Executable code for captured graphs, with the least Python per node.
+
+fx's generated ``forward`` calls ``torch.ops.aten.addmm.default(...)``: an
+attribute chain and ``OpOverload.__call__``, a Python frame, before the C++
+entry point. On steps of many small ops that Python is a real part of the
+step (and of what a node's time measures). Here each op's C++ entry point
+(``OpOverload._op``) and every non-literal constant is bound as a global of
+the generated function, so a node is one call and one store; values are
+deleted after their last use, as fx does, so memory behaves the same.
+
+Only flat graphs of placeholder, get_attr, call_function and output nodes
+(what make_fx and AOTAutograd produce) are compiled; anything else keeps
+fx's own code.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+log = logging.getLogger("graphprof")
+_LITERALS = (bool, int, str, type(None))
+_SUPPORTED = {"placeholder", "get_attr", "call_function", "output"}
+
+
+class _Source:
+    """Builds the function's text and the globals it needs."""
+
+    def __init__(self) -> None:
+        self.globals: dict[str, Any] = {}
+        self.names: dict[torch.fx.Node, str] = {}
+
+    def bind(self, value: Any, hint: str) -> str:
+        name = f"_{hint}{len(self.globals)}"
+        self.globals[name] = value
+        return name
+
+    def render(self, value: Any) -> str:
+        if isinstance(value, torch.fx.Node):
+            return self.names[value]
+        if isinstance(value, tuple):
+            inner = ", ".join(self.render(v) for v in value)
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.render(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k!r}: {self.render(v)}" for k, v in value.items()) + "}"
+        if type(value) in _LITERALS or (type(value) is float and math.isfinite(value)):
+            return repr(value)
+        return self.bind(value, "k")  # dtypes, devices, layouts, inf, nan, ...
+
+
+def _target(node: torch.fx.Node) -> Any:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._op
+    return target
+
+
+def compile_graph(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """A function equivalent to ``gm.forward`` (without ``self``), or ``gm`` if the graph is unusual."""
+    nodes = list(gm.graph.nodes)
+    if any(n.op not in _SUPPORTED for n in nodes):
+        return gm
+    src = _Source()
+    last_use: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in nodes:
+        for used in node.all_input_nodes:
+            last_use[used] = node
+    to_free: dict[torch.fx.Node, list[str]] = {}
+    params, body = [], []
+    for i, node in enumerate(nodes):
+        name = f"v{i}"
+        src.names[node] = name
+        if node.op == "placeholder":
+            params.append(name)
+        elif node.op == "get_attr":
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            body.append(f"    {name} = {src.bind(value, 'a')}")
+        elif node.op == "call_function":
+            fn = src.bind(_target(node), "f")
+            args = [src.render(a) for a in node.args]
+            args += [f"{k}={src.render(v)}" for k, v in node.kwargs.items()]
+            body.append(f"    {name} = {fn}({', '.join(args)})")
+        else:  # output
+            body.append(f"    return {src.render(node.args[0])}")
+        for used in node.all_input_nodes:
+            if last_use.get(used) is node and node.op != "output":
+                to_free.setdefault(node, []).append(src.names[used])
+        if node in to_free:
+            body.append(f"    del {', '.join(to_free[node])}")
+        if not node.users and node.op not in ("output", "placeholder"):
+            body.append(f"    del {name}")
+    text = f"def graph({', '.join(params)}):\n" + "\n".join(body) + "\n"
+    namespace = dict(src.globals)
+    try:
+        exec(compile(text, "<graphprof graph>", "exec"), namespace)
+    except SyntaxError as exc:  # never expected; keep fx's code rather than fail the user's step
+        log.debug("graphprof: codegen fell back to fx (%s)", exc)
+        return gm
+    fn = namespace["graph"]
+    fn.__graphprof_source__ = text
+    return fn
