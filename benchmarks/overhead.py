@@ -1,13 +1,13 @@
 """Overhead, fidelity and coverage of graphprof on the demo training steps.
 
 Everything is a ratio measured in one run: the variants run interleaved,
-round after round, each on its own copy of the model built from the same
-seed, and each ratio is the median over rounds of per-round ratios (so a
-noisy neighbour slows all variants of a round alike).
+round after round, on one shared model and optimizer (see ``measure``), and
+each ratio is the median over rounds of per-round ratios (so a noisy
+neighbour slows all variants of a round alike).
 
   fidelity  = captured graph without probes / eager
   overhead  = graph with probes / graph without probes
-  coverage  = sum of node times / step wall time (with probes)
+  coverage  = sum of node times (step graph and its host graph) / step wall time
   idle schedule = graph with a schedule whose active window is never reached /
               graph without probes (steps outside the window must cost nothing)
   segmented fidelity = torch.compile/AOTAutograd segments without probes / eager
@@ -53,29 +53,40 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def measure(workload: str, rounds: int = 30, steps_per_round: int = 3, segmented: bool = False) -> OverheadResult:
-    """Interleaved rounds of eager, graph, graph+probes and torch.profiler steps."""
-    names = ("eager", "plain", "probed", "idle", "torchprof", "segmented")
-    copies: dict[str, DemoStep] = {k: DEMO_STEPS[workload](seed=0) for k in names}
-    plain = graphprof.trace(copies["plain"].step_fn, profiling=False)
-    probed = graphprof.trace(copies["probed"].step_fn, profiling=True)
-    idle = graphprof.trace(copies["idle"].step_fn, schedule=graphprof.schedule(skip_first=10**9))
-    seg = graphprof.trace(copies["segmented"].step_fn, capture="dynamo", profiling=False)
-    inputs = copies["eager"].make_inputs(0)
+    """Interleaved rounds of every variant, all on ONE model and optimizer.
+
+    Separate model copies would put each variant's tensors at different
+    addresses and the ratios would partly measure that. Every variant does
+    the same update of the same state (eager, graph and segments all apply
+    the same optimizer step), so sharing one copy is sound: the plain and
+    probed graph are even the same traced function with ``profiling``
+    toggled, so their ratio is the probes' cost and nothing else.
+    """
+    demo: DemoStep = DEMO_STEPS[workload](seed=0)
+    inputs = demo.make_inputs(0)
+    traced = graphprof.trace(demo.step_fn, profiling=True)
+    idle = graphprof.trace(demo.step_fn, schedule=graphprof.schedule(skip_first=10**9))
+    seg = graphprof.trace(demo.step_fn, capture="dynamo", profiling=False) if segmented else None
     for _ in range(3):  # eager warm-up, capture, first replay
-        copies["eager"].step_fn(*inputs)
-        copies["torchprof"].step_fn(*inputs)
-        plain(*inputs)
-        probed(*inputs)
+        demo.step_fn(*inputs)
+        traced(*inputs)
         idle(*inputs)
-        if segmented:
+        if seg is not None:
             seg(*inputs)
+
+    def graph(profiling: bool) -> Callable[[], object]:
+        def run() -> object:
+            traced.profiling = profiling
+            return traced(*inputs)
+        return run
+
     variants: dict[str, Callable[[], object]] = {
-        "eager": lambda: copies["eager"].step_fn(*inputs),
-        "plain": lambda: plain(*inputs),
-        "probed": lambda: probed(*inputs),
+        "eager": lambda: demo.step_fn(*inputs),
+        "plain": graph(False),
+        "probed": graph(True),
         "idle": lambda: idle(*inputs),
     }
-    if segmented:
+    if seg is not None:
         variants["segmented"] = lambda: seg(*inputs)
     ratios: dict[str, list[float]] = {"fidelity": [], "overhead": [], "torch_profiler": [], "idle": [], "segmented": []}
     eager_times = []
@@ -83,18 +94,22 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3, segmented
     for _ in range(rounds):
         per = {name: min(_timed(fn) for _ in range(steps_per_round)) for name, fn in variants.items()}
         with torch.profiler.profile(activities=activities, record_shapes=True, profile_memory=True, with_flops=True):
-            per["torchprof"] = min(_timed(lambda: copies["torchprof"].step_fn(*inputs)) for _ in range(steps_per_round))
+            per["torchprof"] = min(_timed(variants["eager"]) for _ in range(steps_per_round))
         eager_times.append(per["eager"])
         ratios["fidelity"].append(per["plain"] / per["eager"])
         ratios["overhead"].append(per["probed"] / per["plain"])
         ratios["torch_profiler"].append(per["torchprof"] / per["eager"])
         ratios["idle"].append(per["idle"] / per["plain"])
-        if segmented:
+        if seg is not None:
             ratios["segmented"].append(per["segmented"] / per["eager"])
-    profile = probed.get_profile()
+    traced.profiling = True
+    profile = traced.get_profile()
     graph_nodes = profile.graphs[0].nodes
+    # Every node of every graph: the step graph and its host graph (dropping and
+    # assigning .grad, which eager does in zero_grad and AccumulateGrad).
     coverages = [
-        sum(n.host_time_s[i] for n in graph_nodes) / step.wall_time_s for i, step in enumerate(profile.steps)
+        sum(n.host_time_s[i] for _, n in profile.iter_nodes()) / step.wall_time_s
+        for i, step in enumerate(profile.steps)
     ]
     return OverheadResult(
         workload=workload,
@@ -104,8 +119,8 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3, segmented
         coverage=statistics.median(coverages),
         torch_profiler=statistics.median(ratios["torch_profiler"]),
         idle_schedule=statistics.median(ratios["idle"]),
-        segmented_fidelity=statistics.median(ratios["segmented"]) if segmented else None,
         nodes=len(graph_nodes),
+        segmented_fidelity=statistics.median(ratios["segmented"]) if seg is not None else None,
     )
 
 

@@ -36,7 +36,7 @@ from graphprof.passes.memory import memory
 from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
 from graphprof.runtime.calibrate import load_cached
 from graphprof.runtime.codegen import compile_graph
-from graphprof.runtime.collect import build_profile, graph_record, profile_meta
+from graphprof.runtime.collect import gradient_host_record, build_profile, graph_record, profile_meta
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action, Schedule
 from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
@@ -191,10 +191,11 @@ class TracedFunction:
             return run_captured(entry.captured, entry.executable(False), args, kwargs)[0]
         if entry.sampler is not None:
             entry.sampler.begin_step()
-        result, stamps = run_captured(entry.captured, entry.executable(True), args, kwargs, instrumented=True)
+        result, stamps, host = run_captured(entry.captured, entry.executable(True), args, kwargs,
+                                            instrumented=True, clock=self._clock)
         if action is Action.WARMUP:
             return result
-        entry.samples.add(StepSamples(call, self._clock() - start, stamps))
+        entry.samples.add(StepSamples(call, self._clock() - start, stamps, host))
         if entry.sampler is not None:
             entry.sampler.end_step(call)
         if action is Action.RECORD_AND_SAVE:
@@ -296,6 +297,9 @@ class TracedFunction:
             steps = list(entry.samples.steps)
             device_memory = entry.sampler.samples(s.index for s in steps) if entry.sampler is not None else ()
             graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory)]
+            host = gradient_host_record(steps, graph_id=1)
+            if host is not None:
+                graphs.append(host)
             mode = "fx"
         extra: dict[str, Any] = {
             "cost_coverage": node_coverage(n for g in graphs for n in g.nodes).to_dict(),

@@ -140,12 +140,15 @@ def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScal
 
 
 def run_captured(step: CapturedStep, graph_module: Callable[..., Any], args: tuple, kwargs: dict,
-                 instrumented: bool = False) -> tuple[Any, Any]:
+                 instrumented: bool = False, clock: Callable[[], int] | None = None) -> tuple[Any, Any, Any]:
     """Run a captured step's graph in place of the user's function.
 
-    Returns the user's result and, for an instrumented graph, its probe stamps.
+    Returns the user's result and, for an instrumented graph, its probe stamps
+    and the clock readings just before dropping the old gradients and just
+    after assigning the new ones (that work is part of the user's step too).
     """
     leaves = pytree.tree_leaves((args, kwargs))
+    started = clock() if instrumented and clock is not None else 0
     for p in step.clear_grads:
         p.grad = None
     # The backward pass is explicit in the graph: autograd must not record it again.
@@ -158,4 +161,5 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], args: tup
     for p, g in zip(step.grad_params, grads):
         if p.grad is not g:
             p.grad = g
-    return pytree.tree_unflatten(out_flat, step.out_spec), stamps
+    host = (started, clock()) if instrumented and clock is not None else None
+    return pytree.tree_unflatten(out_flat, step.out_spec), stamps, host

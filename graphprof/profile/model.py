@@ -33,6 +33,8 @@ class GraphKind(str, enum.Enum):
     FORWARD = "forward"
     BACKWARD = "backward"
     SEGMENT = "segment"
+    #: Host-side time around graphs: gradient bookkeeping, gaps, host reads.
+    HOST = "host"
 
 
 #: The memory pass's categories, in the order views stack them (state at the bottom).

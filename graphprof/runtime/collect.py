@@ -16,7 +16,7 @@ import torch.fx
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.records import ANNOTATION, ATTRS, COST, MEMORY, MEMORY_STEP, OpAnnotation, StepMemoryRecord
 from graphprof.profile.model import (
-    DeviceMemorySample, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Profile,
+    DeviceMemorySample, GraphKind, Phase, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Profile,
     ProfileMeta, StepRecord,
 )
 from graphprof.runtime.samples import StepSamples
@@ -127,3 +127,25 @@ def build_profile(
         steps=tuple(StepRecord(index=s.index, wall_time_s=s.wall_ns * _NS, graph_time_s=s.graph_ns * _NS) for s in steps),
         graphs=tuple(graphs),
     )
+
+
+def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRecord | None:
+    """The host work around a whole-step graph that eager does in Python, as two nodes.
+
+    Replay drops the previous step's ``.grad`` tensors first (what
+    ``zero_grad(set_to_none=True)`` does) and assigns the new ones after the
+    graph (what AccumulateGrad does); freeing and checking them takes real
+    time on models with many parameters, so it is shown, not left out.
+    """
+    per_step = [s.host_times_ns() for s in steps]
+    if not any(a or b for a, b in per_step):
+        return None
+    nodes = (
+        NodeRecord(id=0, name="drop previous .grad (zero_grad)", op="host.zero_grad", type="zero_grad",
+                   phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
+                   host_time_s=tuple(a * _NS for a, _ in per_step)),
+        NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad",
+                   phase=Phase.BACKWARD, flops=0, bytes_read=0, bytes_written=0,
+                   host_time_s=tuple(b * _NS for _, b in per_step)),
+    )
+    return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

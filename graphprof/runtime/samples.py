@@ -17,6 +17,15 @@ class StepSamples:
     index: int
     wall_ns: int
     stamps_ns: tuple[int, ...]
+    #: Clock readings before the old ``.grad``s are dropped and after the new ones
+    #: are assigned, around the graph; (0, 0) when not measured.
+    host_ns: tuple[int, int] = (0, 0)
+
+    def host_times_ns(self) -> tuple[int, int]:
+        """Time dropping old gradients (to the first probe) and assigning new ones (from the last)."""
+        if not self.stamps_ns or self.host_ns == (0, 0):
+            return (0, 0)
+        return (self.stamps_ns[0] - self.host_ns[0], self.host_ns[1] - self.stamps_ns[-1])
 
     @property
     def graph_ns(self) -> int:

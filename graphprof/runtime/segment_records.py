@@ -111,4 +111,4 @@ def host_graph_record(segments: Sequence[Segment], steps: Sequence[SegmentedStep
                    host_time_s=tuple(t.get(i, 0) * _NS for t in per_step))
         for i, (name, op, op_type, source) in enumerate(meta)
     )
-    return GraphRecord(id=graph_id, name="host", kind=GraphKind.SEGMENT, nodes=nodes)
+    return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

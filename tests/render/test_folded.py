@@ -1,0 +1,77 @@
+"""Folded stacks: flamegraph.pl/speedscope grammar, values that sum to the self times."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from graphprof.analysis.dataflow import node_time_s
+from graphprof.api import Profile
+from graphprof.profile.model import Phase
+from graphprof.render.folded import folded_stacks, node_stack
+from tests.render.export_profiles import empty_profile, hostile_profile, make_profile, node, real_profile, synthetic_profile
+
+# flamegraph.pl's stackcollapse input: everything up to the last space is the stack, then an integer.
+LINE = re.compile(r"^(?P<stack>[^\n]+) (?P<value>\d+)$")
+
+
+@pytest.fixture(scope="module")
+def real() -> Profile:
+    return real_profile()
+
+
+def _parse(text: str) -> list[tuple[list[str], int]]:
+    assert text == "" or text.endswith("\n")
+    out = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        assert m, line
+        frames = m["stack"].split(";")
+        assert all(f.strip() for f in frames), line
+        out.append((frames, int(m["value"])))
+    return out
+
+
+def test_real_stacks_sum_to_the_self_times(real: Profile) -> None:
+    lines = _parse(folded_stacks(real))
+    total_us = sum(node_time_s(n) for _, n in real.iter_nodes()) * 1e6
+    assert sum(v for _, v in lines) == round(total_us)  # cumulative rounding: exact, no drift
+    if len(real.graphs) > 1:  # several graphs (the step and its host work): each stack starts with its graph
+        assert {frames[0] for frames, _ in lines} <= {g.name for g in real.graphs}
+        lines = [(frames[1:], v) for frames, v in lines]
+    assert all(frames[0] in ("forward", "backward", "optimizer", "other") for frames, _ in lines)
+    conv = [frames for frames, _ in lines if frames[-1] == "convolution" and "layer1.0.conv1" in frames]
+    assert conv and conv[0][1:] == ["layer1", "layer1.0", "layer1.0.conv1", "convolution"]
+
+
+def test_stacks_are_phase_module_prefixes_then_op() -> None:
+    n = node(0, "addmm", module="encoder.layers.0.fc", phase=Phase.BACKWARD)
+    assert node_stack(n) == ("backward", "encoder", "encoder.layers", "encoder.layers.0", "encoder.layers.0.fc", "addmm")
+    assert node_stack(node(1, "add")) == ("forward", "add")
+
+
+def test_values_are_integer_microseconds_under_the_statistic() -> None:
+    p = synthetic_profile()
+    lines = dict((";".join(f), v) for f, v in _parse(folded_stacks(p)))
+    assert lines["forward;fc1;mm"] == 2500 and lines["backward;fc1;mm"] == 4000
+    assert dict((";".join(f), v) for f, v in _parse(folded_stacks(p, stat="max")))["backward;fc1;mm"] == 5000
+
+
+def test_nodes_sharing_a_stack_are_summed_and_tiny_ones_not_lost() -> None:
+    # 3000 nodes of 0.4 us: each rounds to 0, but together they are 1200 us.
+    p = make_profile([node(i, "add", module="m", times=(0.4e-6,)) for i in range(3000)])
+    assert _parse(folded_stacks(p)) == [(["forward", "m", "add"], 1200)]
+    q = make_profile([node(i, f"op{i % 7}", times=(0.4e-6,)) for i in range(3000)])
+    assert sum(v for _, v in _parse(folded_stacks(q))) == 1200
+
+
+def test_hostile_names_cannot_add_frames_or_lines() -> None:
+    lines = _parse(folded_stacks(hostile_profile()))
+    assert len(lines) == 2
+    for frames, _ in lines:
+        assert len(frames) == 3  # phase, module, op: the name's ';' and newline did not split anything
+
+
+def test_empty_profile_is_an_empty_file() -> None:
+    assert folded_stacks(empty_profile()) == ""
