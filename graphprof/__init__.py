@@ -1,7 +1,7 @@
 """graphprof: profile PyTorch programs as static graphs.
 
 Public API: ``trace``, ``schedule``, ``register_cost``, ``Profile``, ``load``,
-``__version__``. Importing this package does not import torch; ``trace`` and
+``diff``, ``__version__``. Importing this package does not import torch; ``trace`` and
 ``register_cost`` import it on first use, so saved profiles can be analysed
 on machines without torch.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphprof.analysis.diff import diff
 from graphprof.api import Profile, load
 from graphprof.runtime.schedule import schedule
 
 __version__ = "0.1.0"
-__all__ = ["trace", "schedule", "register_cost", "Profile", "load", "__version__"]
+__all__ = ["trace", "schedule", "register_cost", "Profile", "load", "diff", "__version__"]
 
 
 def trace(fn: Any = None, **options: Any) -> Any:

@@ -90,6 +90,19 @@ class Profile(model.Profile):
 
         return export_profile(self, path, format=format, **options)
 
+    def diff(self, other: model.Profile | str | os.PathLike[str], top: int = 10, *, order_by: str = "time",
+             fail_if_slower: float | None = None, **options: Any) -> str:
+        """This profile (before) against ``other`` (after, a Profile or a file), as ``graphprof diff`` prints it.
+
+        Changed node pairs by absolute time change, changes by op type, module
+        and phase, totals; the table options of ``table`` as keywords.
+        ``graphprof.diff(a, b)`` returns the same comparison as data.
+        """
+        from graphprof.analysis.diff import diff
+        from graphprof.render.diff_text import render_diff
+
+        return render_diff(diff(self, other, top=top, order_by=order_by, fail_if_slower=fail_if_slower, **options))
+
 
 def load(path: str | os.PathLike[str]) -> Profile:
     """Read a profile saved by ``Profile.save`` or ``json.dump``; validates it."""

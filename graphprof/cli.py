@@ -1,6 +1,6 @@
 """The ``graphprof`` command: a thin argparse front over the library.
 
-Commands that read a saved profile (``analyze``, ``report``, ``export``) never
+Commands that read a saved profile (``analyze``, ``report``, ``export``, ``diff``) never
 import torch; ``demo`` and ``calibrate`` do. A user error (bad file, bad option value) prints one sentence to stderr
 and exits with status 2, with no traceback.
 """
@@ -147,6 +147,54 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     export.set_defaults(func=_cmd_export)
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    import gc
+
+    from graphprof.analysis.diff import diff
+    from graphprof.analysis.options import DATA_FORMATS
+    from graphprof.analysis.regression import parse_percent
+    from graphprof.render.console import check_format
+    from graphprof.render.diff_text import render_diff
+
+    # --order-by takes diff columns (checked by diff); the shared options are checked with the default.
+    options = table_options_from_args(argparse.Namespace(**{**vars(args), "order_by": "time"}))
+    check_format(options.format)
+    threshold = None if args.fail_if_slower is None else parse_percent(args.fail_if_slower)
+    before, after = load_for_analysis(args.before), load_for_analysis(args.after)
+    gc.freeze()  # as in analyze: the immutable profiles' objects stay out of the cyclic collector's walks
+    try:
+        result = diff(before, after, options, order_by=args.order_by, fail_if_slower=threshold)
+    finally:
+        gc.unfreeze()
+    print(render_diff(result))
+    if result.gate is not None and options.format in DATA_FORMATS:  # keep stdout machine-readable
+        print(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}",
+              file=sys.stderr)
+    return 1 if result.gate is not None and result.gate.regressed else 0
+
+
+def _add_diff_parser(sub: argparse._SubParsersAction) -> None:
+    from graphprof.analysis.diff import ORDER_KEYS
+
+    parser = sub.add_parser(
+        "diff", help="compare two saved profiles node by node; --fail-if-slower gates regressions in CI",
+        description="Nodes are matched across the two profiles' graphs (same op, module and input shapes, in "
+                    "order; then same op type and module); prints what changed, ordered by absolute time "
+                    "change, and the changes by op type, module and phase. Exit status 1 when "
+                    "--fail-if-slower fires, 2 on bad input.")
+    parser.add_argument("before", help="the baseline profile JSON file")
+    parser.add_argument("after", help="the profile to compare with it")
+    parser.add_argument("--fail-if-slower", metavar="PCT",
+                        help="exit with status 1 when the median step time grew by more than PCT percent "
+                             "and by more than the noise of both profiles' steps")
+    add_table_options(parser)
+    for action in parser._actions:
+        if action.dest == "order_by":
+            action.help = (f"order by {', '.join(ORDER_KEYS)} (time and flops: absolute change); "
+                           "+ = ascending (default time)")
+    parser.set_defaults(func=_cmd_diff)
+
+
 def _peaks_from_args(args: argparse.Namespace) -> "Peaks | None":
     """Peaks given on the command line (GFLOP/s and GB/s), or None for the profile's own."""
     from graphprof.analysis.roofline import Peaks
@@ -214,10 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
 
     calibrate = sub.add_parser("calibrate", help="measure and cache this device's peak FLOP/s and bandwidth")
-    calibrate.add_argument("--device", default="cpu", help="device to measure (default cpu)")
+    calibrate.add_argument("--device", default="cpu",
+                           help="device to measure: cpu (default) or this machine's accelerator (cuda, xpu, ...)")
     calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
     calibrate.set_defaults(func=_cmd_calibrate)
     _add_export_parser(sub)
+    _add_diff_parser(sub)
     return parser
 
 

@@ -216,8 +216,10 @@ def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
             keys = col.get("keys")
             _check(isinstance(keys, list) and set(map(type, keys)) <= {str}, f"{what}.{f.name}.keys must be strings")
             values = _list_of(col.get("values"), n, (list, type(None)), f"{what}.{f.name}.values")
+            # Mappings are sparse: a key a node does not have is written as 0 in
+            # the table and dropped again here, so save/load changes nothing.
             per_field[f.name] = [
-                dict(zip(keys, v)) if v is not None else None for v in values]
+                {k: x for k, x in zip(keys, v) if x} if v is not None else None for v in values]
             for v in values:
                 _check(v is None or (len(v) == len(keys) and set(map(type, v)) <= {int}),
                        f"{what}.{f.name}.values holds a malformed entry")

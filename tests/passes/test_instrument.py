@@ -54,7 +54,7 @@ def test_node_times_come_from_consecutive_stamps() -> None:
     n_ops = sum(1 for n in gm.graph.nodes if is_op_node(n))
     stamps = tuple(sum(range(i + 1)) * 10 for i in range(n_ops + 1))  # gaps 10, 20, 30...
     record = graph_record(gm, [StepSamples(index=2, wall_ns=10**6, stamps_ns=stamps)])
-    assert [n.host_time_s for n in record.nodes] == [((i + 1) * 10 * 1e-9,) for i in range(n_ops)]
+    assert [n.host_time_s for n in record.nodes] == [((i + 1) * 10 / 1e9,) for i in range(n_ops)]
 
 
 def test_probe_is_cheap() -> None:

@@ -36,7 +36,8 @@ def _parse(text: str) -> list[tuple[list[str], int]]:
 def test_real_stacks_sum_to_the_self_times(real: Profile) -> None:
     lines = _parse(folded_stacks(real))
     total_us = sum(node_time_s(n) for _, n in real.iter_nodes()) * 1e6
-    assert sum(v for _, v in lines) == round(total_us)  # cumulative rounding: exact, no drift
+    # cumulative rounding: within half a microsecond of the total however many lines (no drift)
+    assert abs(sum(v for _, v in lines) - total_us) <= 0.5 + 1e-6
     if len(real.graphs) > 1:  # several graphs (the step and its host work): each stack starts with its graph
         assert {frames[0] for frames, _ in lines} <= {g.name for g in real.graphs}
         lines = [(frames[1:], v) for frames, v in lines]

@@ -1,0 +1,143 @@
+"""Chrome/Perfetto trace (Trace Event Format) of a profile.
+
+Opens in ``chrome://tracing``, https://ui.perfetto.dev and speedscope. Layout:
+
+- one process (pid 1) named after the traced function;
+- track 0 holds one span per profiled step; every graph and phase gets its
+  own track ("step · forward", "step · backward", "step · optimizer");
+- a complete event (``"ph": "X"``) per node per profiled step, lasting the
+  node's measured time. Nodes of a step are laid end to end in execution
+  order from the step's start (on CPU ops run one at a time, so this is
+  the real timeline up to probe cost). Steps are laid end to end too: step
+  k starts where step k-1's span ends, the span lasting the step's wall
+  time (or the sum of its nodes when larger, which only rounding causes);
+- ``args`` of a node: op, name, module, source, shapes, dtypes, FLOPs,
+  bytes, achieved FLOP/s and bandwidth, the roofline bound when known, and
+  ``critical_path`` (the node lies on its graph's critical path under the
+  chosen statistic; such events also get the reserved colour ``terrible``);
+- a counter track (``"ph": "C"``) "live memory" with the modelled live bytes
+  after each node, split by category, when the memory pass filled them, and
+  one "device memory" with the allocator's allocated and reserved bytes where
+  it was sampled (on an accelerator).
+
+Sample k of every graph belongs to step k (graphs of a step run in order).
+Timestamps are microseconds, as the format requires.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from graphprof.analysis.critical_path import critical_paths
+from graphprof.analysis.dataflow import node_samples_s
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.render.labels import bound_of, shapes_text
+
+PID = 1
+STEP_TID = 0
+_US = 1e6
+CRITICAL_CNAME = "terrible"
+
+
+def _node_args(graph: GraphRecord, node: NodeRecord, time_s: float, step: int, critical: bool,
+               bound: str | None) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "graph": graph.name, "node": node.id, "name": node.name, "op": node.op, "step": step,
+        "module": node.module, "module_type": node.module_type, "source": node.source,
+        "phase": node.phase.value, "scope": node.scope,
+        "in_shapes": shapes_text(node.in_shapes, limit=8), "out_shapes": shapes_text(node.out_shapes, limit=8),
+        "in_dtypes": ", ".join(d or "-" for d in node.in_dtypes),
+        "flops": node.flops, "bytes_read": node.bytes_read, "bytes_written": node.bytes_written,
+        "critical_path": critical,
+    }
+    moved = (node.bytes_read or 0) + (node.bytes_written or 0)
+    if time_s > 0:
+        if node.flops is not None:
+            args["flop_per_s"] = node.flops / time_s
+        if node.bytes_read is not None or node.bytes_written is not None:
+            args["bandwidth_bytes_per_s"] = moved / time_s
+    if bound is not None:
+        args["bound"] = bound
+    return args
+
+
+def _memory_counter(node: NodeRecord, ts_us: float) -> dict[str, Any] | None:
+    memory = node.memory
+    if memory is None:
+        return None
+    series = {str(k): int(v) for k, v in memory.live_by_category_bytes.items()} or {"live": memory.live_bytes}
+    return {"name": "live memory (bytes)", "ph": "C", "ts": ts_us, "pid": PID, "tid": STEP_TID, "args": series}
+
+
+def _metadata(name: str, tid: int, value: str, sort_index: int | None = None) -> list[dict[str, Any]]:
+    events = [{"name": name, "ph": "M", "ts": 0, "pid": PID, "tid": tid, "args": {"name": value}}]
+    if sort_index is not None:
+        events.append({"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": PID, "tid": tid,
+                       "args": {"sort_index": sort_index}})
+    return events
+
+
+def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> dict[str, Any]:
+    """The trace as a JSON-ready dict (``traceEvents`` plus ``otherData``)."""
+    critical = {cp.graph_id: cp.node_set for cp in critical_paths(profile, stat=stat)}
+    tracks: dict[tuple[int, str], int] = {}
+    for graph in profile.graphs:
+        for node in graph.nodes:
+            tracks.setdefault((graph.id, node.phase.value), len(tracks) + 1)
+    names = {g.id: g.name or f"graph {g.id}" for g in profile.graphs}
+    events: list[dict[str, Any]] = _metadata("process_name", STEP_TID, f"graphprof: {profile.meta.function or 'profile'}")
+    events += _metadata("thread_name", STEP_TID, "steps", 0)
+    for (graph_id, phase), tid in tracks.items():
+        events += _metadata("thread_name", tid, f"{names[graph_id]} · {phase}", tid)
+
+    samples = {(g.id, n.id): node_samples_s(n) for g in profile.graphs for n in g.nodes}
+    allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
+    n_steps = max([len(s) for s in samples.values()] + [len(profile.steps)], default=0)
+    offset_us = 0.0
+    for k in range(n_steps):
+        step_index = profile.steps[k].index if k < len(profile.steps) else k
+        t_us = offset_us
+        for graph in profile.graphs:
+            cp = critical.get(graph.id, frozenset())
+            for node in graph.nodes:
+                times = samples[(graph.id, node.id)]
+                if k >= len(times):
+                    continue
+                dur_us = times[k] * _US
+                on_path = node.id in cp
+                event = {
+                    "name": node.type, "cat": node.phase.value, "ph": "X", "ts": t_us, "dur": dur_us,
+                    "pid": PID, "tid": tracks[(graph.id, node.phase.value)],
+                    "args": _node_args(graph, node, times[k], step_index, on_path,
+                                       bound_of(bounds, graph.id, node.id)),
+                }
+                if on_path:
+                    event["cname"] = CRITICAL_CNAME
+                events.append(event)
+                t_us += dur_us
+                counter = _memory_counter(node, t_us)
+                if counter is not None:
+                    events.append(counter)
+                read = allocator.get((graph.id, step_index, node.id))
+                if read is not None:
+                    events.append({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": PID, "tid": STEP_TID,
+                                   "args": {"allocated": read.allocated_bytes, "reserved": read.reserved_bytes}})
+        wall_us = profile.steps[k].wall_time_s * _US if k < len(profile.steps) else 0.0
+        span_us = max(wall_us, t_us - offset_us)
+        events.append({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us, "dur": span_us,
+                       "pid": PID, "tid": STEP_TID,
+                       "args": {"step": step_index, "wall_time_s": wall_us / _US, "graph_time_s": (t_us - offset_us) / _US}})
+        offset_us += span_us
+    meta = profile.meta
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"generator": "graphprof", "function": meta.function, "device": meta.device_type,
+                      "device_name": meta.device_name, "torch": meta.torch_version, "stat_for_critical_path": stat},
+    }
+
+
+def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> str:
+    """The trace as JSON text."""
+    return json.dumps(chrome_trace(profile, stat=stat, bounds=bounds), allow_nan=False, separators=(",", ":"))

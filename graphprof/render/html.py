@@ -1,0 +1,296 @@
+"""One self-contained HTML report of a profile.
+
+Sections: summary, advisor findings, sortable top-nodes and per-op-type
+tables, breakdowns by phase, module and source line, the roofline scatter,
+the memory timeline and the critical path. Everything is inline (CSS, the
+sorting script, SVG plots) and the page's Content-Security-Policy forbids
+every fetch, so it opens with no network and cannot leak one. Every name is
+escaped (``render.escape``); the machine-readable summary embedded for
+tools is JSON escaped for a ``<script>`` element.
+
+The advisor and the roofline bounds come from the lead's analysis when the
+caller has them: ``options.findings`` (objects with ``severity``, ``title``,
+``time_s``, ``hint``, ``sources``) and ``options.bounds``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from graphprof.analysis.critical_path import CriticalPath, critical_paths
+from graphprof.analysis.dataflow import node_time_s
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.render.escape import html_text, json_for_script
+from graphprof.render.html_assets import CSS, JS
+from graphprof.render.labels import bound_of, shapes_text
+from graphprof.render.html_plots import RooflinePoint, bar_rows, roofline_svg
+from graphprof.render.units import format_bytes, format_count, format_number, format_time
+
+if TYPE_CHECKING:
+    from graphprof.render.exporters import ExportOptions
+
+TOP_NODES = 50
+CRITICAL_ROWS = 1000
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+_SEVERITY_CLASSES = {"critical", "high", "error", "medium", "warning", "low", "info"}
+
+Timed = tuple[GraphRecord, NodeRecord, float]
+
+
+def _num(value: float | None, text: str) -> str:
+    data = "" if value is None else f' data-v="{value:.9g}"'
+    return f'<td class="num"{data}>{html_text(text)}</td>'
+
+
+def _rate(amount: int | None, time_s: float) -> float | None:
+    return amount / time_s if amount is not None and time_s > 0 else None
+
+
+def _moved(node: NodeRecord) -> int | None:
+    if node.bytes_read is None and node.bytes_written is None:
+        return None
+    return (node.bytes_read or 0) + (node.bytes_written or 0)
+
+
+def _source_cell(source: str) -> str:
+    """``models.py:67`` in the cell, the full ``graphprof/demo/models.py:67`` on hover and for sorting."""
+    short = source.rsplit("/", 1)[-1] if source else "-"
+    return f'<td class="src" title="{html_text(source)}" data-v="{html_text(source)}">{html_text(short)}</td>'
+
+
+def _card(key: str, value: str, sub: str = "") -> str:
+    return (f'<div class="card"><div class="k">{html_text(key)}</div><div class="v">{html_text(value)}</div>'
+            f'<div class="s">{html_text(sub)}</div></div>')
+
+
+def _summary(profile: Profile, timed: list[Timed], total: float, paths: Sequence[CriticalPath], stat: str) -> str:
+    steps = len(profile.steps)
+    walls = [s.wall_time_s for s in profile.steps]
+    known_flops = [n.flops for _, n, _ in timed if n.flops is not None]
+    flops = sum(known_flops) if known_flops else None
+    moved = [m for _, n, _ in timed if (m := _moved(n)) is not None]
+    cp_len = sum(p.length_s for p in paths)
+    ratio = cp_len / total if total > 0 else 0.0
+    cards = [
+        _card("time per step", format_time(total), f"sum of op times, {stat} of {steps} step{'s' * (steps != 1)}"),
+        _card("wall time per step", format_time(statistics.median(walls)) if walls else "N/A", "median, whole call"),
+        _card("ops", str(len(timed)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
+        _card("FLOPs per step", format_count(flops, "FLOP"),
+              f"{format_count(_rate(flops, total), 'FLOP/s')}; {len(known_flops)} of {len(timed)} ops counted"),
+        _card("bytes moved", format_bytes(sum(moved)) if moved else "N/A",
+              f"{format_bytes(_rate(sum(moved), total), 'B/s')}" if moved else "no byte counts"),
+        _card("critical path", format_time(cp_len), f"{ratio:.0%} of the serial sum" if total > 0 else ""),
+    ]
+    peaks = [p for g in profile.graphs if (p := getattr(g, "memory_peak", None)) is not None]
+    if peaks:
+        cards.append(_card("modelled memory peak", format_bytes(max(p.live_bytes for p in peaks)), "largest over graphs"))
+    return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def _findings(findings: Sequence[Any]) -> str:
+    if not findings:
+        return '<p class="note">No advisor findings.</p>'
+    out = []
+    for f in findings:
+        severity = getattr(f, "severity", "") or ""
+        severity = str(getattr(severity, "value", severity))  # enums print their value, not Class.NAME
+        css = f"sev-{severity.lower()}" if str(severity).lower() in _SEVERITY_CLASSES else "sev-other"
+        sources = [str(s) for s in (getattr(f, "sources", None) or ())]
+        time_s = getattr(f, "time_s", None)
+        src = ""
+        if sources:
+            shown = ", ".join(sources[:8]) + (f" (+{len(sources) - 8} more)" if len(sources) > 8 else "")
+            src = f'<div class="src">{html_text(shown)}</div>'
+        out.append(f'<div class="finding {css}"><span class="sev">{html_text(severity)}</span>'
+                   f'<span class="t">{html_text(getattr(f, "title", ""))}</span>'
+                   f' <span class="src">({html_text(format_time(time_s))} at stake)</span>'
+                   f'<div>{html_text(getattr(f, "hint", ""))}</div>{src}</div>')
+    return "".join(out)
+
+
+def _top_nodes(timed: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
+    """The slowest nodes; a ``bound`` column only when the caller knows bounds."""
+    rows = []
+    for g, n, t in sorted(timed, key=lambda x: x[2], reverse=True)[:TOP_NODES]:
+        moved = _moved(n)
+        crit = (g.id, n.id) in critical
+        intensity = n.flops / moved if n.flops is not None and moved else None
+        bound_cell = f"<td>{html_text(bound_of(bounds, g.id, n.id) or '')}</td>" if bounds else ""
+        rows.append(
+            f'<tr{" class=crit" if crit else ""}><td class="num" data-v="{n.id}">{n.id}</td>'
+            f'<td class="name" title="{html_text(n.op)}">{html_text(n.type)}</td>'
+            f'<td class="name" title="{html_text(n.module)}">{html_text(n.module or "-")}</td>'
+            f'{_source_cell(n.source)}<td>{html_text(n.phase.value)}</td>'
+            f'<td class="shapes" title="{html_text(shapes_text(n.in_shapes, limit=16))}">{html_text(shapes_text(n.in_shapes))}</td>'
+            + _num(t, format_time(t)) + _num(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
+            + _num(n.flops, format_count(n.flops, "FLOP")) + _num(_rate(n.flops, t), format_count(_rate(n.flops, t), "FLOP/s"))
+            + _num(moved, format_bytes(moved)) + _num(_rate(moved, t), format_bytes(_rate(moved, t), "B/s"))
+            + _num(intensity, format_number(intensity))
+            + f"{bound_cell}<td>{'&#10003;' if crit else ''}</td></tr>")
+    numeric = ("#", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth", "FLOP/B")
+    headers = ("#", "op", "module", "source", "phase", "in shapes", "time", "%", "FLOPs", "FLOP/s", "bytes",
+               "bandwidth", "FLOP/B") + (("bound",) if bounds else ()) + ("crit.",)
+    head = "".join(f'<th class="num">{h}</th>' if h in numeric else f"<th>{h}</th>" for h in headers)
+    return (f'<div class="scroll"><table class="sortable" id="top-nodes"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>'
+            '<p class="note">A blue edge marks nodes on the critical path; hover an op, module, source or shape for the full text.</p>')
+
+
+def _group(timed: Iterable[Timed], key: Any) -> dict[str, list[Timed]]:
+    groups: dict[str, list[Timed]] = {}
+    for item in timed:
+        groups.setdefault(key(item), []).append(item)
+    return groups
+
+
+def _by_op_type(timed: list[Timed], total: float) -> str:
+    rows = []
+    for op_type, items in sorted(_group(timed, lambda x: x[1].type).items(), key=lambda kv: -sum(i[2] for i in kv[1])):
+        t = sum(i[2] for i in items)
+        fl = [i[1].flops for i in items if i[1].flops is not None]
+        flops = sum(fl) if len(fl) == len(items) else None
+        mv = [m for i in items if (m := _moved(i[1])) is not None]
+        moved = sum(mv) if mv else None
+        rows.append(f'<tr><td class="name">{html_text(op_type)}</td>' + _num(len(items), str(len(items)))
+                    + _num(t, format_time(t)) + _num(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
+                    + _num(flops, format_count(flops, "FLOP")) + _num(_rate(flops, t), format_count(_rate(flops, t), "FLOP/s"))
+                    + _num(moved, format_bytes(moved)) + _num(_rate(moved, t), format_bytes(_rate(moved, t), "B/s")) + "</tr>")
+    head = "<th>op</th>" + "".join(f'<th class="num">{h}</th>' for h in ("ops", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth"))
+    return (f'<div class="scroll"><table class="sortable" id="by-op"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _breakdown(timed: list[Timed], total: float, key: Any, detail: Any, limit: int,
+               detail_header: str | None = "type") -> str:
+    groups = sorted(_group(timed, key).items(), key=lambda kv: -sum(i[2] for i in kv[1]))[:limit]
+    rows = [(name, detail(items), sum(i[2] for i in items), sum(i[2] for i in items) / total if total else 0.0,
+             len(items)) for name, items in groups]
+    return bar_rows(rows, detail_header)
+
+
+def _module_prefix(module: str, depth: int) -> str:
+    return ".".join(module.split(".")[:depth]) if module else "(top level)"
+
+
+def _module_type(items: list[Timed], prefix: str) -> str:
+    return next((i[1].module_type for i in items if i[1].module == prefix and i[1].module_type), "")
+
+
+def _critical_section(paths: Sequence[CriticalPath], profile: Profile, total: float) -> str:
+    """Length against the serial sum, the slowest ops on the path, then the whole path (capped)."""
+    records = {(g.id, n.id): (g, n) for g, n in profile.iter_nodes()}
+    length = sum(p.length_s for p in paths)
+    ratio = length / total if total > 0 else 0.0
+    head = (f"<p>The longest chain of dependent ops (data edges and in-place ordering) takes "
+            f"<b>{html_text(format_time(length))}</b> of the <b>{html_text(format_time(total))}</b> serial sum "
+            f"(<b>{ratio:.0%}</b>): running independent ops concurrently could save at most "
+            f"{html_text(format_time(max(total - length, 0.0)))} per step; only faster ops on this path "
+            "shorten it further.</p>")
+    on_path = [(i, p, records[(p.graph_id, nid)][1]) for p in paths for i, nid in enumerate(p.nodes)]
+    timed = [(i, p, n, node_time_s(n, p.stat)) for i, p, n in on_path]
+
+    def row(i: int, p: CriticalPath, n: NodeRecord, t: float) -> str:
+        via = p.edge_kinds[i - 1].value if i > 0 else ""
+        return (f'<tr><td class="num" data-v="{i}">{i + 1}</td><td class="name">{html_text(n.type)}</td>'
+                f'<td class="name">{html_text(n.module or "-")}</td>{_source_cell(n.source)}'
+                f"<td>{html_text(n.phase.value)}</td>" + _num(t, format_time(t))
+                + _num(t / length if length else 0, f"{100 * t / length:.1f}" if length else "0")
+                + f"<td>{html_text(via)}</td></tr>")
+
+    def table(rows: list[str], table_id: str) -> str:
+        return (f'<div class="scroll"><table class="sortable" id="{table_id}"><thead><tr><th class="num">#</th>'
+                '<th>op</th><th>module</th><th>source</th><th>phase</th><th class="num">time</th>'
+                '<th class="num">% of path</th><th>reached by</th></tr></thead><tbody>' + "".join(rows)
+                + "</tbody></table></div>")
+
+    if not timed:
+        return head
+    slowest = [row(*item) for item in sorted(timed, key=lambda x: x[3], reverse=True)[:10]]
+    every = [row(*item) for item in timed[:CRITICAL_ROWS]]
+    more = f" (the first {CRITICAL_ROWS})" if len(timed) > CRITICAL_ROWS else ""
+    return (head + "<h3>Slowest ops on the path</h3>" + table(slowest, "critical-path-slowest")
+            + f"<details><summary>all {len(timed)} nodes on the path{more}, in order</summary>"
+            + table(every, "critical-path-nodes") + "</details>")
+
+
+def _memory_section(profile: Profile, options: ExportOptions) -> str:
+    try:
+        from graphprof.render.memory_svg import memory_timeline_svg
+    except ImportError:
+        return '<p class="note">This graphprof has no memory timeline renderer.</p>'
+    if not any(n.memory is not None for _, n in profile.iter_nodes()):
+        return '<p class="note">The profile has no modelled memory (the memory pass did not run).</p>'
+    try:
+        svg = memory_timeline_svg(profile, graph_id=options.graph_id)
+    except Exception as exc:  # a report with one plot missing beats no report
+        return f'<p class="note">The memory timeline could not be drawn: {html_text(exc)}</p>'
+    start = svg.find("<svg")
+    return f'<div class="memory">{svg[start:] if start >= 0 else svg}</div>'
+
+
+def _roofline(timed: list[Timed], total: float, profile: Profile) -> str:
+    points = []
+    for g, n, t in timed:
+        moved = _moved(n)
+        if n.flops and moved and t > 0:
+            points.append(RooflinePoint(f"{n.type} ({n.module or '-'}) #{n.id}", n.phase.value, n.flops / moved,
+                                        n.flops / t, t, t / total if total else 0.0))
+    peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
+    caption = ('<p>One dot per op node with FLOPs and bytes moved: x = FLOPs per byte, y = achieved FLOP/s, '
+               "size = share of step time (hover for the op). "
+               + ("The dashed lines are the device's roofs." if peaks else
+                  "No device peaks are recorded in this profile (run graphprof calibrate), so no roofs are drawn.")
+               + "</p>")
+    return (caption if points else "") + roofline_svg(points, peaks)
+
+
+def html_report(profile: Profile, options: ExportOptions) -> str:
+    """The report as one HTML document."""
+    stat = options.stat
+    timed: list[Timed] = [(g, n, node_time_s(n, stat)) for g, n in profile.iter_nodes()]
+    total = sum(t for _, _, t in timed)
+    paths = critical_paths(profile, stat=stat)
+    critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
+    meta = profile.meta
+    title = f"graphprof report: {meta.function or 'profile'}"
+    depth1 = _breakdown(timed, total, lambda x: _module_prefix(x[1].module, 1),
+                        lambda items: _module_type(items, _module_prefix(items[0][1].module, 1)), 25)
+    depth2 = _breakdown(timed, total, lambda x: _module_prefix(x[1].module, 2),
+                        lambda items: _module_type(items, _module_prefix(items[0][1].module, 2)), 30)
+    by_phase = _breakdown(timed, total, lambda x: x[1].phase.value, lambda items: "", 10, None)
+    by_source = _breakdown(timed, total, lambda x: x[1].source or "-", lambda items: items[0][1].module or "", 20,
+                           "first module")
+    summary_data = {
+        "function": meta.function, "stat": stat, "steps": len(profile.steps), "ops": len(timed),
+        "time_per_step_s": total, "critical_path_s": sum(p.length_s for p in paths),
+        "top": [{"op": n.type, "module": n.module, "source": n.source, "time_s": t}
+                for _, n, t in sorted(timed, key=lambda x: x[2], reverse=True)[:10]],
+    }
+    device = " ".join(x for x in (meta.device_type, meta.device_name) if x)
+    sub = (f"{device} · torch {meta.torch_version or '?'} · graphprof {meta.graphprof_version or '?'} · "
+           f"{meta.created_at or ''} · {len(profile.steps)} profiled steps, {stat} shown")
+    sections = [
+        ("summary", "Summary", _summary(profile, timed, total, paths, stat)),
+        ("findings", "Advisor findings", _findings(options.findings)),
+        ("top-ops", f"Top {min(TOP_NODES, len(timed))} nodes", _top_nodes(timed, total, critical, options.bounds)
+         + "<h3>By op type</h3>" + _by_op_type(timed, total)),
+        ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase
+         + "<h3>By top-level module</h3>" + depth1 + "</div><div><h3>By module (depth 2)</h3>" + depth2
+         + "<h3>By source line</h3>" + by_source + "</div></div>"),
+        ("roofline", "Roofline", _roofline(timed, total, profile)),
+        ("memory", "Memory timeline", _memory_section(profile, options)),
+        ("critical-path", "Critical path", _critical_section(paths, profile, total)),
+    ]
+    nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)
+    body = "".join(f'<section id="{sid}"><h2>{html_text(name)}</h2>{content}</section>' for sid, name, content in sections)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html_text(title)}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>{html_text(title)}</h1><p>{html_text(sub)}</p></header><nav>{nav}</nav><main>{body}</main>"
+        f'<footer>Generated by graphprof. Times are per step ({html_text(stat)} over profiled steps).</footer>'
+        f'<script type="application/json" id="graphprof-summary">{json_for_script(summary_data)}</script>'
+        f"<script>{JS}</script></body></html>\n"
+    )
