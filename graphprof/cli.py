@@ -1,6 +1,6 @@
 """The ``graphprof`` command: a thin argparse front over the library.
 
-Commands that read a saved profile (``analyze``, ``report``, ``export``, ``diff``) never
+Commands that read a saved profile (``analyze``, ``report``, ``export``, ``diff``, ``merge``) never
 import torch; ``demo`` and ``calibrate`` do. A user error (bad file, bad option value) prints one sentence to stderr
 and exits with status 2, with no traceback.
 """
@@ -220,6 +220,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from graphprof.profile.merge import merge_profiles
+    from graphprof.profile.serialize import load_profile
+
+    merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
+    merged.save(args.output)
+    ranks = len(merged.meta.extra["distributed"]["ranks"])
+    print(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}", file=sys.stderr)
+    return 0
+
+
+def _add_merge_parser(sub: argparse._SubParsersAction) -> None:
+    merge = sub.add_parser(
+        "merge", help="combine the per-rank profiles of a torch.distributed run into one profile",
+        description="One profile file per rank in, one profile out: every rank's graphs (named rank<r>/...), the "
+                    "steps all ranks profiled, and the rank layout in meta.extra['distributed']. "
+                    "`graphprof report` on it compares the ranks (straggler, spread, bus bandwidth); "
+                    "`graphprof export` to a Chrome trace shows one process per rank.")
+    merge.add_argument("profiles", nargs="+", metavar="PROFILE", help="the profile of each rank (any order)")
+    merge.add_argument("-o", "--output", required=True, metavar="FILE", help="the merged profile to write")
+    merge.set_defaults(func=_cmd_merge)
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from graphprof.runtime.calibrate import cache_path, calibrate, load_cached
 
@@ -267,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
     calibrate.set_defaults(func=_cmd_calibrate)
     _add_export_parser(sub)
+    _add_merge_parser(sub)
     _add_diff_parser(sub)
     return parser
 

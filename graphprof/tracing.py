@@ -23,6 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.api import Profile
+from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.state import StateIndex
 from graphprof.capture.segmented import SegmentedCapture
@@ -36,6 +37,8 @@ from graphprof.passes.memory import memory
 from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
 from graphprof.runtime.calibrate import load_cached
 from graphprof.runtime.codegen import compile_graph
+from graphprof.runtime.device_clock import TIMINGS, DeviceClock, DeviceTimeline, device_timeline, profile_device
+from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
 from graphprof.runtime.collect import gradient_host_record, build_profile, graph_record, profile_meta
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action, Schedule
@@ -96,6 +99,7 @@ class _Entry:
     guards: tuple
     samples: SampleBuffer = field(default_factory=SampleBuffer)
     sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
+    timeline: DeviceTimeline | None = None  # device events (graphs on an accelerator)
     _executables: dict[bool, Callable[..., Any]] = field(default_factory=dict)
 
     def executable(self, instrumented: bool) -> Callable[..., Any]:
@@ -115,7 +119,14 @@ class TracedFunction:
                  schedule: Schedule | None = None,
                  on_profile_ready: Callable[[Profile], Any] | None = None,
                  max_steps: int = DEFAULT_MAX_STEPS, sample_rate: int = 0,
-                 peaks: dict[str, float] | None = None) -> None:
+                 peaks: dict[str, float] | None = None, timing: str = "pipelined",
+                 device_clock: DeviceClock | None = None) -> None:
+        if timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+        # Device events on an accelerator: one synchronisation per step ("pipelined") or after
+        # every op ("isolated"); ``device_clock`` replaces the real device (tests pass a fake).
+        self.timing = timing
+        self._device_clock = device_clock
         if sample_rate < 0:
             raise ValueError("sample_rate must be 0 (no allocator samples) or a positive number of ops")
         self.sample_rate = sample_rate
@@ -150,6 +161,7 @@ class TracedFunction:
         # Segmented steps are kept per input signature, like captured entries.
         self._segment_buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
         self._segment_key: Hashable = None
+        self._comm: CommTimer | None = None  # DDP bucket allreduce times (segmented capture)
 
     def _action(self, call: int) -> Action:
         if not self.profiling:
@@ -191,13 +203,19 @@ class TracedFunction:
             return run_captured(entry.captured, entry.executable(False), args, kwargs)[0]
         if entry.sampler is not None:
             entry.sampler.begin_step()
+        if entry.timeline is not None:
+            entry.timeline.begin_step()
         result, stamps, host = run_captured(entry.captured, entry.executable(True), args, kwargs,
                                             instrumented=True, clock=self._clock)
+        if entry.timeline is not None:
+            entry.timeline.finish()  # the step's one device synchronisation, inside its wall time
         if action is Action.WARMUP:
             return result
         entry.samples.add(StepSamples(call, self._clock() - start, stamps, host))
         if entry.sampler is not None:
             entry.sampler.end_step(call)
+        if entry.timeline is not None:
+            entry.timeline.end_step(call)
         if action is Action.RECORD_AND_SAVE:
             self._complete_cycle(entry)
         return result
@@ -205,6 +223,7 @@ class TracedFunction:
     def _call_segmented(self, call: int, start: int, args: tuple, kwargs: dict) -> Any:
         """Segmented capture: the first call here compiles, later ones run the segments."""
         if self._segmented is None:
+            self._comm = self._comm or comm_timer_for(self._fn, self._clock)
             self._segmented = SegmentedCapture(self._fn, prepare_graph, self._clock)
             self._segmented.probing = False
             return self._segmented(*args, **kwargs)
@@ -218,7 +237,11 @@ class TracedFunction:
         self._segment_key = key
         action = self._action(call)
         self._segmented.probing = action is not Action.NONE
+        if self._comm is not None:
+            self._comm.begin_step(action in (Action.RECORD, Action.RECORD_AND_SAVE))
         result = self._segmented(*args, **kwargs)
+        if self._comm is not None:
+            self._comm.end_step(call)
         if action in (Action.RECORD, Action.RECORD_AND_SAVE):
             events = tuple(self._segmented.timeline.events)
             self._segment_buffers[key].add(SegmentedStep(call, start, self._clock(), events))
@@ -235,6 +258,8 @@ class TracedFunction:
         (entry.samples if entry is not None else self._segment_samples).clear()
         if entry is not None and entry.sampler is not None:
             entry.sampler.clear()
+        if entry is not None and entry.timeline is not None:
+            entry.timeline.clear()
         self._cycles.append(profile)
         if self.on_profile_ready is not None:
             self.on_profile_ready(profile)
@@ -243,16 +268,25 @@ class TracedFunction:
         if self._entries:
             log.info("graphprof: %s: new input signature; capturing graph %d", self.__name__, len(self._entries) + 1)
         try:
-            captured = capture_whole_step(self._fn, args, kwargs)  # restores state on failure
+            with refuse_ddp(self._fn):  # DDP's allreduce waits are not in a make_fx graph: capture/distributed.py
+                captured = capture_whole_step(self._fn, args, kwargs)  # restores state on failure
         except Exception as exc:
             raise CaptureError.from_exception(self.__name__, exc) from exc
-        prepare_graph(captured.graph_module)
-        entry = _Entry(captured, instrument(captured.graph_module, self._clock), _guard_values(captured.state),
+        try:
+            prepare_graph(captured.graph_module)
+            wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
+            instrumented = instrument(captured.graph_module, self._clock)
+        except Exception as exc:
+            captured.undo()  # the step ran during capture; a fallback must not run it twice
+            raise CaptureError.from_exception(self.__name__, exc) from exc
+        entry = _Entry(captured, instrumented, _guard_values(captured.state),
                        SampleBuffer(limit=None if self.schedule else self.max_steps))
         device = accelerator_type() if self.sample_rate else None
         if device is not None and device in graph_device_types(captured.graph_module):
             entry.sampler = AllocatorSampler(self.sample_rate)
             add_allocator_samples(entry.instrumented, entry.sampler)
+        # After the allocator reads, so each device mark sits right after its op.
+        entry.timeline = device_timeline(captured.graph_module, entry.instrumented, self.timing, self._device_clock)
         self._entries[key] = entry
         while len(self._entries) > self.cache_size:
             self._entries.popitem(last=False)
@@ -292,11 +326,15 @@ class TracedFunction:
         if entry is None:
             steps = list(self._segment_samples.steps)
             graphs = segment_graph_records(self._segmented.segments, steps)
+            comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1) if self._comm else None
+            graphs += [comm] if comm is not None else []
             mode = "dynamo"
         else:
             steps = list(entry.samples.steps)
             device_memory = entry.sampler.samples(s.index for s in steps) if entry.sampler is not None else ()
-            graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory)]
+            device_times = entry.timeline.times(s.index for s in steps) if entry.timeline is not None else None
+            graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory,
+                                   device_times=device_times)]
             host = gradient_host_record(steps, graph_id=1)
             if host is not None:
                 graphs.append(host)
@@ -304,12 +342,19 @@ class TracedFunction:
         extra: dict[str, Any] = {
             "cost_coverage": node_coverage(n for g in graphs for n in g.nodes).to_dict(),
         }
+        distributed = distributed_extra(self._comm)
+        if distributed is not None:
+            extra["distributed"] = distributed
         if self.schedule is not None:
             extra["schedule"] = {k: getattr(self.schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
             extra["cycle"] = cycle
-        peaks = self.peaks if self.peaks is not None else load_cached("cpu")
+        device_type, device_name, device_extra = profile_device(
+            entry.timeline if entry is not None else None,
+            [entry.captured.graph_module] if entry is not None else [s.graph_module for s in self._segmented.segments])
+        extra.update(device_extra)
+        peaks = self.peaks if self.peaks is not None else load_cached(device_type)
         meta = profile_meta(self.__name__, mode, _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0,
-                            peaks=peaks, **extra)
+                            peaks=peaks, device_type=device_type, device_name=device_name, **extra)
         return build_profile(graphs, steps, meta, cls=Profile)
 
     def reset(self) -> None:

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, roofline
+from graphprof.analysis.roofline import OVERHEAD_RATIO, Bound, Peaks, RooflinePoint, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
 
@@ -220,9 +220,68 @@ def single_tensor_optimizer(ctx: AdvisorContext) -> list[Finding]:
                      "one multi-tensor kernel per step instead of several ops per parameter", hits)]
 
 
+#: Launch-bound: a node runs at the host's pace when its device time is within this fraction of its
+#: host (dispatch) time. In a pipelined step whose device waits for launches, the device reaches each
+#: node's end event just after the host records it, so device and host times of a node agree closely.
+LAUNCH_TRACK_TOLERANCE = 0.25
+#: ... and the step is launch-bound when such nodes (whose roofline time is also far below their
+#: device time) hold at least this share of a graph's device time, over at least this many nodes.
+LAUNCH_BOUND_SHARE = 0.5
+LAUNCH_BOUND_MIN_NODES = 10
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    half = len(s) // 2
+    return s[half] if len(s) % 2 else (s[half - 1] + s[half]) / 2
+
+
+def launch_bound(ctx: AdvisorContext) -> list[Finding]:
+    """A step whose device idles while the host dispatches: device self times track host dispatch times.
+
+    Needs device times (an accelerator profile). A node is host-paced when
+    its median device time is within ``LAUNCH_TRACK_TOLERANCE`` of its
+    median host time and, where the roofline is known, the roofline time is
+    under ``OVERHEAD_RATIO`` of the device time (the kernel itself is short;
+    the rest is waiting for the launch). When the device is the bottleneck
+    the host runs ahead and device times far exceed dispatch times, so the
+    rule stays quiet.
+    """
+    findings = []
+    for graph in ctx.profile.graphs:
+        timed = [n for n in graph.nodes if n.device_time_s and n.host_time_s]
+        if not timed:
+            continue
+        device_total = 0.0
+        hits: list[tuple[GraphRecord, NodeRecord]] = []
+        paced_s = 0.0
+        for node in timed:
+            host, device = _median(node.host_time_s), _median(node.device_time_s)
+            device_total += device
+            if host <= 0 or abs(device - host) > LAUNCH_TRACK_TOLERANCE * host:
+                continue
+            point = ctx.points.get((graph.id, node.id))
+            roof = point.roofline_time_s if point is not None else None
+            if roof is not None and roof >= OVERHEAD_RATIO * device:
+                continue
+            hits.append((graph, node))
+            paced_s += device
+        if len(hits) < LAUNCH_BOUND_MIN_NODES or device_total <= 0 or paced_s < LAUNCH_BOUND_SHARE * device_total:
+            continue
+        findings.append(_finding(
+            ctx, "launch-bound",
+            f"launch-bound: the device idles while the host dispatches ({len(hits)} of {len(timed)} nodes of "
+            f"{graph.name}, {100 * paced_s / device_total:.0f}% of its device time, run at the host's pace)",
+            "the device's pace is set by Python and kernel launches, not by its kernels: replay the step as a "
+            "device graph (CUDA graphs, e.g. torch.compile(mode=\"reduce-overhead\")), fuse small ops "
+            "(torch.compile), use foreach/fused optimizers, or give each kernel more work (larger batches)",
+            hits))
+    return findings
+
+
 RULES: tuple[Callable[[AdvisorContext], list[Finding]], ...] = (
     host_sync, device_copies, float64_work, slow_convolution, dispatch_bound_runs,
-    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer,
+    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound,
 )
 _ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 

@@ -50,9 +50,15 @@ def longest_path(dag: nx.DiGraph, weight: str = "time_s") -> tuple[list[int], fl
     Dynamic programming in topological order (ties broken towards the
     earliest ``position``, so the answer is deterministic). O(V + E).
     """
-    if not nx.is_directed_acyclic_graph(dag):
-        raise ValueError("the dataflow graph has a cycle, so it has no critical path")
-    order = list(nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n].get("position", n)))
+    positions = dict(dag.nodes(data="position"))
+    if all(p is not None for p in positions.values()) and all(positions[a] < positions[b] for a, b in dag.edges):
+        # Every edge points forward in execution order (graphprof's dataflow graphs):
+        # that order is topological, and acyclic by construction.
+        order = sorted(dag.nodes, key=positions.__getitem__)
+    else:
+        if not nx.is_directed_acyclic_graph(dag):
+            raise ValueError("the dataflow graph has a cycle, so it has no critical path")
+        order = list(nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n].get("position", n)))
     best: dict[int, float] = {}
     prev: dict[int, int | None] = {}
     for n in order:
@@ -75,7 +81,7 @@ def longest_path(dag: nx.DiGraph, weight: str = "time_s") -> tuple[list[int], fl
 
 def critical_path(graph: GraphRecord | nx.DiGraph, stat: str = "median") -> CriticalPath:
     """The critical path of a graph record (or of a dataflow graph built from one)."""
-    dag = graph if isinstance(graph, nx.DiGraph) else dataflow_graph(graph, stat=stat)
+    dag = graph if isinstance(graph, nx.DiGraph) else dataflow_graph(graph, stat=stat, attributes=False)
     path, length = longest_path(dag)
     serial = sum(float(t or 0.0) for _, t in dag.nodes(data="time_s"))
     kinds = tuple(dag.edges[a, b]["kind"] for a, b in zip(path, path[1:]))

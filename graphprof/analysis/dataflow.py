@@ -173,19 +173,22 @@ def _node_attributes(graph: GraphRecord, position: int, node: NodeRecord, stat: 
     }
 
 
-def dataflow_graph(graph: GraphRecord, stat: str = "median") -> nx.DiGraph:
+def dataflow_graph(graph: GraphRecord, stat: str = "median", attributes: bool = True) -> nx.DiGraph:
     """The DAG of one graph: node attributes from its records, edges with a ``kind``.
 
     Node keys are ``NodeRecord.id`` (also the ``node_id`` attribute: an
     attribute called ``id`` would clash with node-link JSON's key field);
     ``time_s`` is the node's time under ``stat``. Graph attributes: ``graph_id``, ``name``, ``kind``, ``stat``.
+    With ``attributes=False`` nodes carry only ``position`` and ``time_s``.
     """
     stat_fn(stat)  # a bad statistic fails here, with the list of valid ones
     dag = nx.DiGraph(graph_id=graph.id, name=graph.name, kind=graph.kind.value, stat=stat)
-    for i, node in enumerate(graph.nodes):
-        dag.add_node(node.id, **_node_attributes(graph, i, node, stat))
-    for edge in data_edges(graph) + order_edges(graph):
-        dag.add_edge(edge.src, edge.dst, kind=edge.kind)
+    if attributes:
+        dag.add_nodes_from((node.id, _node_attributes(graph, i, node, stat)) for i, node in enumerate(graph.nodes))
+    else:  # what path algorithms need, several times faster on 100,000-node graphs
+        dag.add_nodes_from((node.id, {"position": i, "time_s": node_time_s(node, stat)})
+                           for i, node in enumerate(graph.nodes))
+    dag.add_edges_from((e.src, e.dst, {"kind": e.kind}) for e in data_edges(graph) + order_edges(graph))
     return dag
 
 

@@ -13,7 +13,9 @@ from typing import Mapping
 
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
-from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline
+from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
+from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, classify, peaks_from_meta, roofline
+from graphprof.analysis.stats import stat_fn
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
@@ -28,6 +30,22 @@ class RooflineRow:
     graph: GraphRecord
     node: NodeRecord
     point: RooflinePoint
+    #: The node's host (dispatch) time when ``point.time_s`` is its device time, else None.
+    host_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class HostDeviceTimes:
+    """Host dispatch beside device execution, for a profile with device times.
+
+    Per step (sums over the ``nodes`` nodes that have device times, of each
+    node's statistic): ``host_s`` is the time the host spent dispatching
+    them, ``device_s`` the time the device spent on them.
+    """
+
+    host_s: float
+    device_s: float
+    nodes: int
 
 
 @dataclass(frozen=True)
@@ -44,19 +62,26 @@ class Report:
     critical: tuple[CriticalPath, ...]
     breakdowns: Mapping[str, TableResult]
     findings: tuple[Finding, ...]
+    #: The rank comparison, for a profile merged from several ranks (``graphprof merge``).
+    distributed: DistributedAnalysis | None = None
+    #: Host vs device time, when the profile has device times (an accelerator run).
+    host_device: HostDeviceTimes | None = None
 
 
 def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "median", top: int = 10,
                  module_depth: int = 2) -> Report:
     """Analyse ``profile`` for the report; ``peaks`` default to those in its meta."""
     peaks = peaks or peaks_from_meta(profile)
-    points = roofline(profile, peaks, stat)
+    points = _points(profile, peaks, stat)
     by_key = {(p.graph_id, p.node_id): p for p in points}
     time_by_bound: dict[Bound, float] = {}
     for p in points:
         time_by_bound[p.bound] = time_by_bound.get(p.bound, 0.0) + p.time_s
     ranked = sorted(profile.iter_nodes(), key=lambda gn: by_key[(gn[0].id, gn[1].id)].time_s, reverse=True)
-    rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)]) for g, n in ranked[:top])
+    host_device = _host_device(profile, stat)
+    host_of = stat_fn(stat) if host_device is not None else None
+    rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)], host_of(n.host_time_s) if host_of else None)
+                 for g, n in ranked[:top])
     breakdowns = {
         key: build_table(profile, aggregate_by=key, top=top, stat=stat,
                          module_depth=module_depth if key == "module" else None)
@@ -67,4 +92,22 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
         overview=build_table(profile, top=top, stat=stat), roofline_rows=rows,
         time_by_bound_s=time_by_bound, critical=critical_paths(profile, stat=stat) if profile.graphs else (),
         breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, points)),
+        distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
     )
+
+
+def _points(profile: Profile, peaks: Peaks | None, stat: str) -> list[RooflinePoint]:
+    """Roofline points on the device clock where nodes have device times (host time is only dispatch there)."""
+    if not any(n.device_time_s for _, n in profile.iter_nodes()):
+        return roofline(profile, peaks, stat)
+    fn = stat_fn(stat)
+    return [classify(n, fn(n.device_time_s or n.host_time_s), peaks, g.id) for g, n in profile.iter_nodes()]
+
+
+def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:
+    fn = stat_fn(stat)
+    timed = [n for _, n in profile.iter_nodes() if n.device_time_s]
+    if not timed:
+        return None
+    return HostDeviceTimes(host_s=sum(fn(n.host_time_s) for n in timed),
+                           device_s=sum(fn(n.device_time_s) for n in timed), nodes=len(timed))

@@ -111,4 +111,6 @@ def roofline(profile: Profile, peaks: Peaks | None = None, stat: str = "median")
     """A RooflinePoint for every node of every graph (views and free ops included)."""
     peaks = peaks or peaks_from_meta(profile)
     fn = stat_fn(stat)
-    return [classify(node, fn(node.host_time_s), peaks, graph.id) for graph, node in profile.iter_nodes()]
+    # On an accelerator the device time is the op's time; host time is only its dispatch.
+    return [classify(node, fn(node.device_time_s or node.host_time_s), peaks, graph.id)
+            for graph, node in profile.iter_nodes()]

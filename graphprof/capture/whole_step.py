@@ -43,6 +43,9 @@ class CapturedStep:
     state: StateIndex
     result: Any = None
     notes: list[str] = field(default_factory=list)
+    #: Puts the user's state back as it was before the capture call (for
+    #: failures after capture, before the graph is usable).
+    undo: Callable[[], None] = lambda: None
 
 
 def _safe_attr(name: str, taken: set[str]) -> str:
@@ -65,6 +68,8 @@ def _name_state(gm: torch.fx.GraphModule, state: StateIndex) -> None:
             taken.add(node.target)
         elif node.op == "get_attr":
             value = getattr(gm, node.target)
+            if not isinstance(value, torch.Tensor):  # torchbind objects (a ProcessGroup) keep their attribute
+                continue
             record = state.describe(value) if isinstance(value, torch.Tensor) else None
             if record is None:
                 role = StateRole.PARAMETER if isinstance(value, nn.Parameter) else StateRole.CONSTANT
@@ -111,20 +116,22 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
     try:
         gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
+        _link_scalar_outputs(gm, holder["scalar_outputs"])
+        _name_state(gm, state)
+        referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
+        params = holder["params"]
+        clear = [p for p in params if pre_grads.get(id(p)) is not None and id(pre_grads[id(p)]) not in referenced]
+        gm.graph.lint()
+        gm.recompile()
     except BaseException:
+        # The step ran (part way or whole): undo it, or a fallback would run it twice.
         if "recorder" in holder:
             holder["recorder"].write_log.restore()
         raise
-    _link_scalar_outputs(gm, holder["scalar_outputs"])
-    _name_state(gm, state)
-    referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
-    params = holder["params"]
-    clear = [p for p in params if pre_grads.get(id(p)) is not None and id(pre_grads[id(p)]) not in referenced]
-    gm.graph.lint()
-    gm.recompile()
     out = holder["out"]
     out = pytree.tree_map_only(TracedScalar, lambda s: s.value, out)
-    return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out)
+    return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
+                        undo=holder["recorder"].write_log.restore)
 
 
 def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar]) -> None:

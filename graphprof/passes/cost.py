@@ -18,6 +18,7 @@ import torch
 import torch.fx
 
 # The companion modules register their formulas on import.
+import graphprof.passes.cost_formulas_comm  # noqa: F401
 import graphprof.passes.cost_formulas_data  # noqa: F401
 import graphprof.passes.cost_formulas_nn  # noqa: F401
 import graphprof.passes.cost_formulas_pointwise  # noqa: F401

@@ -15,6 +15,7 @@ import torch
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
+from graphprof.passes.cost_formulas_comm import node_collective_attrs
 from graphprof.passes.records import ANNOTATION, ATTRS, OpAttrs
 
 aten = torch.ops.aten
@@ -71,6 +72,8 @@ def op_attrs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             attrs = _conv_backend(node)
         elif op_type in _COPY_TYPES:
             attrs = _copy_devices(node)
+        else:
+            attrs = node_collective_attrs(node, gm)  # collective, bytes communicated, world size
         if attrs:
             node.meta[ATTRS] = OpAttrs(tuple(sorted(attrs.items())))
     return gm

@@ -2,7 +2,10 @@
 
 Opens in ``chrome://tracing``, https://ui.perfetto.dev and speedscope. Layout:
 
-- one process (pid 1) named after the traced function;
+- one process (pid 1) named after the traced function; a profile merged
+  from several ranks (``graphprof merge``) gets one process per rank
+  (pid = rank + 1, named "rank r"), each with its own step spans (the rank's
+  own wall time) and graph tracks, steps starting together on every rank;
 - track 0 holds one span per profiled step; every graph and phase gets its
   own track ("step · forward", "step · backward", "step · optimizer");
 - a complete event (``"ph": "X"``) per node per profiled step, lasting the
@@ -31,6 +34,7 @@ from typing import Any, Mapping
 
 from graphprof.analysis.critical_path import critical_paths
 from graphprof.analysis.dataflow import node_samples_s
+from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
 
@@ -62,18 +66,18 @@ def _node_args(graph: GraphRecord, node: NodeRecord, time_s: float, step: int, c
     return args
 
 
-def _memory_counter(node: NodeRecord, ts_us: float) -> dict[str, Any] | None:
+def _memory_counter(node: NodeRecord, ts_us: float, pid: int = PID) -> dict[str, Any] | None:
     memory = node.memory
     if memory is None:
         return None
     series = {str(k): int(v) for k, v in memory.live_by_category_bytes.items()} or {"live": memory.live_bytes}
-    return {"name": "live memory (bytes)", "ph": "C", "ts": ts_us, "pid": PID, "tid": STEP_TID, "args": series}
+    return {"name": "live memory (bytes)", "ph": "C", "ts": ts_us, "pid": pid, "tid": STEP_TID, "args": series}
 
 
-def _metadata(name: str, tid: int, value: str, sort_index: int | None = None) -> list[dict[str, Any]]:
-    events = [{"name": name, "ph": "M", "ts": 0, "pid": PID, "tid": tid, "args": {"name": value}}]
+def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
+    events = [{"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}}]
     if sort_index is not None:
-        events.append({"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": PID, "tid": tid,
+        events.append({"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": pid, "tid": tid,
                        "args": {"sort_index": sort_index}})
     return events
 
@@ -86,10 +90,21 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
         for node in graph.nodes:
             tracks.setdefault((graph.id, node.phase.value), len(tracks) + 1)
     names = {g.id: g.name or f"graph {g.id}" for g in profile.graphs}
-    events: list[dict[str, Any]] = _metadata("process_name", STEP_TID, f"graphprof: {profile.meta.function or 'profile'}")
-    events += _metadata("thread_name", STEP_TID, "steps", 0)
+    # One process per rank in a merged distributed profile (pid = rank + 1), else one process.
+    pid_of = {gid: rank + 1 for gid, rank in graph_ranks(profile).items()}
+    rank_walls = {int(r["rank"]) + 1: r.get("wall_time_s", []) for r in (rank_info(profile) or {}).get("ranks", [])
+                  } if pid_of else {}
+    pids = sorted(set(pid_of.values())) or [PID]
+    events: list[dict[str, Any]] = []
+    for pid in pids:
+        label = f"rank {pid - 1}: " if pid_of else ""
+        events += _metadata("process_name", STEP_TID, f"graphprof: {label}{profile.meta.function or 'profile'}", pid=pid)
+        if pid_of:
+            events.append({"name": "process_sort_index", "ph": "M", "ts": 0, "pid": pid, "tid": STEP_TID,
+                           "args": {"sort_index": pid}})
+        events += _metadata("thread_name", STEP_TID, "steps", 0, pid=pid)
     for (graph_id, phase), tid in tracks.items():
-        events += _metadata("thread_name", tid, f"{names[graph_id]} · {phase}", tid)
+        events += _metadata("thread_name", tid, f"{names[graph_id]} · {phase}", tid, pid=pid_of.get(graph_id, PID))
 
     samples = {(g.id, n.id): node_samples_s(n) for g in profile.graphs for n in g.nodes}
     allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
@@ -97,9 +112,11 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
     offset_us = 0.0
     for k in range(n_steps):
         step_index = profile.steps[k].index if k < len(profile.steps) else k
-        t_us = offset_us
+        cursor = {pid: offset_us for pid in pids}
         for graph in profile.graphs:
             cp = critical.get(graph.id, frozenset())
+            pid = pid_of.get(graph.id, PID)
+            t_us = cursor[pid]
             for node in graph.nodes:
                 times = samples[(graph.id, node.id)]
                 if k >= len(times):
@@ -108,7 +125,7 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
                 on_path = node.id in cp
                 event = {
                     "name": node.type, "cat": node.phase.value, "ph": "X", "ts": t_us, "dur": dur_us,
-                    "pid": PID, "tid": tracks[(graph.id, node.phase.value)],
+                    "pid": pid, "tid": tracks[(graph.id, node.phase.value)],
                     "args": _node_args(graph, node, times[k], step_index, on_path,
                                        bound_of(bounds, graph.id, node.id)),
                 }
@@ -116,19 +133,26 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
                     event["cname"] = CRITICAL_CNAME
                 events.append(event)
                 t_us += dur_us
-                counter = _memory_counter(node, t_us)
+                counter = _memory_counter(node, t_us, pid)
                 if counter is not None:
                     events.append(counter)
                 read = allocator.get((graph.id, step_index, node.id))
                 if read is not None:
-                    events.append({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": PID, "tid": STEP_TID,
+                    events.append({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": pid, "tid": STEP_TID,
                                    "args": {"allocated": read.allocated_bytes, "reserved": read.reserved_bytes}})
+            cursor[pid] = t_us
         wall_us = profile.steps[k].wall_time_s * _US if k < len(profile.steps) else 0.0
-        span_us = max(wall_us, t_us - offset_us)
-        events.append({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us, "dur": span_us,
-                       "pid": PID, "tid": STEP_TID,
-                       "args": {"step": step_index, "wall_time_s": wall_us / _US, "graph_time_s": (t_us - offset_us) / _US}})
-        offset_us += span_us
+        longest_us = 0.0
+        for pid in pids:
+            own = rank_walls.get(pid, [])
+            pid_wall_us = own[k] * _US if k < len(own) else wall_us
+            span_us = max(pid_wall_us, cursor[pid] - offset_us)
+            longest_us = max(longest_us, span_us)
+            events.append({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us, "dur": span_us,
+                           "pid": pid, "tid": STEP_TID,
+                           "args": {"step": step_index, "wall_time_s": pid_wall_us / _US,
+                                    "graph_time_s": (cursor[pid] - offset_us) / _US}})
+        offset_us += longest_us
     meta = profile.meta
     return {
         "traceEvents": events,

@@ -7,6 +7,7 @@ from tabulate import tabulate
 from graphprof.analysis.report import Report
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
+from graphprof.render.distributed_text import render_distributed
 from graphprof.render.units import format_bytes, format_count, format_time
 
 _WIDTH = 36
@@ -33,6 +34,8 @@ def _header(report: Report) -> list[str]:
     lines.append(f"{s.nodes} nodes in {s.graphs} graph(s), {format_time(s.total_time_s)} of node time ({report.stat}); "
                  f"{format_count(s.total_flops, 'FLOP')}, {format_count(s.achieved_flop_per_s, 'FLOP/s')} achieved; "
                  f"{format_bytes(s.total_bytes_moved)} moved")
+    if report.host_device is not None:
+        lines.append(_host_device(report))
     if report.peaks:
         p = report.peaks
         extra = "".join(f", {k} {format_count(v, 'FLOP/s')}" for k, v in (p.flops_per_s_by_dtype or {}).items()
@@ -50,6 +53,20 @@ def _header(report: Report) -> list[str]:
     return lines
 
 
+def _host_device(report: Report) -> str:
+    """Host dispatch beside device time, and which side sets the pace."""
+    hd = report.host_device
+    timing = report.profile.meta.extra.get("timing", "")
+    if hd.device_s > 1.25 * hd.host_s:
+        pace = "the host runs ahead; the device sets the pace"
+    elif hd.device_s >= 0.8 * hd.host_s:
+        pace = "device time tracks dispatch: the host may set the pace"
+    else:
+        pace = "the device finishes well inside dispatch time: the host sets the pace"
+    return (f"host vs device ({report.stat} per step over {hd.nodes} nodes{', ' + timing if timing else ''}): "
+            f"host dispatch {format_time(hd.host_s)}, device {format_time(hd.device_s)}; {pace}")
+
+
 def _shares(report: Report) -> list[str]:
     total = report.overview.summary.total_time_s
     phases = ", ".join(f"{p.phase} {p.percent:.1f}%" for p in report.overview.summary.phases)
@@ -60,16 +77,19 @@ def _shares(report: Report) -> list[str]:
 
 def _roofline(report: Report) -> str:
     rows = []
+    both = any(r.host_time_s is not None for r in report.roofline_rows)  # device time, host time beside it
     for r in report.roofline_rows:
         p = r.point
+        host = [format_time(r.host_time_s) if r.host_time_s is not None else "-"] if both else []
         rows.append([
             r.node.id, r.node.type, _clip(r.node.module, 28), _clip(r.node.source, 30), format_time(p.time_s),
-            format_count(p.flops, "FLOP"), "N/A" if p.intensity is None else f"{p.intensity:.2f}",
+            *host, format_count(p.flops, "FLOP"), "N/A" if p.intensity is None else f"{p.intensity:.2f}",
             format_count(p.achieved_flops_per_s, "FLOP/s"),
             "N/A" if p.fraction_of_attainable is None else f"{100 * p.fraction_of_attainable:.1f}%",
             p.bound.value,
         ])
-    headers = ["#", "op", "module", "source", "time", "FLOPs", "FLOP/B", "achieved", "of roofline", "bound"]
+    times = ["device", "host"] if both else ["time"]
+    headers = ["#", "op", "module", "source", *times, "FLOPs", "FLOP/B", "achieved", "of roofline", "bound"]
     return f"roofline of the top {len(rows)} nodes\n" + tabulate(rows, headers=headers, disable_numparse=True)
 
 
@@ -119,4 +139,6 @@ def render_report(report: Report) -> str:
         _breakdown("by op type", report.breakdowns["type"]),
         _breakdown("by source line", report.breakdowns["source"]),
     ]
+    if report.distributed is not None:  # a profile merged from several ranks
+        sections.insert(2, render_distributed(report.distributed))
     return "\n\n".join(sections)

@@ -7,6 +7,11 @@ matmuls (2*n^3 FLOPs each) per dtype the device runs fast, and the best of
 several large copies (read + write bytes). Results are cached per device
 name, thread count and torch version in the user cache directory, and every
 profile taken afterwards records them in ``meta.peaks``.
+
+On an accelerator (``--device cuda``, or any other torch.accelerator
+backend) the same measurements run on the device, timed on the host around
+``torch.accelerator.synchronize``; the sizes grow (8192^3 matmuls, 1 GiB
+copies) so that launch and synchronisation latency stay in the noise.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import Callable
 
 import torch
 
+from graphprof.runtime.allocator import accelerator_type
+from graphprof.runtime.device_clock import device_name
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -30,16 +38,26 @@ def cache_path() -> str:
 
 
 def device_key(device: str = "cpu") -> str:
-    """What a calibration is valid for: device name, threads, torch version."""
+    """What a calibration is valid for: device type and name, threads, torch version."""
     if device == "cpu":
         name = platform.processor() or platform.machine()
         threads = torch.get_num_threads()
     else:
-        name = torch.accelerator.current_accelerator().type if hasattr(torch, "accelerator") else device
-        if torch.cuda.is_available():
-            name = torch.cuda.get_device_name()
+        name = device_name(device)
         threads = 0
+        device = device.split(":")[0]  # profiles look peaks up by device type
     return f"{device}|{name}|threads={threads}|torch={torch.__version__}"
+
+
+def check_device(device: str) -> None:
+    """ValueError (one sentence) unless ``device`` is the CPU or this machine's accelerator."""
+    if device == "cpu":
+        return
+    kind = accelerator_type()
+    if kind is None or device.split(":")[0] != kind:
+        found = f"its accelerator is {kind!r}" if kind else "torch.accelerator finds no accelerator"
+        raise ValueError(f"cannot calibrate device {device!r} here: {found} (use --device cpu"
+                         f"{' or --device ' + kind if kind else ''})")
 
 
 def _best_time_s(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
@@ -56,9 +74,14 @@ def _best_time_s(fn: Callable[[], object], repeats: int, sync: Callable[[], None
     return best
 
 
-def measure_peaks(device: str = "cpu", matmul_n: int = 1024, copy_mib: int = 256, repeats: int = 5) -> dict[str, float]:
+def measure_peaks(device: str = "cpu", matmul_n: int | None = None, copy_mib: int | None = None,
+                  repeats: int = 5) -> dict[str, float]:
     """Measured peaks: ``flops_per_s`` (float32), ``flops_per_s_<dtype>``, ``bytes_per_s``."""
-    sync = (lambda: None) if device == "cpu" else torch.accelerator.synchronize
+    check_device(device)
+    accelerator = device != "cpu"
+    matmul_n = matmul_n or (8192 if accelerator else 1024)
+    copy_mib = copy_mib or (1024 if accelerator else 256)
+    sync = torch.accelerator.synchronize if accelerator else (lambda: None)
     peaks: dict[str, float] = {}
     float32_best_s = float("inf")  # the bar other dtypes must beat to count as fast
     for name, dtype in _DTYPES.items():

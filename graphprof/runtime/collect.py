@@ -21,25 +21,33 @@ from graphprof.profile.model import (
 )
 from graphprof.runtime.samples import StepSamples
 
-_NS = 1e-9
+#: Nanoseconds per second. Times are ``ns / _NS_PER_S``: a division is correctly
+#: rounded, so it gives the same float as the saved 0.1 ns ticks divided back,
+#: and a profile survives save and load unchanged (``ns * 1e-9`` would not).
+_NS_PER_S = 1e9
 
 
 def graph_record(
     gm: torch.fx.GraphModule, steps: Sequence[StepSamples], graph_id: int = 0,
     name: str = "step", kind: GraphKind = GraphKind.STEP,
     device_memory: Sequence[DeviceMemorySample] = (),
+    device_times: Sequence[Sequence[float]] | None = None,
 ) -> GraphRecord:
     """One GraphRecord: a NodeRecord per op node, with its host time in every step.
 
     ``device_memory`` holds allocator samples taken on an accelerator; the
     modelled memory comes from the memory pass's records, when it ran.
+    ``device_times`` (seconds, one list per step in node order, from the
+    device clock) become the nodes' ``device_time_s``.
     """
-    return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind, device_memory)
+    return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind, device_memory,
+                                   device_times)
 
 
 def graph_record_from_times(
     gm: torch.fx.GraphModule, per_step: Sequence[Sequence[int]], graph_id: int,
     name: str, kind: GraphKind, device_memory: Sequence[DeviceMemorySample] = (),
+    device_times: Sequence[Sequence[float]] | None = None,
 ) -> GraphRecord:
     """A GraphRecord from per-step node times in ns (one list per step, in node order)."""
     ids: dict[str, int] = {}
@@ -73,8 +81,9 @@ def graph_record_from_times(
             bytes_read=cost.bytes_read if cost else None,
             bytes_written=cost.bytes_written if cost else None,
             memory=MemoryRecord(mem.allocated_bytes, mem.freed_bytes, mem.live_bytes,
-                                dict(mem.live_by_category_bytes)) if mem else None,
-            host_time_s=tuple(times[i] * _NS for times in per_step),
+                                {k: v for k, v in mem.live_by_category_bytes.items() if v}) if mem else None,
+            host_time_s=tuple(times[i] / _NS_PER_S for times in per_step),
+            device_time_s=tuple(times[i] for times in device_times) if device_times else (),
             attrs=attrs.items if attrs else (),
         ))
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
@@ -98,15 +107,19 @@ def _memory_peak(record: StepMemoryRecord, ids: dict[str, int]) -> MemoryPeak:
 
 
 def profile_meta(function: str, capture: str, probe_cost_s: float, peaks: dict[str, float] | None = None,
-                 **extra: object) -> ProfileMeta:
-    """Meta for a profile taken now, on this host; ``peaks`` from calibration or the user."""
+                 device_type: str = "cpu", device_name: str | None = None, **extra: object) -> ProfileMeta:
+    """Meta for a profile taken now, on this host; ``peaks`` from calibration or the user.
+
+    ``device_type`` is where the graphs ran ("cuda" on a GPU); the name
+    defaults to the host processor's (right for "cpu").
+    """
     from graphprof import __version__
 
     return ProfileMeta(
         function=function,
         capture=capture,
-        device_type="cpu",
-        device_name=platform.processor() or platform.machine(),
+        device_type=device_type,
+        device_name=device_name if device_name is not None else platform.processor() or platform.machine(),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         graphprof_version=__version__,
         torch_version=torch.__version__,
@@ -124,7 +137,7 @@ def build_profile(
     """Assemble a Profile (or a subclass of it) from graph records and step samples."""
     return cls(
         meta=meta,
-        steps=tuple(StepRecord(index=s.index, wall_time_s=s.wall_ns * _NS, graph_time_s=s.graph_ns * _NS) for s in steps),
+        steps=tuple(StepRecord(index=s.index, wall_time_s=s.wall_ns / _NS_PER_S, graph_time_s=s.graph_ns / _NS_PER_S) for s in steps),
         graphs=tuple(graphs),
     )
 
@@ -143,9 +156,9 @@ def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRe
     nodes = (
         NodeRecord(id=0, name="drop previous .grad (zero_grad)", op="host.zero_grad", type="zero_grad",
                    phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
-                   host_time_s=tuple(a * _NS for a, _ in per_step)),
+                   host_time_s=tuple(a / _NS_PER_S for a, _ in per_step)),
         NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad",
                    phase=Phase.BACKWARD, flops=0, bytes_read=0, bytes_written=0,
-                   host_time_s=tuple(b * _NS for _, b in per_step)),
+                   host_time_s=tuple(b / _NS_PER_S for _, b in per_step)),
     )
     return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

@@ -1,0 +1,156 @@
+"""Merge the per-rank profiles of one distributed run into one Profile.
+
+Each rank of a ``torch.distributed`` job profiles its own process and saves
+its own file; its ``meta.extra["distributed"]`` holds ``rank``,
+``world_size`` and ``backend``. ``merge_profiles`` combines them so that one
+file holds the whole job and every existing view (table, report, exports)
+reads it, while ``graphprof.analysis.distributed`` compares the ranks.
+
+Layout of a merged profile (torch-free, plain JSON like any profile):
+
+- ``graphs``: every graph of every rank, ranks in order, renumbered
+  ``0..N-1``; a graph's name gets its rank as prefix: ``rank1/segment 0
+  forward``, ``rank1/comm``, ``rank0/step``. Nodes keep their ids.
+- ``steps``: the profiled step indices all ranks have (ranks of one job run
+  in lock step, so usually all of them). A step's ``wall_time_s`` and
+  ``graph_time_s`` are the largest over ranks: a synchronous step lasts as
+  long as its slowest rank. Node samples are kept for those steps only, in
+  the same order.
+- ``meta``: rank 0's (function, capture, device, versions, peaks), and
+  ``extra["distributed"]`` = ``{"merged": true, "world_size", "backend",
+  "ranks": [{"rank", "graph_ids", "wall_time_s", "graph_time_s", "host",
+  "capture", "created_at", "notes"?}, ...], "missing_ranks": [...]}``, per rank
+  its graphs and its own step times (aligned with ``steps``). Rank 0's
+  ``cost_coverage`` is not carried over (``analysis.coverage`` recomputes it
+  for the whole job).
+
+Merging refuses, with one sentence, a profile without a rank, an already
+merged one, a rank given twice, and ranks that disagree on world size or
+backend or share no profiled step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
+from graphprof.profile.serialize import ProfileError
+
+_RANK_PREFIX = re.compile(r"^rank(\d+)/(.*)$", re.S)
+
+
+def rank_info(profile: Profile) -> Mapping[str, Any] | None:
+    """The ``extra["distributed"]`` record of a profile (None when it has none)."""
+    info = profile.meta.extra.get("distributed") if isinstance(profile.meta.extra, Mapping) else None
+    return info if isinstance(info, Mapping) else None
+
+
+def is_merged(profile: Profile) -> bool:
+    """True for a profile written by ``merge_profiles``."""
+    info = rank_info(profile)
+    return bool(info and info.get("merged") and isinstance(info.get("ranks"), list))
+
+
+def graph_ranks(profile: Profile) -> dict[int, int]:
+    """Graph id → rank, for a merged profile (empty for any other)."""
+    if not is_merged(profile):
+        return {}
+    return {int(g): int(r["rank"]) for r in rank_info(profile)["ranks"] for g in r.get("graph_ids", ())}
+
+
+def split_graph_name(name: str) -> tuple[int | None, str]:
+    """``"rank1/comm"`` → ``(1, "comm")``; a name without a rank prefix → ``(None, name)``."""
+    match = _RANK_PREFIX.match(name)
+    return (int(match.group(1)), match.group(2)) if match else (None, name)
+
+
+def _info_of(profile: Profile, label: str) -> Mapping[str, Any]:
+    info = rank_info(profile)
+    if info is not None and info.get("merged"):
+        raise ProfileError(f"{label} is already a merged profile; merge the per-rank files instead")
+    if info is None or not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"), int):
+        raise ProfileError(f"{label} has no rank: it was not profiled inside a torch.distributed process group")
+    return info
+
+
+def _pick(samples: tuple[float, ...], positions: Sequence[int]) -> tuple[float, ...]:
+    """The samples of the kept steps; samples that do not line up with the steps are kept as they are."""
+    if not samples:
+        return samples
+    return tuple(samples[p] for p in positions if p < len(samples))
+
+
+def _graph_for_rank(graph: GraphRecord, rank: int, new_id: int, positions: Sequence[int],
+                    kept_steps: set[int], all_steps: int) -> GraphRecord:
+    aligned = all(len(n.host_time_s) in (0, all_steps) for n in graph.nodes)
+    nodes: tuple[NodeRecord, ...] = graph.nodes
+    if aligned:
+        nodes = tuple(replace(n, host_time_s=_pick(n.host_time_s, positions),
+                              device_time_s=_pick(n.device_time_s, positions)) for n in graph.nodes)
+    memory = tuple(s for s in graph.device_memory if s.step in kept_steps)
+    return replace(graph, id=new_id, name=f"rank{rank}/{graph.name}", nodes=nodes, device_memory=memory)
+
+
+def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = None,
+                   cls: type[Profile] = Profile) -> Profile:
+    """One Profile holding every rank's graphs (see the module docstring for the layout)."""
+    if not profiles:
+        raise ProfileError("nothing to merge: give one profile per rank")
+    labels = list(labels) if labels is not None else [f"profile {i + 1}" for i in range(len(profiles))]
+    infos = [_info_of(p, label) for p, label in zip(profiles, labels)]
+    seen: dict[int, str] = {}
+    for info, label in zip(infos, labels):
+        if info["rank"] in seen:
+            raise ProfileError(f"rank {info['rank']} is given twice ({seen[info['rank']]} and {label})")
+        seen[info["rank"]] = label
+    for key in ("world_size", "backend"):
+        values = {str(info.get(key)) for info in infos}
+        if len(values) > 1:
+            raise ProfileError(f"the profiles disagree on {key.replace('_', ' ')} ({', '.join(sorted(values))}); "
+                               "merge the files of one run")
+    world_size = int(infos[0]["world_size"])
+    if any(not 0 <= info["rank"] < world_size for info in infos):
+        raise ProfileError(f"a rank is outside 0..{world_size - 1} (the world size is {world_size})")
+    order = sorted(range(len(profiles)), key=lambda i: infos[i]["rank"])
+    common = set.intersection(*(set(s.index for s in profiles[i].steps) for i in order))
+    if not common:
+        raise ProfileError("the profiles share no profiled step index; profile the same steps on every rank")
+    kept = sorted(common)
+
+    graphs: list[GraphRecord] = []
+    ranks: list[dict[str, Any]] = []
+    walls: list[list[float]] = []
+    graph_times: list[list[float]] = []
+    for i in order:
+        profile, info = profiles[i], infos[i]
+        by_index = {s.index: (pos, s) for pos, s in enumerate(profile.steps)}
+        positions = [by_index[k][0] for k in kept]
+        ids = []
+        for graph in profile.graphs:
+            ids.append(len(graphs))
+            graphs.append(_graph_for_rank(graph, info["rank"], len(graphs), positions, common, len(profile.steps)))
+        wall = [by_index[k][1].wall_time_s for k in kept]
+        gtime = [by_index[k][1].graph_time_s for k in kept]
+        walls.append(wall)
+        graph_times.append(gtime)
+        entry: dict[str, Any] = {
+            "rank": info["rank"], "graph_ids": ids, "wall_time_s": wall, "graph_time_s": gtime,
+            "host": info.get("host", ""), "capture": profile.meta.capture, "created_at": profile.meta.created_at,
+            "function": profile.meta.function,
+        }
+        if info.get("notes"):
+            entry["notes"] = list(info["notes"])
+        ranks.append(entry)
+    steps = tuple(StepRecord(index=k, wall_time_s=max(w[j] for w in walls), graph_time_s=max(g[j] for g in graph_times))
+                  for j, k in enumerate(kept))
+    first = profiles[order[0]]
+    distributed: dict[str, Any] = {
+        "merged": True, "world_size": world_size, "backend": str(infos[0].get("backend", "")), "ranks": ranks,
+        "missing_ranks": sorted(set(range(world_size)) - set(seen)),
+    }
+    extra = {k: v for k, v in first.meta.extra.items() if k not in ("distributed", "cost_coverage")}
+    extra["distributed"] = distributed
+    meta: ProfileMeta = replace(first.meta, extra=extra)
+    return cls(meta=meta, steps=steps, graphs=tuple(graphs))

@@ -1,0 +1,145 @@
+"""On a real accelerator: device times of a training step, one sync per step, overhead, agreement.
+
+Every test here is marked ``gpu`` and skipped without a torch.accelerator
+device. They have not run on a real device in this project yet (no GPU was
+available while they were written); they state what the device path must do.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from torch import nn
+
+import graphprof
+from graphprof.analysis.advisor import advise
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
+]
+
+
+def _device() -> torch.device:
+    return torch.accelerator.current_accelerator()
+
+
+def _mlp(width: int = 1024, depth: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(width, 10)).to(_device())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def inputs(i: int, batch: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(batch, width, generator=g)
+        return x.to(_device()), torch.randint(0, 10, (batch,), generator=g).to(_device())
+
+    return model, step, inputs
+
+
+def test_training_step_on_the_device_has_device_times_outputs_unchanged() -> None:
+    model, step, inputs = _mlp()
+    fn = graphprof.trace(step)
+    losses = [fn(*inputs(i)) for i in range(6)]
+    eager_model, eager_step, _ = _mlp()
+    eager = [eager_step(*inputs(i)) for i in range(6)]
+    assert all(torch.equal(a, b) for a, b in zip(losses, eager))  # profiling never changes results
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), eager_model.parameters()))
+    profile = fn.get_profile()
+    meta = profile.meta
+    assert meta.device_type == _device().type and meta.device_name not in ("", _device().type)
+    assert meta.extra["timing"] == "pipelined" and meta.extra["device"].startswith(_device().type)
+    step_graph = profile.graphs[0]
+    assert all(len(n.device_time_s) == len(profile.steps) for n in step_graph.nodes)
+    assert all(t >= 0 for n in step_graph.nodes for t in n.device_time_s)
+    for k, record in enumerate(profile.steps):
+        # pipelined spans are consecutive: they add up to first-to-last event, inside the step's wall time
+        device_s = sum(n.device_time_s[k] for n in step_graph.nodes)
+        assert 0 < device_s <= record.wall_time_s * 1.01
+    mm = [n for n in step_graph.nodes if n.type in ("addmm", "mm")]
+    assert mm and all(statistics.median(n.device_time_s) > 0 for n in mm)
+
+
+def _counting_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+    real = torch.accelerator.synchronize
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.accelerator, "synchronize", counted)
+    return calls
+
+
+@pytest.mark.parametrize("timing", ["pipelined", "isolated"])
+def test_synchronisations_per_step(monkeypatch: pytest.MonkeyPatch, timing: str) -> None:
+    _, step, inputs = _mlp(width=256)
+    fn = graphprof.trace(step, timing=timing)
+    fn(*inputs(0))
+    fn(*inputs(1))  # capture (and the clock's one-off mark-cost measurement)
+    calls = _counting_syncs(monkeypatch)
+    for i in range(4):
+        fn(*inputs(2 + i))
+    nodes = len(fn.get_profile().graphs[0].nodes)
+    assert calls[0] == (4 if timing == "pipelined" else 4 * (nodes + 1))
+    assert fn.get_profile().meta.extra["timing"] == timing
+
+
+def test_probe_overhead_on_the_device_is_small_for_a_device_bound_step() -> None:
+    from benchmarks.device_agreement import measure_overhead
+
+    result = measure_overhead("resnet", rounds=5, steps_per_round=3)
+    assert result.pipelined < 1.25, result  # events are enqueued, one sync per step
+
+
+def test_per_op_device_times_agree_with_torch_profiler_kernel_times() -> None:
+    from benchmarks.device_agreement import measure_agreement
+
+    pairs = measure_agreement("resnet", steps=5, timing="pipelined", min_s=50e-6)
+    assert pairs, "no op above 50 us"
+    ratios = [p.ratio for p in pairs]
+    assert 0.9 <= statistics.median(ratios) <= 1.1, ratios
+
+
+def test_tiny_ops_are_launch_bound_and_big_matmuls_are_not() -> None:
+    from graphprof.demo.steps import tiny_op_mlp_step
+
+    demo = tiny_op_mlp_step()
+    demo.model.to(_device())
+    x, y = (t.to(_device()) for t in demo.make_inputs(0))
+    fn = graphprof.trace(demo.step_fn)
+    for _ in range(6):
+        fn(x, y)
+    assert "launch-bound" in {f.rule for f in advise(fn.get_profile())}
+    _, step, inputs = _mlp(width=4096, depth=2)
+    big = graphprof.trace(step)
+    for i in range(5):
+        big(*inputs(i, batch=4096))
+    assert "launch-bound" not in {f.rule for f in advise(big.get_profile())}
+
+
+def test_calibrate_on_the_device_feeds_the_profile_meta() -> None:
+    from graphprof.runtime.calibrate import calibrate, load_cached
+
+    kind = _device().type
+    peaks = calibrate(kind, matmul_n=2048, copy_mib=64, repeats=2)
+    assert peaks["flops_per_s"] > 0 and peaks["bytes_per_s"] > 0
+    assert load_cached(kind) == peaks
+    _, step, inputs = _mlp(width=128)
+    fn = graphprof.trace(step)
+    for i in range(3):
+        fn(*inputs(i))
+    assert dict(fn.get_profile().meta.peaks) == peaks
