@@ -148,7 +148,9 @@ def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRe
     Replay drops the previous step's ``.grad`` tensors first (what
     ``zero_grad(set_to_none=True)`` does) and assigns the new ones after the
     graph (what AccumulateGrad does); freeing and checking them takes real
-    time on models with many parameters, so it is shown, not left out.
+    time on models with many parameters, so it is shown, not left out. The
+    second node lists the first as its input: they run in sequence, and the
+    critical path must see them that way.
     """
     per_step = [s.host_times_ns() for s in steps]
     if not any(a or b for a, b in per_step):
@@ -157,7 +159,7 @@ def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRe
         NodeRecord(id=0, name="drop previous .grad (zero_grad)", op="host.zero_grad", type="zero_grad",
                    phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
                    host_time_s=tuple(a / _NS_PER_S for a, _ in per_step)),
-        NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad",
+        NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad", inputs=(0,),
                    phase=Phase.BACKWARD, flops=0, bytes_read=0, bytes_written=0,
                    host_time_s=tuple(b / _NS_PER_S for _, b in per_step)),
     )
