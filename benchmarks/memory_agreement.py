@@ -20,6 +20,12 @@ and weights, a second output buffer), which is invisible at the graph level;
 and *values*, everything that outlives the op that allocated it, which is
 what the model describes.
 
+The model includes the kernel workspace graphprof measures once, during the
+first replayed step of a ``profiling=True`` trace (runtime/workspace.py):
+bytes allocated = shape-based model + workspace allocated; peak = the largest
+(live before a node + its allocations + its workspace peak). The measured
+run below is a later, separate replay, so the comparison is not circular.
+
 Usage: python -m benchmarks.memory_agreement [--workload resnet gpt]
 """
 
@@ -35,7 +41,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import graphprof
 from graphprof.demo.steps import DEMO_STEPS
-from graphprof.passes.records import MEMORY_STEP, StepMemoryRecord
+from graphprof.passes.memory import memory
+from graphprof.passes.records import MEMORY, MEMORY_STEP, StepMemoryRecord
 
 
 @dataclass(frozen=True)
@@ -114,17 +121,33 @@ def _modelled(fn) -> StepMemoryRecord:  # type: ignore[no-untyped-def]
     return output.meta[MEMORY_STEP]
 
 
+def _modelled_without_workspace(gm) -> StepMemoryRecord:  # type: ignore[no-untyped-def]
+    """The shape-based model alone: the pass run without workspace, then the traced records put back."""
+    saved = {n: n.meta.get(MEMORY) for n in gm.graph.nodes}
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    saved_step = output.meta[MEMORY_STEP]
+    memory(gm)
+    shapes_only = output.meta[MEMORY_STEP]
+    for n, m in saved.items():  # put the workspace-aware records back
+        if m is not None:
+            n.meta[MEMORY] = m
+    output.meta[MEMORY_STEP] = saved_step
+    return shapes_only
+
+
 def _pct(model: int, measured: int) -> str:
     return f"{100.0 * (model - measured) / measured:+.2f}%" if measured else "n/a"
 
 
 def compare(workload: str) -> dict[str, object]:
     demo = DEMO_STEPS[workload](seed=0)
-    fn = graphprof.trace(demo.step_fn, profiling=False)
-    for i in range(3):  # eager, capture, one replay
+    fn = graphprof.trace(demo.step_fn, profiling=True)
+    for i in range(3):  # eager, capture, one replay (which measures kernel workspace)
         fn(*demo.make_inputs(i))
     model = _modelled(fn)
     gm = fn.graph_module
+    workspace = fn._current.workspace or {}  # measured during the first replay; {} if it could not be attributed
+    shapes_only = _modelled_without_workspace(gm)
     inputs = demo.make_inputs(3)
 
     def replay() -> object:
@@ -136,6 +159,8 @@ def compare(workload: str) -> dict[str, object]:
     demo.optimizer.zero_grad(set_to_none=True)
     eager_run = measure_run(lambda: demo.step_fn(*inputs))
     return {"workload": workload, "model": model, "graph": graph_run, "eager": eager_run,
+            "shapes_only": shapes_only, "workspace_bytes": sum(w.allocated_bytes for w in workspace.values()),
+            "workspace_nodes": len(workspace),
             "nodes": sum(1 for n in gm.graph.nodes if n.op == "call_function")}
 
 
@@ -143,7 +168,9 @@ def _report(r: dict[str, object]) -> str:
     model: StepMemoryRecord = r["model"]  # type: ignore[assignment]
     g: Measured = r["graph"]  # type: ignore[assignment]
     e: Measured = r["eager"]  # type: ignore[assignment]
+    shapes: StepMemoryRecord = r["shapes_only"]  # type: ignore[assignment]
     peak_above_start = model.peak_bytes - model.start_bytes
+    shapes_peak = shapes.peak_bytes - shapes.start_bytes
     left = model.end_bytes - model.start_bytes
     lines = [
         f"== {r['workload']} ({r['nodes']} op nodes; live before the step, modelled: {model.start_bytes:,} B)",
@@ -155,11 +182,12 @@ def _report(r: dict[str, object]) -> str:
         f"{'peak live, absolute':34}{model.peak_bytes:>14,}{model.start_bytes + g.peak_bytes:>16,}"
         f"{_pct(model.peak_bytes, model.start_bytes + g.peak_bytes):>10}{model.start_bytes + e.peak_bytes:>16,}",
         f"{'left alive by the step':34}{left:>14,}{g.net_bytes:>16,}{_pct(left, g.net_bytes):>10}{e.net_bytes:>16,}",
-        f"{'  graph replay without kernel scratch:':34}",
-        f"{'  allocated (values only)':34}{model.allocated_bytes:>14,}{g.values_allocated_bytes:>16,}"
-        f"{_pct(model.allocated_bytes, g.values_allocated_bytes):>10}",
-        f"{'  peak above start (values only)':34}{peak_above_start:>14,}{g.values_peak_bytes:>16,}"
-        f"{_pct(peak_above_start, g.values_peak_bytes):>10}",
+        f"  model includes {r['workspace_bytes']:,} B of measured kernel workspace on {r['workspace_nodes']} nodes",
+        f"{'  shapes only vs replay without kernel scratch:':34}",
+        f"{'  allocated (values only)':34}{shapes.allocated_bytes:>14,}{g.values_allocated_bytes:>16,}"
+        f"{_pct(shapes.allocated_bytes, g.values_allocated_bytes):>10}",
+        f"{'  peak above start (values only)':34}{shapes_peak:>14,}{g.values_peak_bytes:>16,}"
+        f"{_pct(shapes_peak, g.values_peak_bytes):>10}",
         f"  kernel scratch in the replay: {g.scratch_bytes:,} B, by op: "
         + ", ".join(f"{k} {v:,}" for k, v in sorted(g.scratch_by_op.items(), key=lambda kv: -kv[1])[:6]),
     ]

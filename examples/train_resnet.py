@@ -28,7 +28,7 @@ def train_step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 if __name__ == "__main__":
-    for step in range(8):  # call 1 eager, call 2 captures, calls 3.. are profiled
+    for step in range(8):  # call 1 eager, call 2 captures, call 3 measures workspace, calls 4.. are profiled
         images, labels = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
         loss = train_step(images, labels)
     print(f"loss after {step + 1} steps: {loss.item():.4f}\n")

@@ -3,7 +3,11 @@
 Call 1 runs the user's function eagerly (lazily created state, such as
 optimizer moments, comes into existence). Call 2 captures it with make_fx
 while executing it: its result is that step's result. Later calls run the
-captured graph, instrumented when ``profiling=True``. A new input signature,
+captured graph, instrumented when ``profiling=True``; with profiling, the
+first replayed call runs the plain graph under torch.profiler to measure
+each kernel's workspace (runtime/workspace.py) and, like a warm-up step, is
+not recorded (with a schedule: the first call the schedule does not record,
+a skipped, waiting or warm-up one). A new input signature,
 or changed optimizer hyperparameters or module train/eval modes, captures
 again (bounded by ``cache_size``), like ``torch.compile``'s recompiles.
 """
@@ -43,6 +47,7 @@ from graphprof.runtime.collect import gradient_host_record, build_profile, graph
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action, Schedule
 from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
+from graphprof.runtime.workspace import Workspace, measure_workspace
 
 log = logging.getLogger("graphprof")
 _CAPTURE_MODES = ("auto", "fx", "dynamo")
@@ -100,6 +105,8 @@ class _Entry:
     samples: SampleBuffer = field(default_factory=SampleBuffer)
     sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
     timeline: DeviceTimeline | None = None  # device events (graphs on an accelerator)
+    workspace: dict[str, Workspace] | None = None  # measured kernel scratch per node name
+    workspace_tried: bool = False
     _executables: dict[bool, Callable[..., Any]] = field(default_factory=dict)
 
     def executable(self, instrumented: bool) -> Callable[..., Any]:
@@ -199,6 +206,9 @@ class TracedFunction:
             return entry.captured.result
         self._current = entry
         action = self._action(call)
+        if self.profiling and not entry.workspace_tried and (
+                self.schedule is None or action in (Action.NONE, Action.WARMUP)):
+            return self._measure_workspace(entry, args, kwargs)
         if action is Action.NONE:
             return run_captured(entry.captured, entry.executable(False), args, kwargs)[0]
         if entry.sampler is not None:
@@ -218,6 +228,21 @@ class TracedFunction:
             entry.timeline.end_step(call)
         if action is Action.RECORD_AND_SAVE:
             self._complete_cycle(entry)
+        return result
+
+    def _measure_workspace(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
+        """Run this real step's plain graph under torch.profiler; record each node's kernel workspace.
+
+        The step's result is the user's; its timings are not recorded (the
+        profiler slows it down), as with a warm-up step.
+        """
+        entry.workspace_tried = True
+        gm = entry.captured.graph_module
+        result, workspace = measure_workspace(
+            gm, lambda: run_captured(entry.captured, entry.executable(False), args, kwargs)[0])
+        if workspace is not None:
+            entry.workspace = workspace
+            memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in workspace.items()})
         return result
 
     def _call_segmented(self, call: int, start: int, args: tuple, kwargs: dict) -> Any:
@@ -317,7 +342,7 @@ class TracedFunction:
         if entry is None or not entry.samples:
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
-                "calls from 3 on are profiled (with profiling=True)"
+                "call 3 measures kernel workspace and calls from 4 on are profiled (with profiling=True)"
             )
         profile = self._profile_of(entry)
         return [profile] if all else profile
@@ -334,7 +359,7 @@ class TracedFunction:
             device_memory = entry.sampler.samples(s.index for s in steps) if entry.sampler is not None else ()
             device_times = entry.timeline.times(s.index for s in steps) if entry.timeline is not None else None
             graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory,
-                                   device_times=device_times)]
+                                   device_times=device_times, workspace=entry.workspace)]
             host = gradient_host_record(steps, graph_id=1)
             if host is not None:
                 graphs.append(host)

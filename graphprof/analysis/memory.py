@@ -75,7 +75,8 @@ class MemoryTimeline:
 
     ``live_by_category[c][i]`` are the bytes of ``categories[c]`` live after
     node ``i``; ``during_bytes[i]`` is the total while node ``i`` runs (its
-    outputs next to the inputs it frees), whose largest value is the peak.
+    outputs next to the inputs it frees, plus its measured kernel workspace),
+    whose largest value is the peak.
     ``device_allocated`` holds (node index, median allocated bytes over the
     profiled steps) for the nodes where the allocator was read.
     """
@@ -148,8 +149,11 @@ def memory_summary(profile: Profile, graph_id: int = 0) -> MemorySummary:
         peak_node=_ref(peak_node) if peak_node is not None else None,
         start_bytes=peak.start_bytes,
         end_bytes=nodes[-1].memory.live_bytes,  # type: ignore[union-attr]
-        allocated_bytes=sum(n.memory.allocated_bytes for n in nodes),  # type: ignore[union-attr]
-        freed_bytes=sum(n.memory.freed_bytes for n in nodes),  # type: ignore[union-attr]
+        # kernel workspace (measured, runtime/workspace.py) is allocated in the step too
+        allocated_bytes=sum(n.memory.allocated_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr]
+                            for n in nodes),
+        freed_bytes=sum(n.memory.freed_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr]
+                        for n in nodes),  # workspace is freed inside its op
         by_category_bytes=tuple(cats),
         largest=largest,
         device=_device_stats(graph),
@@ -167,7 +171,8 @@ def memory_timeline(profile: Profile, graph_id: int = 0) -> MemoryTimeline:
         {c for n in nodes for c, b in n.memory.live_by_category_bytes.items() if b})  # type: ignore[union-attr]
     per_cat = tuple(tuple(int(n.memory.live_by_category_bytes.get(c, 0)) for n in nodes) for c in categories)  # type: ignore[union-attr]
     live = tuple(n.memory.live_bytes for n in nodes)  # type: ignore[union-attr]
-    during = tuple(n.memory.live_bytes + n.memory.freed_bytes for n in nodes)  # type: ignore[union-attr]
+    during = tuple(n.memory.live_bytes + n.memory.freed_bytes + n.memory.workspace_bytes  # type: ignore[union-attr]
+                   for n in nodes)
     first = nodes[0].memory
     start = first.live_bytes + first.freed_bytes - first.allocated_bytes  # type: ignore[union-attr]
     peak = graph.memory_peak if graph is not None else None

@@ -34,13 +34,25 @@ alias) and ``temporaries`` (every other intermediate).
 outputs exist next to inputs freed after it, so the step's peak is the
 largest ``live_bytes + freed_bytes`` of a node: the high-water mark an
 allocator sees.
+
+Kernel workspace (``workspace``): scratch a kernel allocates and frees inside
+one call (oneDNN convolutions and batch norms reorder inputs and weights into
+buffers of their own), which shapes cannot predict. It is measured once,
+during the first replayed step, from torch.profiler's allocator events
+(``graphprof/runtime/workspace.py``) and given to this pass as node name ->
+(peak bytes, bytes allocated). It adds its total to the step's allocated
+bytes and its peak to the node's high-water mark (live before the node + the
+node's allocations + its workspace peak); when that node is the step's
+peak, the peak's breakdown gets a ``workspace`` category. Without a
+measurement (``profiling=False``, the first cycle of some schedules) the
+figures are the shape-based ones.
 """
 
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.fx
@@ -288,8 +300,13 @@ def _categorise(model: _Model, gm: torch.fx.GraphModule) -> None:
             storage.category = "temporaries"
 
 
-def memory(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Write a MemoryEffect on every op node and a StepMemoryRecord on the output; returns ``gm``."""
+def memory(gm: torch.fx.GraphModule, workspace: Mapping[str, tuple[int, int]] | None = None) -> torch.fx.GraphModule:
+    """Write a MemoryEffect on every op node and a StepMemoryRecord on the output; returns ``gm``.
+
+    ``workspace`` maps node names to measured (peak bytes, bytes allocated)
+    of kernel scratch (see the module docstring); run again with it once measured.
+    """
+    workspace = workspace or {}
     model = _Model(gm)
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
@@ -320,7 +337,7 @@ def memory(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     op_nodes = [n for n in gm.graph.nodes if is_op_node(n)]
     made_at: dict[int, int] = {}
     freed_at: dict[int, int] = {}
-    peak_bytes, peak_index = live_bytes, -1
+    peak_bytes, peak_index, peak_workspace = live_bytes, -1, 0
     total_allocated = 0
     for index, node in enumerate(op_nodes):
         allocated = model.allocated_by.get(node, [])
@@ -329,10 +346,11 @@ def memory(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             by_category[model.storages[sid].category] += model.storages[sid].nbytes
             made_at[sid] = index
         allocated_bytes = sum(model.storages[sid].nbytes for sid in allocated)
-        total_allocated += allocated_bytes
+        workspace_peak, workspace_allocated = workspace.get(node.name, (0, 0))
+        total_allocated += allocated_bytes + workspace_allocated
         during = live_bytes + allocated_bytes
-        if during > peak_bytes:
-            peak_bytes, peak_index = during, index
+        if during + workspace_peak > peak_bytes:
+            peak_bytes, peak_index, peak_workspace = during + workspace_peak, index, workspace_peak
         freed_bytes = 0
         for value in released_at.get(node, []):
             for sid in set(_slot_ids(model.slots[value])):
@@ -359,15 +377,18 @@ def memory(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if output is not None:
         peak_node = op_nodes[peak_index] if peak_index >= 0 else None
-        output.meta[MEMORY_STEP] = _step_record(model, peak_bytes, peak_node, at_peak, live_bytes, total_allocated)
+        output.meta[MEMORY_STEP] = _step_record(model, peak_bytes, peak_node, at_peak, live_bytes, total_allocated,
+                                                peak_workspace)
     return gm
 
 
 def _step_record(model: _Model, peak_bytes: int, peak_node: torch.fx.Node | None, at_peak: list[int],
-                 end_bytes: int, allocated_bytes: int) -> StepMemoryRecord:
+                 end_bytes: int, allocated_bytes: int, workspace_bytes: int = 0) -> StepMemoryRecord:
     by_category = dict.fromkeys(CATEGORIES, 0)
     for sid in at_peak:
         by_category[model.storages[sid].category] += model.storages[sid].nbytes
+    if workspace_bytes:
+        by_category["workspace"] = workspace_bytes  # only at the peak node: scratch outlives no op
     largest = sorted(at_peak, key=lambda sid: -model.storages[sid].nbytes)[:_LARGEST_AT_PEAK]
     return StepMemoryRecord(
         start_bytes=sum(s.nbytes for s in model.storages if s.persistent),

@@ -46,12 +46,22 @@ MEMORY_CATEGORIES = (
 
 @dataclass(frozen=True)
 class MemoryRecord:
-    """Modelled memory of one node (bytes), filled by the memory pass."""
+    """Modelled memory of one node (bytes), filled by the memory pass.
+
+    ``workspace_bytes`` is the kernel's measured scratch peak inside the call
+    (allocated and freed within the op, e.g. oneDNN reorders) and
+    ``workspace_allocated_bytes`` the scratch it allocated in all; both are
+    measured once, during the first replayed step, from torch.profiler's
+    allocator events, and are 0 when not measured. They are not part of
+    ``allocated_bytes``/``live_bytes``, which stay the shape-based model.
+    """
 
     allocated_bytes: int = 0
     freed_bytes: int = 0
     live_bytes: int = 0
     live_by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+    workspace_bytes: int = 0
+    workspace_allocated_bytes: int = 0
 
 
 @dataclass(frozen=True)

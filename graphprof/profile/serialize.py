@@ -311,4 +311,4 @@ def require_samples(profile: Profile, source: str = "the profile") -> None:
     if not profile.graphs or profile.node_count == 0:
         raise ProfileError(f"{source} has no graph nodes, so there is nothing to analyse")
     if not profile.steps:
-        raise ProfileError(f"{source} has no profiled steps (a traced function profiles from its third call on)")
+        raise ProfileError(f"{source} has no profiled steps (a traced function profiles from its fourth call on)")

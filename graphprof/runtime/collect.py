@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 import torch.fx
@@ -20,6 +20,7 @@ from graphprof.profile.model import (
     ProfileMeta, StepRecord,
 )
 from graphprof.runtime.samples import StepSamples
+from graphprof.runtime.workspace import Workspace
 
 #: Nanoseconds per second. Times are ``ns / _NS_PER_S``: a division is correctly
 #: rounded, so it gives the same float as the saved 0.1 ns ticks divided back,
@@ -32,24 +33,29 @@ def graph_record(
     name: str = "step", kind: GraphKind = GraphKind.STEP,
     device_memory: Sequence[DeviceMemorySample] = (),
     device_times: Sequence[Sequence[float]] | None = None,
+    workspace: Mapping[str, Workspace] | None = None,
 ) -> GraphRecord:
     """One GraphRecord: a NodeRecord per op node, with its host time in every step.
 
     ``device_memory`` holds allocator samples taken on an accelerator; the
     modelled memory comes from the memory pass's records, when it ran.
     ``device_times`` (seconds, one list per step in node order, from the
-    device clock) become the nodes' ``device_time_s``.
+    device clock) become the nodes' ``device_time_s``. ``workspace`` (node
+    name -> measured kernel scratch, runtime/workspace.py) fills the memory
+    records' workspace fields.
     """
     return graph_record_from_times(gm, [s.node_times_ns() for s in steps], graph_id, name, kind, device_memory,
-                                   device_times)
+                                   device_times, workspace)
 
 
 def graph_record_from_times(
     gm: torch.fx.GraphModule, per_step: Sequence[Sequence[int]], graph_id: int,
     name: str, kind: GraphKind, device_memory: Sequence[DeviceMemorySample] = (),
     device_times: Sequence[Sequence[float]] | None = None,
+    workspace: Mapping[str, Workspace] | None = None,
 ) -> GraphRecord:
     """A GraphRecord from per-step node times in ns (one list per step, in node order)."""
+    workspace = workspace or {}
     ids: dict[str, int] = {}
     nodes: list[NodeRecord] = []
     for node in gm.graph.nodes:
@@ -61,6 +67,7 @@ def graph_record_from_times(
         attrs = node.meta.get(ATTRS)
         i = ann.index
         ids[node.name] = i
+        ws = workspace.get(node.name, Workspace(0, 0))
         nodes.append(NodeRecord(
             id=i,
             name=node.name,
@@ -81,7 +88,8 @@ def graph_record_from_times(
             bytes_read=cost.bytes_read if cost else None,
             bytes_written=cost.bytes_written if cost else None,
             memory=MemoryRecord(mem.allocated_bytes, mem.freed_bytes, mem.live_bytes,
-                                {k: v for k, v in mem.live_by_category_bytes.items() if v}) if mem else None,
+                                {k: v for k, v in mem.live_by_category_bytes.items() if v},
+                                ws.peak_bytes, ws.allocated_bytes) if mem else None,
             host_time_s=tuple(times[i] / _NS_PER_S for times in per_step),
             device_time_s=tuple(times[i] for times in device_times) if device_times else (),
             attrs=attrs.items if attrs else (),
