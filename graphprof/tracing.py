@@ -238,6 +238,10 @@ class TracedFunction:
         """
         entry.workspace_tried = True
         gm = entry.captured.graph_module
+        # Drop the previous .grads (as the replay would) before the profiler
+        # starts: freeing memory allocated before profiling makes torch warn.
+        for p in entry.captured.clear_grads:
+            p.grad = None
         result, workspace = measure_workspace(
             gm, lambda: run_captured(entry.captured, entry.executable(False), args, kwargs)[0])
         if workspace is not None:
