@@ -22,10 +22,19 @@ def trace(fn: Any = None, **options: Any) -> Any:
     """Capture ``fn`` (a training or inference step) as a static graph and profile it.
 
     ``@trace``, ``@trace(profiling=True)`` or ``trace(fn, profiling=False)``.
-    Options: ``profiling`` (default True), ``capture`` ("auto" or "fx"),
-    ``cache_size`` (captured signatures kept, default 8), ``schedule``
-    (``graphprof.schedule(...)``), ``on_profile_ready`` (called with each
-    completed cycle's Profile), ``max_steps`` (steps kept without a schedule).
+    Options:
+
+    - ``profiling``: default True.
+    - ``capture``: "auto" (whole step, else segments), "fx" or "dynamo".
+    - ``cache_size``: captured signatures kept, default 8.
+    - ``schedule``: ``graphprof.schedule(...)``.
+    - ``on_profile_ready``: called with each completed cycle's Profile.
+    - ``max_steps``: steps kept without a schedule.
+    - ``peaks``: ``{"flops_per_s": ..., "bytes_per_s": ...}``; default: the
+      cached ``graphprof calibrate`` result.
+    - ``timing``: "pipelined" (default) or "isolated" (a sync after every op,
+      on accelerators).
+    - ``sample_rate``: read the accelerator's allocator every N ops; 0 is off.
     """
     from graphprof.tracing import trace as _trace
 
