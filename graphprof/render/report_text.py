@@ -44,8 +44,9 @@ def _header(report: Report) -> list[str]:
                      f"{format_bytes(p.bytes_per_s, 'B/s')} memory")
         over = [r for r in report.roofline_rows if (r.point.fraction_of_attainable or 0) > 1.1]
         if over:
-            lines.append(f"note: {len(over)} top node(s) beat these peaks, so they are too low (measured on a busy "
-                         "machine?); run `graphprof calibrate` on an idle machine for sharper bounds")
+            lines.append(f"note: {len(over)} top node(s) beat these peaks: the peaks may be low (calibrated on a busy "
+                         "machine? re-run `graphprof calibrate` when idle) or the kernels do less arithmetic than "
+                         "the FLOP convention counts (e.g. Winograd convolutions)")
     else:
         lines.append("peaks: unknown (run `graphprof calibrate` once, then profile again, for roofline bounds)")
     if s.peak_live_bytes is not None:
