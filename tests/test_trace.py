@@ -127,3 +127,16 @@ def test_bad_options_are_rejected() -> None:
         graphprof.trace(lambda x: x, capture="bogus")
     with pytest.raises(ValueError, match="cache_size"):
         graphprof.trace(lambda x: x, cache_size=0)
+
+
+def test_step_without_tensor_arguments() -> None:
+    """A step that takes its data from a closure: the graph starts with no placeholder."""
+    w = torch.ones(3)
+
+    @graphprof.trace(capture="fx")
+    def step():
+        w.mul_(0.5)
+        return w.sum()
+
+    assert [step().item() for _ in range(5)] == [1.5, 0.75, 0.375, 0.1875, 0.09375]
+    assert len(step.get_profile().steps) == 2  # call 3 measures workspace, calls 4 and 5 are recorded

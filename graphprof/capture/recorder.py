@@ -161,10 +161,11 @@ class CaptureRecorder:
         return CaptureRecord("", "", user_source(4), Phase.BACKWARD, scope)
 
     # -- node bookkeeping ----------------------------------------------------------
-    def _last_node(self) -> torch.fx.Node:
-        return next(iter(reversed(self.graph.nodes)))
+    def _last_node(self) -> torch.fx.Node | None:
+        """The graph's newest node; None while it is empty (a step with no tensor inputs)."""
+        return next(iter(reversed(self.graph.nodes)), None)
 
-    def _new_nodes(self, before: torch.fx.Node) -> list[torch.fx.Node]:
+    def _new_nodes(self, before: torch.fx.Node | None) -> list[torch.fx.Node]:
         new = []
         for node in reversed(self.graph.nodes):
             if node is before:
