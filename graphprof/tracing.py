@@ -69,10 +69,11 @@ def _probe_cost_s() -> float:
     return probe_cost_ns() * 1e-9
 
 
-def _signature(args: tuple, kwargs: dict) -> Hashable:
-    """What a captured graph is specialised to: tensor metadata, other values by equality."""
+def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
+    """What a captured graph is specialised to (tensor metadata, other values by
+    equality), and the flattened inputs, so a replay flattens them only once."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    parts: list[Hashable] = [str(spec), torch.is_grad_enabled()]
+    parts: list[Hashable] = [spec, torch.is_grad_enabled()]  # TreeSpec hashes by structure
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
@@ -82,7 +83,7 @@ def _signature(args: tuple, kwargs: dict) -> Hashable:
                 parts.append((type(leaf), leaf))
             except TypeError:
                 parts.append((type(leaf), id(leaf)))
-    return tuple(parts)
+    return tuple(parts), leaves
 
 
 def _guard_values(state: StateIndex) -> tuple:
@@ -186,7 +187,7 @@ class TracedFunction:
             return self._fn(*args, **kwargs)
         if self._segmented is not None or self.capture == "dynamo":
             return self._call_segmented(call, start, args, kwargs)
-        key = _signature(args, kwargs)
+        key, leaves = _signature(args, kwargs)
         entry = self._entries.get(key)
         if entry is not None and entry.guards != _guard_values(entry.captured.state):
             log.info("graphprof: %s: optimizer hyperparameters or module modes changed; capturing again",
@@ -208,14 +209,14 @@ class TracedFunction:
         action = self._action(call)
         if self.profiling and not entry.workspace_tried and (
                 self.schedule is None or action in (Action.NONE, Action.WARMUP)):
-            return self._measure_workspace(entry, args, kwargs)
+            return self._measure_workspace(entry, leaves)
         if action is Action.NONE:
-            return run_captured(entry.captured, entry.executable(False), args, kwargs)[0]
+            return run_captured(entry.captured, entry.executable(False), leaves)[0]
         if entry.sampler is not None:
             entry.sampler.begin_step()
         if entry.timeline is not None:
             entry.timeline.begin_step()
-        result, stamps, host = run_captured(entry.captured, entry.executable(True), args, kwargs,
+        result, stamps, host = run_captured(entry.captured, entry.executable(True), leaves,
                                             instrumented=True, clock=self._clock)
         if entry.timeline is not None:
             entry.timeline.finish()  # the step's one device synchronisation, inside its wall time
@@ -230,7 +231,7 @@ class TracedFunction:
             self._complete_cycle(entry)
         return result
 
-    def _measure_workspace(self, entry: _Entry, args: tuple, kwargs: dict) -> Any:
+    def _measure_workspace(self, entry: _Entry, leaves: list[Any]) -> Any:
         """Run this real step's plain graph under torch.profiler; record each node's kernel workspace.
 
         The step's result is the user's; its timings are not recorded (the
@@ -243,7 +244,7 @@ class TracedFunction:
         for p in entry.captured.clear_grads:
             p.grad = None
         result, workspace = measure_workspace(
-            gm, lambda: run_captured(entry.captured, entry.executable(False), args, kwargs)[0])
+            gm, lambda: run_captured(entry.captured, entry.executable(False), leaves)[0])
         if workspace is not None:
             entry.workspace = workspace
             memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in workspace.items()})
@@ -256,7 +257,7 @@ class TracedFunction:
             self._segmented = SegmentedCapture(self._fn, prepare_graph, self._clock)
             self._segmented.probing = False
             return self._segmented(*args, **kwargs)
-        key = _signature(args, kwargs)
+        key = _signature(args, kwargs)[0]
         if key not in self._segment_buffers:
             if self._segment_buffers:
                 log.info("graphprof: %s: new input signature; torch.compile may compile new segments", self.__name__)

@@ -146,15 +146,17 @@ def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScal
     output.args = ((user_outputs, grads),)
 
 
-def run_captured(step: CapturedStep, graph_module: Callable[..., Any], args: tuple, kwargs: dict,
+def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: list[Any],
                  instrumented: bool = False, clock: Callable[[], int] | None = None) -> tuple[Any, Any, Any]:
     """Run a captured step's graph in place of the user's function.
+
+    ``leaves`` are the call's flattened ``(args, kwargs)``, in
+    ``pytree.tree_leaves`` order (the caller flattens once per step).
 
     Returns the user's result and, for an instrumented graph, its probe stamps
     and the clock readings just before dropping the old gradients and just
     after assigning the new ones (that work is part of the user's step too).
     """
-    leaves = pytree.tree_leaves((args, kwargs))
     started = clock() if instrumented and clock is not None else 0
     for p in step.clear_grads:
         p.grad = None

@@ -41,8 +41,8 @@ def test_probes_surround_every_op_and_outputs_unchanged() -> None:
     # the op nodes and their order are unchanged
     inst_ops = [n.target for n in inst.graph.nodes if is_op_node(n) and PROBE not in n.meta]
     assert inst_ops == [n.target for n in ops]
-    plain = run_captured(captured, gm, (x,), {})[0]
-    result, stamps, _ = run_captured(captured, inst, (x,), {}, instrumented=True)
+    plain = run_captured(captured, gm, [x])[0]
+    result, stamps, _ = run_captured(captured, inst, [x], instrumented=True)
     assert torch.equal(plain, result)
     assert len(stamps) == len(ops) + 1
     assert [b - a for a, b in zip(stamps, stamps[1:])] == [1000] * len(ops)

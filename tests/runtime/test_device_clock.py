@@ -139,7 +139,7 @@ def _calls(n: torch.fx.Node) -> str:
 def test_marks_sit_between_op_nodes_outputs_unchanged(isolated: bool) -> None:
     captured, inst = _instrumented()
     x = torch.arange(3.0)
-    expected = run_captured(captured, captured.graph_module, (x,), {})[0]
+    expected = run_captured(captured, captured.graph_module, [x])[0]
     ops = len(timed_op_nodes(inst))
     calls: list[str] = []
 
@@ -157,7 +157,7 @@ def test_marks_sit_between_op_nodes_outputs_unchanged(isolated: bool) -> None:
         assert calls == []
     else:  # a mark ahead of the first host stamp, then one right after every op
         assert layout == ["mark", "host"] + ["op", "mark", "host"] * ops
-    result, stamps, _ = run_captured(captured, inst, (x,), {}, instrumented=True)
+    result, stamps, _ = run_captured(captured, inst, [x], instrumented=True)
     assert torch.equal(result, expected) and len(stamps) == ops + 1  # outputs unchanged
     assert calls == (["start", "end"] * ops if isolated else ["start"] * (ops + 1))
 
@@ -177,8 +177,8 @@ def test_marks_go_between_an_op_and_its_allocator_read() -> None:
     ops = len(timed_op_nodes(inst))
     assert layout == ["mark", "host"] + ["op", "mark", "read", "host"] * ops  # host work never delays an event
     x = torch.arange(3.0)
-    result = run_captured(captured, inst, (x,), {}, instrumented=True)[0]
-    assert torch.equal(result, run_captured(captured, captured.graph_module, (x,), {})[0])  # outputs unchanged
+    result = run_captured(captured, inst, [x], instrumented=True)[0]
+    assert torch.equal(result, run_captured(captured, captured.graph_module, [x])[0])  # outputs unchanged
     assert len(reads) == ops
 
 
