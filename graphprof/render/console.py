@@ -13,7 +13,7 @@ from typing import Any, Callable
 from graphprof.analysis.columns import BY_KEY
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError
 from graphprof.analysis.table import Row, TableResult
-from graphprof.render.units import format_bytes, format_count, format_shapes, format_time, format_value
+from graphprof.render.units import clip, format_bytes, format_count, format_shapes, format_time, format_value
 
 _WIDTH = {"name": 26, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24}
 _METRICS = ("flops", "flop_per_s", "bytes_moved", "bandwidth_bytes_per_s", "intensity_flop_per_byte")
@@ -39,13 +39,6 @@ def check_format(fmt: str) -> None:
         raise TableOptionError(f"--format {fmt!r} is unknown; choose csv, json or a tabulate format such as simple, github, grid")
 
 
-def _clip(text: str, width: int, keep_end: bool = True) -> str:
-    """Cut ``text`` to ``width``, marking the cut with …; paths keep their end (file and line, leaf module)."""
-    if len(text) <= width:
-        return text
-    return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
-
-
 def _text(row: Row, key: str) -> str:
     value = getattr(row, key)
     if key in ("in_shapes", "out_shapes"):
@@ -54,7 +47,7 @@ def _text(row: Row, key: str) -> str:
         text = "*" if key != "id" else "-"  # a group whose nodes differ
     else:
         text = str(value) or "-"
-    return _clip(text, _WIDTH[key], keep_end=key in ("module", "source")) if key in _WIDTH else text
+    return clip(text, _WIDTH[key], keep_end=key in ("module", "source")) if key in _WIDTH else text
 
 
 def _columns(result: TableResult) -> list[tuple[str, Callable[[Row], str]]]:

@@ -11,27 +11,26 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from graphprof.analysis.distributed import DistributedAnalysis, NodeAcrossRanks
-from graphprof.render.units import format_bytes, format_time
+from graphprof.render.units import clip, share_of, format_bytes, format_time
 
 _WIDTH = 34
 
 
-def _clip(text: str | None, width: int = _WIDTH) -> str:
-    text = text or "-"
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+def _clipped(text: str | None, width: int = _WIDTH) -> str:
+    return clip(text, width, empty="-")
 
 
-def _pct(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+def _share(part: float, whole: float) -> str:
+    return share_of(part, whole, digits=0)
 
 
 def _where(node: NodeAcrossRanks) -> str:
-    return _clip(node.module or node.source or node.name, 30)
+    return _clipped(node.module or node.source or node.name, 30)
 
 
 def _ranks(analysis: DistributedAnalysis) -> list[str]:
     rows = [[r.rank, format_time(r.step_time_s), format_time(r.compute_s), format_time(r.host_s),
-             format_time(r.comm_s), f"{format_time(r.comm_wait_s)} ({_pct(r.comm_wait_s, r.step_time_s)})",
+             format_time(r.comm_s), f"{format_time(r.comm_wait_s)} ({_share(r.comm_wait_s, r.step_time_s)})",
              format_time(r.busy_s)] for r in analysis.ranks]
     headers = ["rank", "step", "compute", "host", "comm", "comm wait", "busy"]
     missing = (f"; no profile from rank(s) {', '.join(map(str, analysis.missing_ranks))}"
@@ -51,7 +50,7 @@ def _straggler(analysis: DistributedAnalysis) -> list[str]:
     lines = [f"{verdict}: rank {s.rank}, busy {format_time(s.busy_s)} per step vs {format_time(s.others_busy_s)} "
              f"on the other ranks (median): {format_time(s.lag_s)} more, found from {s.basis}"]
     if s.nodes:
-        rows = [[n.node.graph, n.node.node_id, _clip(n.node.type, 18), _where(n.node), format_time(n.time_s),
+        rows = [[n.node.graph, n.node.node_id, _clipped(n.node.type, 18), _where(n.node), format_time(n.time_s),
                  format_time(n.others_s), format_time(n.excess_s)] for n in s.nodes]
         lines.append(f"nodes that make rank {s.rank} slow (its time minus the other ranks' median)")
         lines.append(tabulate(rows, headers=["graph", "#", "op", "where", f"rank {s.rank}", "others", "excess"],
@@ -66,7 +65,7 @@ def _spread(analysis: DistributedAnalysis) -> list[str]:
     rows = []
     for n in analysis.spread:
         times = [n.time_on(r) for r in ranks]
-        rows.append([n.graph, n.node_id, _clip(n.type, 18), _where(n), format_time(min(times)),
+        rows.append([n.graph, n.node_id, _clipped(n.type, 18), _where(n), format_time(min(times)),
                      format_time(max(times)), format_time(n.spread_s(ranks)), n.slowest_rank()])
     return [f"spread across ranks (top {len(rows)}; a node a rank does not run counts 0 s there)",
             tabulate(rows, headers=["graph", "#", "op", "where", "min", "max", "spread", "slowest"],
@@ -76,7 +75,7 @@ def _spread(analysis: DistributedAnalysis) -> list[str]:
 def _collectives(analysis: DistributedAnalysis) -> list[str]:
     if not analysis.collectives:
         return ["collectives: none recorded"]
-    rows = [[c.node.graph, c.node.node_id, _clip(c.node.name, 24), c.collective, format_bytes(c.bytes), c.world_size,
+    rows = [[c.node.graph, c.node.node_id, _clipped(c.node.name, 24), c.collective, format_bytes(c.bytes), c.world_size,
              format_time(c.time_s), format_time(c.max_time_s), format_bytes(c.algbw_bytes_per_s, "B/s"),
              format_bytes(c.busbw_bytes_per_s, "B/s")] for c in analysis.collectives]
     return ["collectives (time: shortest over ranks; bus bandwidth as NCCL-tests: allreduce algbw x 2(n-1)/n)",

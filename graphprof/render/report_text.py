@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from graphprof.analysis.dataflow import node_time_s
 from graphprof.analysis.report import Report
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
 from graphprof.render.distributed_text import render_distributed
-from graphprof.render.units import format_bytes, format_count, format_time
+from graphprof.render.units import clip, share_of, format_bytes, format_count, format_time
 
 _WIDTH = 36
 
 
-def _clip(text: str | None, width: int = _WIDTH) -> str:
-    text = text or "-"
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+def _clipped(text: str | None, width: int = _WIDTH) -> str:
+    return clip(text, width, empty="-")
 
 
-def _pct(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
+def _share(part: float, whole: float) -> str:
+    return share_of(part, whole, digits=1)
 
 
 def _header(report: Report) -> list[str]:
@@ -71,7 +71,7 @@ def _host_device(report: Report) -> str:
 def _shares(report: Report) -> list[str]:
     total = report.overview.summary.total_time_s
     phases = ", ".join(f"{p.phase} {p.percent:.1f}%" for p in report.overview.summary.phases)
-    bounds = ", ".join(f"{b.value} {_pct(t, total)}" for b in Bound
+    bounds = ", ".join(f"{b.value} {_share(t, total)}" for b in Bound
                        if (t := report.time_by_bound_s.get(b, 0.0)) > 0)
     return [f"time by phase: {phases or '-'}", f"time by bound: {bounds or '-'}"]
 
@@ -83,7 +83,7 @@ def _roofline(report: Report) -> str:
         p = r.point
         host = [format_time(r.host_time_s) if r.host_time_s is not None else "-"] if both else []
         rows.append([
-            r.node.id, r.node.type, _clip(r.node.module, 28), _clip(r.node.source, 30), format_time(p.time_s),
+            r.node.id, r.node.type, _clipped(r.node.module, 28), _clipped(r.node.source, 30), format_time(p.time_s),
             *host, format_count(p.flops, "FLOP"), "N/A" if p.intensity is None else f"{p.intensity:.2f}",
             format_count(p.achieved_flops_per_s, "FLOP/s"),
             "N/A" if p.fraction_of_attainable is None else f"{100 * p.fraction_of_attainable:.1f}%",
@@ -99,7 +99,8 @@ def _critical(report: Report) -> list[str]:
     for cp in report.critical:
         graph = next(g for g in report.profile.graphs if g.id == cp.graph_id)
         by_id = {n.id: n for n in graph.nodes}
-        heavy = sorted(cp.nodes, key=lambda i: by_id[i].host_time_s and -sorted(by_id[i].host_time_s)[len(by_id[i].host_time_s) // 2] or 0)[:5]
+        # The same per-node time the path was weighted by.
+        heavy = sorted(cp.nodes, key=lambda i: -node_time_s(by_id[i], cp.stat))[:5]
         lines.append(f"  {graph.name}: {len(cp.nodes)} of {len(graph.nodes)} nodes, {format_time(cp.length_s)} of "
                      f"{format_time(cp.serial_s)} serial ({100 * cp.ratio:.0f}%)")
         if heavy:
@@ -109,7 +110,7 @@ def _critical(report: Report) -> list[str]:
 
 
 def _breakdown(title: str, result: TableResult) -> str:
-    rows = [[_clip(r.label, 44), r.calls, format_time(r.time_s), f"{r.percent:.1f}", format_count(r.flops, "FLOP")]
+    rows = [[_clipped(r.label, 44), r.calls, format_time(r.time_s), f"{r.percent:.1f}", format_count(r.flops, "FLOP")]
             for r in result.rows]
     return f"{title}\n" + tabulate(rows, headers=["", "nodes", "time", "%", "FLOPs"], disable_numparse=True)
 
@@ -120,7 +121,7 @@ def _findings(report: Report) -> list[str]:
     step = report.steps.median_s or report.overview.summary.total_time_s
     lines = [f"findings ({len(report.findings)})"]
     for f in report.findings:
-        lines.append(f"  [{f.severity.value.upper()}] {f.title}: {format_time(f.time_s)} at stake ({_pct(f.time_s, step)} of a step)")
+        lines.append(f"  [{f.severity.value.upper()}] {f.title}: {format_time(f.time_s)} at stake ({_share(f.time_s, step)} of a step)")
         lines.append(f"      hint: {f.hint}")
         if f.sources:
             more = f" (+{len(f.sources) - 3} more)" if len(f.sources) > 3 else ""

@@ -73,6 +73,21 @@ def format_percent(value: float | None) -> str:
     return f"{value:.1f}"
 
 
+def clip(text: str | None, width: int, keep_end: bool = True, empty: str = "") -> str:
+    """Cut ``text`` to ``width``, marking the cut with …; paths keep their end
+    (file and line, leaf module). A missing or empty text prints as ``empty``."""
+    if not text:
+        return empty
+    if len(text) <= width:
+        return text
+    return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
+
+
+def share_of(part: float, whole: float, digits: int = 1) -> str:
+    """``part`` as a percentage of ``whole`` (``"12.3%"``), or ``-`` when the whole is 0."""
+    return f"{100 * part / whole:.{digits}f}%" if whole > 0 else "-"
+
+
 def format_shape(shape: tuple[int, ...] | None) -> str:
     """``[16, 3, 32, 32]``; ``[]`` for a scalar; ``-`` for a non-tensor value."""
     return "-" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
