@@ -41,6 +41,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import graphprof
+from benchmarks.agreement import TypeAgreement  # one (op type, graphprof, torch.profiler) record for both
 from graphprof.demo.steps import DEMO_STEPS, DemoStep
 from graphprof.runtime.device_clock import device_capability, device_name
 
@@ -61,17 +62,6 @@ class OverheadResult:
     pipelined: float
     isolated: float
     nodes: int
-
-
-@dataclass(frozen=True)
-class NodeAgreement:
-    op_type: str
-    graphprof_s: float
-    torch_profiler_s: float
-
-    @property
-    def ratio(self) -> float:
-        return self.graphprof_s / self.torch_profiler_s if self.torch_profiler_s > 0 else float("inf")
 
 
 def device() -> torch.device:
@@ -160,7 +150,7 @@ def _profiler_steps(fn: Callable[..., Any], inputs: list[tuple[Any, ...]], steps
 
 
 def measure_agreement(workload: str, steps: int = 10, timing: str = "pipelined",
-                      min_s: float = 50e-6) -> list[NodeAgreement]:
+                      min_s: float = 50e-6) -> list[TypeAgreement]:
     """Pairs (graphprof node, torch.profiler event) of the same graph whose device time is >= ``min_s``."""
     dev = device()
     demo, inputs = demo_on_device(workload, dev)
@@ -180,11 +170,11 @@ def measure_agreement(workload: str, steps: int = 10, timing: str = "pipelined",
         for k in range(block.size):
             _, op_type, seconds = ours[block.a + k]
             if seconds >= min_s:
-                pairs.append(NodeAgreement(op_type, seconds, theirs_times[block.b + k]))
+                pairs.append(TypeAgreement(op_type, seconds, theirs_times[block.b + k]))
     return pairs
 
 
-def summary(pairs: list[NodeAgreement]) -> str:
+def summary(pairs: list[TypeAgreement]) -> str:
     if not pairs:
         return "no node above the threshold"
     ratios = sorted(p.ratio for p in pairs)
@@ -193,12 +183,12 @@ def summary(pairs: list[NodeAgreement]) -> str:
             f"{within}/{len(pairs)} within 10%")
 
 
-def by_type(pairs: list[NodeAgreement]) -> list[NodeAgreement]:
+def by_type(pairs: list[TypeAgreement]) -> list[TypeAgreement]:
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for p in pairs:
         sums[p.op_type][0] += p.graphprof_s
         sums[p.op_type][1] += p.torch_profiler_s
-    return sorted((NodeAgreement(k, a, b) for k, (a, b) in sums.items()), key=lambda p: -p.graphprof_s)
+    return sorted((TypeAgreement(k, a, b) for k, (a, b) in sums.items()), key=lambda p: -p.graphprof_s)
 
 
 def main() -> None:
