@@ -7,9 +7,10 @@ op time (each node's time under a statistic over the profiled steps), with
 the ops that have no formula, slowest first, so the gap can be closed with
 ``graphprof.register_cost``.
 
-Segmented capture also records host time between its segments (op
-``host.gap``) and host reads of tensors there (op ``Tensor.<method>``): that
-is Python time, not ops of a graph, so coverage leaves it out.
+graphprof also records host-side time that is not a graph op: gaps between
+segments (``host.gap``), gradient bookkeeping around a replay
+(``host.zero_grad``, ``host.assign_grad``) and host reads of tensors
+(``Tensor.<method>``). Coverage is about ops, so it leaves all of them out.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NodeRecord, Profile
 
 
-#: Ops of the host-time records of segmented capture (not graph ops).
-HOST_TIME_OPS = frozenset({"host.gap"})
-HOST_READ_PREFIX = "Tensor."
+#: Op namespaces of host-time records (runtime/collect.py, runtime/segment_records.py).
+HOST_OP_PREFIXES = ("host.", "Tensor.")
 
 
 def is_host_time(node: NodeRecord) -> bool:
-    """True for segmented capture's records of host gaps and host reads."""
-    return node.op in HOST_TIME_OPS or node.op.startswith(HOST_READ_PREFIX)
+    """True for records of host-side time (gaps, gradient bookkeeping, host reads), not graph ops."""
+    return node.op.startswith(HOST_OP_PREFIXES)
 
 
 @dataclass(frozen=True)
