@@ -15,7 +15,7 @@ dropped before it runs, so memory behaves as in eager).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -42,7 +42,6 @@ class CapturedStep:
     clear_grads: list[nn.Parameter]
     state: StateIndex
     result: Any = None
-    notes: list[str] = field(default_factory=list)
     #: Puts the user's state back as it was before the capture call (for
     #: failures after capture, before the graph is usable).
     undo: Callable[[], None] = lambda: None
