@@ -30,6 +30,7 @@ class StateIndex:
     params: dict[int, nn.Parameter] = field(default_factory=dict)
     optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
     roots: list[nn.Module] = field(default_factory=list)
+    _by_path: dict[str, nn.Module] = field(default_factory=dict, repr=False)  # module_at's index
 
     def module_name(self, module: nn.Module) -> str:
         entry = self.modules.get(id(module))
@@ -39,11 +40,9 @@ class StateIndex:
         """The module registered under ``path`` (None when unknown)."""
         if not path:
             return None
-        by_path = self.__dict__.setdefault("_by_path", {})
-        if len(by_path) != len(self.modules):
-            by_path.clear()
-            by_path.update({name: m for name, m in self.modules.values()})
-        return by_path.get(path)
+        if len(self._by_path) != len(self.modules):  # modules were added since it was built
+            self._by_path = {name: m for name, m in self.modules.values()}
+        return self._by_path.get(path)
 
     def describe(self, tensor: torch.Tensor) -> StateRecord | None:
         return self.tensors.get(id(tensor))
