@@ -146,7 +146,7 @@ def compare(workload: str) -> dict[str, object]:
         fn(*demo.make_inputs(i))
     model = _modelled(fn)
     gm = fn.graph_module
-    workspace = fn._current.workspace or {}  # measured during the first replay; {} if it could not be attributed
+    workspace = fn.runner.workspace or {}  # measured during the first replay; {} if it could not be attributed
     shapes_only = _modelled_without_workspace(gm)
     inputs = demo.make_inputs(3)
 

@@ -1,15 +1,15 @@
-"""``@graphprof.trace``: the one place the pipeline is assembled.
+"""``@graphprof.trace``: the policy that decides how each call of a traced function runs.
 
 Call 1 runs the user's function eagerly (lazily created state, such as
 optimizer moments, comes into existence). Call 2 captures it with make_fx
 while executing it: its result is that step's result. Later calls run the
-captured graph, instrumented when ``profiling=True``; with profiling, the
-first replayed call runs the plain graph under torch.profiler to measure
-each kernel's workspace (runtime/workspace.py) and, like a warm-up step, is
-not recorded (with a schedule: the first call the schedule does not record,
-a skipped, waiting or warm-up one). A new input signature,
-or changed optimizer hyperparameters or module train/eval modes, captures
-again (bounded by ``cache_size``), like ``torch.compile``'s recompiles.
+captured graph through a runner (runtime/whole_step_runner.py), or, when the
+step cannot be one static graph, torch.compile segments
+(runtime/segmented_runner.py). This module only decides: which runner, what
+the schedule asks of the call, when to capture again (a new input signature,
+changed optimizer hyperparameters or module modes; bounded by
+``cache_size``, like ``torch.compile``'s recompiles), and when to fall back.
+Profiles are assembled by runtime/assemble.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import logging
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 import torch
@@ -27,46 +26,21 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.api import Profile
-from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.state import StateIndex
-from graphprof.capture.segmented import SegmentedCapture
-from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
-from graphprof.analysis.coverage import node_coverage
-from graphprof.passes.annotate import annotate
-from graphprof.passes.op_attrs import op_attrs
-from graphprof.passes.cost import cost
-from graphprof.passes.instrument import Clock, instrument, probe_cost_ns
-from graphprof.passes.memory import memory
-from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
-from graphprof.runtime.calibrate import load_cached
-from graphprof.runtime.codegen import compile_graph
-from graphprof.runtime.device_clock import TIMINGS, DeviceClock, DeviceTimeline, device_timeline, profile_device
-from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
-from graphprof.runtime.collect import gradient_host_record, build_profile, graph_record, profile_meta
-from graphprof.runtime.samples import SampleBuffer, StepSamples
+from graphprof.passes.instrument import Clock
+from graphprof.runtime.assemble import assemble_profile
+from graphprof.runtime.device_clock import TIMINGS, DeviceClock
+from graphprof.runtime.runner import Runner
 from graphprof.runtime.schedule import Action, Schedule
-from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
-from graphprof.runtime.workspace import Workspace, measure_workspace
+from graphprof.runtime.segmented_runner import SegmentedRunner
+from graphprof.runtime.whole_step_runner import WholeStepRunner
 
 log = logging.getLogger("graphprof")
 _CAPTURE_MODES = ("auto", "fx", "dynamo")
 #: Without a schedule every call after capture is recorded; only the newest
 #: steps are kept so that memory stays bounded on long runs.
 DEFAULT_MAX_STEPS = 100
-
-
-def prepare_graph(gm: torch.fx.GraphModule) -> None:
-    """The passes every captured graph goes through, whole-step or segment, in order."""
-    annotate(gm)
-    cost(gm)
-    memory(gm)
-    op_attrs(gm)
-
-
-@functools.lru_cache(maxsize=None)
-def _probe_cost_s() -> float:
-    return probe_cost_ns() * 1e-9
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
@@ -96,29 +70,6 @@ def _guard_values(state: StateIndex) -> tuple:
     return hyper, modes
 
 
-@dataclass
-class _Entry:
-    """One captured signature: its graphs and the samples recorded on it."""
-
-    captured: CapturedStep
-    instrumented: torch.fx.GraphModule
-    guards: tuple
-    samples: SampleBuffer = field(default_factory=SampleBuffer)
-    sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
-    timeline: DeviceTimeline | None = None  # device events (graphs on an accelerator)
-    workspace: dict[str, Workspace] | None = None  # measured kernel scratch per node name
-    workspace_tried: bool = False
-    _executables: dict[bool, Callable[..., Any]] = field(default_factory=dict)
-
-    def executable(self, instrumented: bool) -> Callable[..., Any]:
-        """The graph (plain or instrumented) as fast generated code, compiled on first use."""
-        fn = self._executables.get(instrumented)
-        if fn is None:
-            fn = self._executables[instrumented] = compile_graph(
-                self.instrumented if instrumented else self.captured.graph_module)
-        return fn
-
-
 class TracedFunction:
     """A user function replaced by its captured, optionally instrumented, graph."""
 
@@ -131,17 +82,10 @@ class TracedFunction:
                  device_clock: DeviceClock | None = None) -> None:
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
-        # Device events on an accelerator: one synchronisation per step ("pipelined") or after
-        # every op ("isolated"); ``device_clock`` replaces the real device (tests pass a fake).
-        self.timing = timing
-        self._device_clock = device_clock
         if sample_rate < 0:
             raise ValueError("sample_rate must be 0 (no allocator samples) or a positive number of ops")
-        self.sample_rate = sample_rate
         if peaks is not None and not {"flops_per_s", "bytes_per_s"} <= set(peaks):
             raise ValueError("peaks needs 'flops_per_s' and 'bytes_per_s' (optionally 'flops_per_s_<dtype>')")
-        # Peaks for the roofline: given by hand, else the cached `graphprof calibrate` result.
-        self.peaks = dict(peaks) if peaks is not None else None
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TypeError("schedule must come from graphprof.schedule(...)")
         if max_steps < 1:
@@ -157,19 +101,22 @@ class TracedFunction:
         self.profiling = profiling
         self.capture = capture
         self.cache_size = cache_size
-        self._clock = clock
-        self._calls = 0
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._current: _Entry | None = None
+        # Device events on an accelerator: one synchronisation per step ("pipelined") or after
+        # every op ("isolated"); ``device_clock`` replaces the real device (tests pass a fake).
+        self.timing = timing
+        self._device_clock = device_clock
+        self.sample_rate = sample_rate
+        # Peaks for the roofline: given by hand, else the cached `graphprof calibrate` result.
+        self.peaks = dict(peaks) if peaks is not None else None
         self.schedule = schedule
         self.on_profile_ready = on_profile_ready
         self.max_steps = max_steps
+        self._clock = clock
+        self._calls = 0
+        self._graphs: OrderedDict[Hashable, tuple[WholeStepRunner, tuple]] = OrderedDict()
+        self._segmented: SegmentedRunner | None = None
+        self._runner: Runner | None = None  # the runner of the last call
         self._cycles: list[Profile] = []
-        self._segmented: SegmentedCapture | None = None
-        # Segmented steps are kept per input signature, like captured entries.
-        self._segment_buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
-        self._segment_key: Hashable = None
-        self._comm: CommTimer | None = None  # DDP bucket allreduce times (segmented capture)
 
     def _action(self, call: int) -> Action:
         if not self.profiling:
@@ -178,6 +125,10 @@ class TracedFunction:
             return Action.RECORD
         return self.schedule(call)
 
+    @property
+    def _limit(self) -> int | None:
+        return None if self.schedule is not None else self.max_steps
+
     # -- calling ----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         start = self._clock()
@@ -185,142 +136,67 @@ class TracedFunction:
         self._calls += 1
         if call == 0:
             return self._fn(*args, **kwargs)
-        if self._segmented is not None or self.capture == "dynamo":
-            return self._call_segmented(call, start, args, kwargs)
         key, leaves = _signature(args, kwargs)
-        entry = self._entries.get(key)
-        if entry is not None and entry.guards != _guard_values(entry.captured.state):
+        if self._segmented is not None or self.capture == "dynamo":
+            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
+        cached = self._graphs.get(key)
+        if cached is not None and cached[1] != _guard_values(cached[0].captured.state):
             log.info("graphprof: %s: optimizer hyperparameters or module modes changed; capturing again",
                      self.__name__)
-            del self._entries[key]
-            entry = None
-        if entry is None:
+            del self._graphs[key]
+            cached = None
+        if cached is None:
             try:
-                entry = self._capture(key, args, kwargs)
+                runner = self._capture(key, args, kwargs)
             except CaptureError as exc:
                 if self.capture != "auto":
                     raise
                 warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
                               stacklevel=2)
-                return self._call_segmented(call, start, args, kwargs)
-            self._current = entry
-            return entry.captured.result
-        self._current = entry
+                return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
+            self._runner = runner
+            return runner.captured.result
+        return self._run(cached[0], call, start, args, kwargs, leaves, key)
+
+    def _run(self, runner: Runner, call: int, start: int, args: tuple, kwargs: dict, leaves: list[Any],
+             key: Hashable) -> Any:
+        self._runner = runner
         action = self._action(call)
-        if self.profiling and not entry.workspace_tried and (
-                self.schedule is None or action in (Action.NONE, Action.WARMUP)):
-            return self._measure_workspace(entry, leaves)
-        if action is Action.NONE:
-            return run_captured(entry.captured, entry.executable(False), leaves)[0]
-        if entry.sampler is not None:
-            entry.sampler.begin_step()
-        if entry.timeline is not None:
-            entry.timeline.begin_step()
-        result, stamps, host = run_captured(entry.captured, entry.executable(True), leaves,
-                                            instrumented=True, clock=self._clock)
-        if entry.timeline is not None:
-            entry.timeline.finish()  # the step's one device synchronisation, inside its wall time
-        if action is Action.WARMUP:
-            return result
-        entry.samples.add(StepSamples(call, self._clock() - start, stamps, host))
-        if entry.sampler is not None:
-            entry.sampler.end_step(call)
-        if entry.timeline is not None:
-            entry.timeline.end_step(call)
-        if action is Action.RECORD_AND_SAVE:
-            self._complete_cycle(entry)
+        if isinstance(runner, SegmentedRunner):
+            result = runner.run(call, start, action, args, kwargs, leaves, key)
+        else:
+            result = runner.run(call, start, action, args, kwargs, leaves)
+        if action is Action.RECORD_AND_SAVE and runner.recorded():
+            self._complete_cycle(runner)
         return result
 
-    def _measure_workspace(self, entry: _Entry, leaves: list[Any]) -> Any:
-        """Run this real step's plain graph under torch.profiler; record each node's kernel workspace.
-
-        The step's result is the user's; its timings are not recorded (the
-        profiler slows it down), as with a warm-up step.
-        """
-        entry.workspace_tried = True
-        gm = entry.captured.graph_module
-        # Drop the previous .grads (as the replay would) before the profiler
-        # starts: freeing memory allocated before profiling makes torch warn.
-        for p in entry.captured.clear_grads:
-            p.grad = None
-        result, workspace = measure_workspace(
-            gm, lambda: run_captured(entry.captured, entry.executable(False), leaves)[0])
-        if workspace is not None:
-            entry.workspace = workspace
-            memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in workspace.items()})
-        return result
-
-    def _call_segmented(self, call: int, start: int, args: tuple, kwargs: dict) -> Any:
-        """Segmented capture: the first call here compiles, later ones run the segments."""
+    def _segmented_runner(self) -> SegmentedRunner:
         if self._segmented is None:
-            self._comm = self._comm or comm_timer_for(self._fn, self._clock)
-            self._segmented = SegmentedCapture(self._fn, prepare_graph, self._clock)
-            self._segmented.probing = False
-            return self._segmented(*args, **kwargs)
-        key = _signature(args, kwargs)[0]
-        if key not in self._segment_buffers:
-            if self._segment_buffers:
-                log.info("graphprof: %s: new input signature; torch.compile may compile new segments", self.__name__)
-            self._segment_buffers[key] = SampleBuffer(limit=None if self.schedule else self.max_steps)
-            while len(self._segment_buffers) > self.cache_size:
-                self._segment_buffers.popitem(last=False)
-        self._segment_key = key
-        action = self._action(call)
-        self._segmented.probing = action is not Action.NONE
-        if self._comm is not None:
-            self._comm.begin_step(action in (Action.RECORD, Action.RECORD_AND_SAVE))
-        result = self._segmented(*args, **kwargs)
-        if self._comm is not None:
-            self._comm.end_step(call)
-        if action in (Action.RECORD, Action.RECORD_AND_SAVE):
-            events = tuple(self._segmented.timeline.events)
-            self._segment_buffers[key].add(SegmentedStep(call, start, self._clock(), events))
-            if action is Action.RECORD_AND_SAVE:
-                self._complete_cycle(None)
-        return result
+            self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size)
+        return self._segmented
 
-    @property
-    def _segment_samples(self) -> SampleBuffer:
-        return self._segment_buffers.get(self._segment_key) or SampleBuffer()
+    def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> WholeStepRunner:
+        if self._graphs:
+            log.info("graphprof: %s: new input signature; capturing graph %d", self.__name__, len(self._graphs) + 1)
+        runner = WholeStepRunner.capture(
+            self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
+            profiling=self.profiling, scheduled=self.schedule is not None, sample_rate=self.sample_rate,
+            timing=self.timing, device_clock=self._device_clock)
+        self._graphs[key] = (runner, _guard_values(runner.captured.state))
+        while len(self._graphs) > self.cache_size:
+            self._graphs.popitem(last=False)
+        return runner
 
-    def _complete_cycle(self, entry: _Entry | None) -> None:
-        profile = self._profile_of(entry, cycle=len(self._cycles))
-        (entry.samples if entry is not None else self._segment_samples).clear()
-        if entry is not None and entry.sampler is not None:
-            entry.sampler.clear()
-        if entry is not None and entry.timeline is not None:
-            entry.timeline.clear()
+    def _complete_cycle(self, runner: Runner) -> None:
+        profile = self._profile_of(runner, cycle=len(self._cycles))
+        runner.clear_samples()
         self._cycles.append(profile)
         if self.on_profile_ready is not None:
             self.on_profile_ready(profile)
 
-    def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> _Entry:
-        if self._entries:
-            log.info("graphprof: %s: new input signature; capturing graph %d", self.__name__, len(self._entries) + 1)
-        try:
-            with refuse_ddp(self._fn):  # DDP's allreduce waits are not in a make_fx graph: capture/distributed.py
-                captured = capture_whole_step(self._fn, args, kwargs)  # restores state on failure
-        except Exception as exc:
-            raise CaptureError.from_exception(self.__name__, exc) from exc
-        try:
-            prepare_graph(captured.graph_module)
-            wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
-            instrumented = instrument(captured.graph_module, self._clock)
-        except Exception as exc:
-            captured.undo()  # the step ran during capture; a fallback must not run it twice
-            raise CaptureError.from_exception(self.__name__, exc) from exc
-        entry = _Entry(captured, instrumented, _guard_values(captured.state),
-                       SampleBuffer(limit=None if self.schedule else self.max_steps))
-        device = accelerator_type() if self.sample_rate else None
-        if device is not None and device in graph_device_types(captured.graph_module):
-            entry.sampler = AllocatorSampler(self.sample_rate)
-            add_allocator_samples(entry.instrumented, entry.sampler)
-        # After the allocator reads, so each device mark sits right after its op.
-        entry.timeline = device_timeline(captured.graph_module, entry.instrumented, self.timing, self._device_clock)
-        self._entries[key] = entry
-        while len(self._entries) > self.cache_size:
-            self._entries.popitem(last=False)
-        return entry
+    def _profile_of(self, runner: Runner, cycle: int | None = None) -> Profile:
+        return assemble_profile(self.__name__, runner.recorded_steps(), clock=self._clock, peaks=self.peaks,
+                                schedule=self.schedule, cycle=cycle)
 
     # -- results ------------------------------------------------------------------
     def get_profile(self, all: bool = False) -> Any:
@@ -337,69 +213,35 @@ class TracedFunction:
                     f"the schedule records {self.schedule.describe()})"
                 )
             return list(self._cycles) if all else self._cycles[-1]
-        entry = self._current
-        if self._segmented is not None:
-            if not self._segment_samples:
-                raise RuntimeError(f"no profiled step yet for {self.__name__} (segmented capture: the first call "
-                                   "after the eager one compiles, later calls are profiled)")
-            profile = self._profile_of(None)
-            return [profile] if all else profile
-        if entry is None or not entry.samples:
+        runner = self._runner
+        if isinstance(runner, SegmentedRunner) and not runner.recorded():
+            raise RuntimeError(f"no profiled step yet for {self.__name__} (segmented capture: the first call "
+                               "after the eager one compiles, later calls are profiled)")
+        if runner is None or not runner.recorded():
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
                 "call 3 measures kernel workspace and calls from 4 on are profiled (with profiling=True)"
             )
-        profile = self._profile_of(entry)
+        profile = self._profile_of(runner)
         return [profile] if all else profile
-
-    def _profile_of(self, entry: _Entry | None, cycle: int | None = None) -> Profile:
-        if entry is None:
-            steps = list(self._segment_samples.steps)
-            graphs = segment_graph_records(self._segmented.segments, steps)
-            comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1) if self._comm else None
-            graphs += [comm] if comm is not None else []
-            mode = "dynamo"
-        else:
-            steps = list(entry.samples.steps)
-            device_memory = entry.sampler.samples(s.index for s in steps) if entry.sampler is not None else ()
-            device_times = entry.timeline.times(s.index for s in steps) if entry.timeline is not None else None
-            graphs = [graph_record(entry.captured.graph_module, steps, device_memory=device_memory,
-                                   device_times=device_times, workspace=entry.workspace)]
-            host = gradient_host_record(steps, graph_id=1)
-            if host is not None:
-                graphs.append(host)
-            mode = "fx"
-        extra: dict[str, Any] = {
-            "cost_coverage": node_coverage(n for g in graphs for n in g.nodes).to_dict(),
-        }
-        distributed = distributed_extra(self._comm)
-        if distributed is not None:
-            extra["distributed"] = distributed
-        if self.schedule is not None:
-            extra["schedule"] = {k: getattr(self.schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
-            extra["cycle"] = cycle
-        device_type, device_name, device_extra = profile_device(
-            entry.timeline if entry is not None else None,
-            [entry.captured.graph_module] if entry is not None else [s.graph_module for s in self._segmented.segments])
-        extra.update(device_extra)
-        peaks = self.peaks if self.peaks is not None else load_cached(device_type)
-        meta = profile_meta(self.__name__, mode, _probe_cost_s() if self._clock is time.perf_counter_ns else 0.0,
-                            peaks=peaks, device_type=device_type, device_name=device_name, **extra)
-        return build_profile(graphs, steps, meta, cls=Profile)
 
     def reset(self) -> None:
         """Forget captured graphs and samples; the next call runs eagerly again."""
-        self._entries.clear()
-        self._current = None
+        self._graphs.clear()
+        self._runner = None
         self._calls = 0
         self._cycles.clear()
         self._segmented = None
-        self._segment_buffers.clear()
+
+    @property
+    def runner(self) -> Runner | None:
+        """The runner of the last call (a WholeStepRunner or a SegmentedRunner), for inspection."""
+        return self._runner
 
     @property
     def graph_module(self) -> torch.fx.GraphModule | None:
         """The captured (uninstrumented) graph of the last call, for inspection."""
-        return self._current.captured.graph_module if self._current else None
+        return self._runner.graph_module if isinstance(self._runner, WholeStepRunner) else None
 
 
 def trace(fn: Callable[..., Any] | None = None, **options: Any) -> Any:

@@ -19,6 +19,7 @@ from graphprof.profile.model import (
     DeviceMemorySample, GraphKind, Phase, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Profile,
     ProfileMeta, StepRecord,
 )
+from graphprof.runtime.runner import StepTiming
 from graphprof.runtime.samples import StepSamples
 from graphprof.runtime.workspace import Workspace
 
@@ -139,7 +140,7 @@ def profile_meta(function: str, capture: str, probe_cost_s: float, peaks: dict[s
 
 
 def build_profile(
-    graphs: Sequence[GraphRecord], steps: Sequence[StepSamples], meta: ProfileMeta,
+    graphs: Sequence[GraphRecord], steps: Sequence[StepTiming], meta: ProfileMeta,
     cls: type[Profile] = Profile,
 ) -> Profile:
     """Assemble a Profile (or a subclass of it) from graph records and step samples."""

@@ -95,7 +95,7 @@ def test_waiting_steps_run_without_probes() -> None:
     for _ in range(3):
         fn(torch.ones(4))
     # calls 0-2 are waiting: call 0 eager, 1 capture, 2 replay without probes
-    entry = fn._current
+    entry = fn.runner
     assert len(entry.samples) == 0
     fn(torch.ones(4))  # call 3 is the active one
     assert [s.index for s in fn.get_profile().steps] == [3]
@@ -105,7 +105,7 @@ def test_memory_is_bounded_whatever_the_number_of_steps() -> None:
     fn = graphprof.trace(_step_fn(), schedule=schedule(warmup=0, active=2), clock=FakeClock())
     for _ in range(50):
         fn(torch.ones(4))
-        assert len(fn._current.samples) <= 2 if fn._current else True
+        assert len(fn.runner.samples) <= 2 if fn.runner else True
     unscheduled = graphprof.trace(_step_fn(), max_steps=5, clock=FakeClock())
     for _ in range(50):
         unscheduled(torch.ones(4))

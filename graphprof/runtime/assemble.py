@@ -1,0 +1,45 @@
+"""A Profile from a runner's recorded steps and the policy's settings.
+
+Kept apart from both runners so that meta (device, peaks, schedule, probe
+cost, distributed) is assembled one way whatever ran the step.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+from graphprof.api import Profile
+from graphprof.passes.instrument import Clock, probe_cost_ns
+from graphprof.runtime.calibrate import load_cached
+from graphprof.runtime.collect import build_profile, profile_meta
+from graphprof.runtime.device_clock import profile_device
+from graphprof.runtime.runner import RecordedSteps
+from graphprof.runtime.schedule import Schedule
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_cost_s() -> float:
+    return probe_cost_ns() * 1e-9
+
+
+def assemble_profile(name: str, recorded: RecordedSteps, *, clock: Clock, peaks: dict[str, float] | None,
+                     schedule: Schedule | None, cycle: int | None) -> Profile:
+    """The Profile of ``recorded``; ``peaks`` given by hand win over the cached calibration."""
+    extra: dict[str, Any] = {}
+    if recorded.distributed is not None:
+        extra["distributed"] = recorded.distributed
+    if schedule is not None:
+        extra["schedule"] = {k: getattr(schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
+        extra["cycle"] = cycle
+    extra.update(recorded.notes)
+    device_type, device_name, device_extra = profile_device(recorded.timeline, recorded.graph_modules)
+    extra.update(device_extra)
+    if peaks is None:
+        peaks = load_cached(device_type)
+    # Probe cost is that of the real host clock; a fake clock (tests) costs nothing.
+    probe_cost_s = _probe_cost_s() if clock is time.perf_counter_ns else 0.0
+    meta = profile_meta(name, recorded.mode, probe_cost_s, peaks=peaks, device_type=device_type,
+                        device_name=device_name, **extra)
+    return build_profile(recorded.graphs, recorded.steps, meta, cls=Profile)

@@ -1,0 +1,84 @@
+"""Running a step as torch.compile segments (capture="dynamo", or the fallback).
+
+The first call here compiles (its result is the user's, nothing recorded);
+later calls run the segments, probed when the schedule records the step.
+Recorded steps are kept per input signature, like whole-step runners, so a
+profile never mixes the segments of two signatures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any, Callable, Hashable
+
+from graphprof.capture.segmented import SegmentedCapture
+from graphprof.passes.instrument import Clock
+from graphprof.passes.pipeline import prepare_graph
+from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
+from graphprof.runtime.runner import RecordedSteps, StepTiming
+from graphprof.runtime.samples import SampleBuffer
+from graphprof.runtime.schedule import Action
+from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
+
+log = logging.getLogger("graphprof")
+_RECORDING = (Action.RECORD, Action.RECORD_AND_SAVE)
+
+
+class SegmentedRunner:
+    """A torch.compile'd version of the user's function, with per-signature step buffers."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], clock: Clock, limit: int | None, cache_size: int) -> None:
+        self._name = name
+        self._clock = clock
+        self._limit = limit
+        self._cache_size = cache_size
+        self._comm: CommTimer | None = comm_timer_for(fn, clock)  # DDP bucket allreduce times
+        self.capture = SegmentedCapture(fn, prepare_graph, clock)
+        self.capture.probing = False
+        self._compiled = False
+        self._buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
+        self._key: Hashable = None
+
+    def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
+            leaves: list[Any], key: Hashable = None) -> Any:
+        if not self._compiled:
+            self._compiled = True
+            return self.capture(*args, **kwargs)
+        if key not in self._buffers:
+            if self._buffers:
+                log.info("graphprof: %s: new input signature; torch.compile may compile new segments", self._name)
+            self._buffers[key] = SampleBuffer(limit=self._limit)
+            while len(self._buffers) > self._cache_size:
+                self._buffers.popitem(last=False)
+        self._key = key
+        self.capture.probing = action is not Action.NONE
+        if self._comm is not None:
+            self._comm.begin_step(action in _RECORDING)
+        result = self.capture(*args, **kwargs)
+        if self._comm is not None:
+            self._comm.end_step(call)
+        if action in _RECORDING:
+            events = tuple(self.capture.timeline.events)
+            self._buffers[key].add(SegmentedStep(call, start_ns, self._clock(), events))
+        return result
+
+    def _samples(self) -> SampleBuffer:
+        return self._buffers.get(self._key) or SampleBuffer()
+
+    def recorded(self) -> int:
+        return len(self._samples())
+
+    def clear_samples(self) -> None:
+        self._samples().clear()
+
+    def recorded_steps(self) -> RecordedSteps:
+        steps = list(self._samples().steps)
+        graphs = segment_graph_records(self.capture.segments, steps)
+        if self._comm is not None:
+            comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
+            if comm is not None:
+                graphs.append(comm)
+        return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
+                             [s.graph_module for s in self.capture.segments], None,
+                             distributed_extra(self._comm))
