@@ -27,7 +27,9 @@ import torch.utils._pytree as pytree
 
 from graphprof.api import Profile
 from graphprof.capture.errors import CaptureError
+from graphprof.capture.inputs import guards_hold
 from graphprof.capture.state import StateIndex
+from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED, is_number_input
 from graphprof.passes.instrument import Clock
 from graphprof.runtime.assemble import assemble_profile
 from graphprof.runtime.device_clock import TIMINGS, DeviceClock
@@ -51,6 +53,8 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
+        elif is_number_input(leaf):
+            parts.append(type(leaf))  # an input of the graph: its value is guarded only where a branch reads it
         else:
             try:
                 hash(leaf)
@@ -60,14 +64,47 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     return tuple(parts), leaves
 
 
+def _baked(value: Any) -> Any:
+    """How a param_groups value is held by a graph: numbers are read at run time, the rest baked."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) or (isinstance(value, tuple) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        return _RUNTIME
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value))  # a tensor lr: updated in place is fine, replaced is not
+    return ("object", type(value).__name__)
+
+
+_RUNTIME = "read at run time"
+
+
 def _guard_values(state: StateIndex) -> tuple:
-    """Python values baked into a graph: optimizer hyperparameters, module modes."""
+    """Python values baked into a graph: optimizer flags (foreach, amsgrad, ...), module modes."""
     hyper = tuple(
-        tuple((k, v) for k, v in group.items() if k != "params" and isinstance(v, (int, float, bool, str, tuple, type(None))))
+        tuple((k, _baked(v)) for k, v in group.items() if k != "params")
         for opt in state.optimizers for group in opt.param_groups
     )
     modes = tuple(m.training for _, m in state.modules.values())
     return hyper, modes
+
+
+def _what_changed(old: tuple, new: tuple, state: StateIndex) -> str:
+    """One phrase naming the first baked value that differs."""
+    (old_hyper, old_modes), (new_hyper, new_modes) = old, new
+    for g, (a, b) in enumerate(zip(old_hyper, new_hyper)):
+        for (k, va), (_, vb) in zip(a, b):
+            if va != vb:
+                return f"optimizer param_groups[{g}]['{k}'] changed from {va!r} to {vb!r}"
+    names = [name for name, _ in state.modules.values()]
+    for name, a, b in zip(names, old_modes, new_modes):
+        if a != b:
+            return f"module '{name or 'model'}' switched to {'train' if b else 'eval'} mode"
+    return "optimizer settings or module modes changed"
+
+
+#: Captures in a row (no replay between them) after which the step is profiled as segments.
+STORM_LIMIT = 5
 
 
 class TracedFunction:
@@ -113,7 +150,12 @@ class TracedFunction:
         self.max_steps = max_steps
         self._clock = clock
         self._calls = 0
-        self._graphs: OrderedDict[Hashable, tuple[WholeStepRunner, tuple]] = OrderedDict()
+        #: Per input signature, the graphs of the paths taken so far, each with its baked values.
+        self._graphs: OrderedDict[Hashable, list[tuple[WholeStepRunner, tuple]]] = OrderedDict()
+        #: Whole-step captures so far (each path of each signature counts once).
+        self.captures = 0
+        self._captures_in_a_row = 0
+        self._storm: str | None = None  # why re-capturing stopped
         self._segmented: SegmentedRunner | None = None
         self._runner: Runner | None = None  # the runner of the last call
         self._cycles: list[Profile] = []
@@ -137,26 +179,56 @@ class TracedFunction:
         if call == 0:
             return self._fn(*args, **kwargs)
         key, leaves = _signature(args, kwargs)
-        if self._segmented is not None or self.capture == "dynamo":
+        if self._storm is not None or self._segmented is not None or self.capture == "dynamo":
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-        cached = self._graphs.get(key)
-        if cached is not None and cached[1] != _guard_values(cached[0].captured.state):
-            log.info("graphprof: %s: optimizer hyperparameters or module modes changed; capturing again",
-                     self.__name__)
-            del self._graphs[key]
-            cached = None
-        if cached is None:
-            try:
-                runner = self._capture(key, args, kwargs)
-            except CaptureError as exc:
-                if self.capture != "auto":
-                    raise
-                warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
-                              stacklevel=2)
-                return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-            self._runner = runner
-            return runner.captured.result
-        return self._run(cached[0], call, start, args, kwargs, leaves, key)
+        runner, reason = self._select(key, leaves)
+        if runner is not None:
+            self._captures_in_a_row = 0
+            return self._run(runner, call, start, args, kwargs, leaves, key)
+        if reason != OPTIMIZER_STATE_CREATED:  # happens once per optimizer: not a storm
+            self._captures_in_a_row += 1
+        if self._captures_in_a_row > STORM_LIMIT:
+            self._storm = (f"captured {self._captures_in_a_row - 1} times in a row, the last time because "
+                           f"{reason}")
+            message = f"graphprof: {self.__name__} {self._storm}; no longer capturing it"
+            if self.capture != "auto":
+                raise CaptureError(message)
+            warnings.warn(f"{message}, profiling it as torch.compile segments instead", stacklevel=2)
+            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
+        try:
+            runner = self._capture(key, args, kwargs, reason)
+        except CaptureError as exc:
+            if self.capture != "auto":
+                raise
+            warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
+                          stacklevel=2)
+            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
+        self._runner = runner
+        return runner.captured.result
+
+    def _select(self, key: Hashable, leaves: list[Any]) -> tuple[WholeStepRunner | None, str]:
+        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)."""
+        paths = self._graphs.get(key)
+        if not paths:
+            return None, ("its input signature is new" if self._graphs else "it runs for the first time")
+        reason = ""
+        for runner, baked in list(paths):
+            now = _guard_values(runner.captured.state)
+            if baked != now:
+                reason = _what_changed(baked, now, runner.captured.state)
+                paths.remove((runner, baked))  # that value is gone for good: this graph would never run again
+                continue
+            mismatch = runner.captured.entry_mismatch()
+            if mismatch is not None:
+                reason = mismatch
+                if mismatch == OPTIMIZER_STATE_CREATED:  # it never goes away: neither will this graph run
+                    paths.remove((runner, baked))
+                continue
+            broken = guards_hold(list(runner.captured.guards), leaves, runner.captured.scalar_positions)
+            if broken is None:
+                return runner, ""
+            reason = f"a branch took another way ({broken.describe()})"
+        return None, reason or "its input signature is new"
 
     def _run(self, runner: Runner, call: int, start: int, args: tuple, kwargs: dict, leaves: list[Any],
              key: Hashable) -> Any:
@@ -175,14 +247,19 @@ class TracedFunction:
             self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size)
         return self._segmented
 
-    def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> WholeStepRunner:
+    def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
-            log.info("graphprof: %s: new input signature; capturing graph %d", self.__name__, len(self._graphs) + 1)
+            log.info("graphprof: %s: capturing again because %s", self.__name__, reason)
         runner = WholeStepRunner.capture(
             self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
             profiling=self.profiling, scheduled=self.schedule is not None, sample_rate=self.sample_rate,
             timing=self.timing, device_clock=self._device_clock)
-        self._graphs[key] = (runner, _guard_values(runner.captured.state))
+        self.captures += 1
+        paths = self._graphs.setdefault(key, [])
+        paths.append((runner, _guard_values(runner.captured.state)))
+        self._graphs.move_to_end(key)
+        while len(paths) > self.cache_size:
+            paths.pop(0)
         while len(self._graphs) > self.cache_size:
             self._graphs.popitem(last=False)
         return runner
@@ -217,6 +294,8 @@ class TracedFunction:
         if isinstance(runner, SegmentedRunner) and not runner.recorded():
             raise RuntimeError(f"no profiled step yet for {self.__name__} (segmented capture: the first call "
                                "after the eager one compiles, later calls are profiled)")
+        if self._storm is not None and (runner is None or not runner.recorded()):
+            raise RuntimeError(f"no profiled step yet for {self.__name__}: it {self._storm}")
         if runner is None or not runner.recorded():
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
@@ -232,6 +311,16 @@ class TracedFunction:
         self._calls = 0
         self._cycles.clear()
         self._segmented = None
+        self.captures = 0
+        self._captures_in_a_row = 0
+        self._storm = None
+
+    @property
+    def capture_mode(self) -> str | None:
+        """How the last call ran: "whole-step", "segments", or None before any replay."""
+        if isinstance(self._runner, WholeStepRunner):
+            return "whole-step"
+        return "segments" if isinstance(self._runner, SegmentedRunner) else None
 
     @property
     def runner(self) -> Runner | None:

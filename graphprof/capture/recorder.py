@@ -17,6 +17,7 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import sys
 from typing import Any, Iterator
@@ -28,8 +29,14 @@ from torch.fx.experimental.proxy_tensor import get_proxy_slot
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from graphprof.capture.host_calls import SchedulerCalls
+from graphprof.capture.host_sources import HostSources
+from graphprof.capture.sources import is_library, user_source
+from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.snapshot import WriteLog
-from graphprof.capture.scalars import DataDependentError, TracedScalar, contains_traced_scalar, unwrap_scalars
+from graphprof.capture.scalars import (
+    GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
+)
 from graphprof.capture.state import StateIndex, add_parameter
 from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
@@ -37,14 +44,6 @@ from graphprof.profile.model import Phase
 aten = torch.ops.aten
 _RF_ENTER = {torch.ops.profiler._record_function_enter_new.default}
 _RF_EXIT = {torch.ops.profiler._record_function_exit._RecordFunction}
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# graphprof's own machinery is never "user code"; its demo models are.
-_SKIP_DIRS = (
-    _TORCH_DIR,
-    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", "tracing.py")),
-    os.path.dirname(contextlib.__file__),
-)
 # Host reads of tensor values that a static graph cannot replay.
 _REFUSED = {
     torch.Tensor.tolist: "tolist()",
@@ -59,21 +58,6 @@ _REFUSED = {
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
 
 _ACTIVE: "CaptureRecorder | None" = None
-
-
-def user_source(skip: int = 2) -> str:
-    """``file:line`` of the innermost frame of user code (not torch, not graphprof)."""
-    frame = sys._getframe(skip)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<"):
-            try:
-                filename = os.path.relpath(filename)
-            except ValueError:
-                pass
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
 
 
 def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -91,15 +75,53 @@ def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
         recorder.pending_scalars.pop()
 
 
-def _substitute(value: Any, scalars: list[TracedScalar]) -> Any:
+def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     """Replace a literal equal to a pending scalar's value by that scalar's node."""
     if isinstance(value, (list, tuple)):
-        return type(value)(_substitute(v, scalars) for v in value)
+        return type(value)(_substitute(v, scalars, used) for v in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         for s in scalars:
             if type(s.value) is type(value) and s.value == value:
+                used.add(id(s))
                 return s.node
     return value
+
+
+def _number_argument(argument: Any) -> bool:
+    """A schema argument that takes a number to compute with.
+
+    Scalar and float arguments, lists of them, and Tensor arguments: a number
+    found in a Tensor slot is a wrapped number (``p.mul_(1 - lr * wd)``).
+    """
+    kind = argument.type
+    if isinstance(kind, torch._C.OptionalType):
+        kind = kind.getElementType()
+    if isinstance(kind, torch._C.ListType):
+        kind = kind.getElementType()
+    return isinstance(kind, (torch._C.NumberType, torch._C.FloatType, torch._C.TensorType))
+
+
+def _link_scalars(node: torch.fx.Node, scalars: list[TracedScalar], used: set[int]) -> None:
+    """Point an op node's scalar arguments at the nodes that compute them.
+
+    Values read from tensors (``.item()``) link wherever they appear. Input
+    scalars link only where the op computes with a number; elsewhere (a size,
+    a dim, a flag) the graph is specialised to the value and a guard says so.
+    """
+    computed = [s for s in scalars if not s.is_input]
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        node.args = _substitute(node.args, scalars, used)
+        node.kwargs = {k: _substitute(v, scalars, used) for k, v in node.kwargs.items()}
+        return
+    by_name = {a.name: a for a in schema.arguments}
+    args = []
+    for i, value in enumerate(node.args):
+        numeric = i < len(schema.arguments) and _number_argument(schema.arguments[i])
+        args.append(_substitute(value, scalars if numeric else computed, used))
+    node.args = tuple(args)
+    node.kwargs = {k: _substitute(v, scalars if k in by_name and _number_argument(by_name[k]) else computed, used)
+                   for k, v in node.kwargs.items()}
 
 
 class CaptureRecorder:
@@ -121,6 +143,12 @@ class CaptureRecorder:
         self.write_log = WriteLog()
         for p in state.params.values():
             self.write_log.note_grad(p)
+        #: Outcomes of branches on input scalars, checked before every replay.
+        self.guards: list[Guard] = []
+        self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
+        self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
+                                         lambda: user_source(3))
+        self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
@@ -203,20 +231,26 @@ class CaptureRecorder:
                 ) from None
             raise
         scalars = [s for group in self.pending_scalars for s in group]
+        used: set[int] = set()
         for node in self._new_nodes(before):
             if node.op != "call_function":
                 continue
             node.meta[CAPTURE] = record
             if scalars:
-                node.args = _substitute(node.args, scalars)
-                node.kwargs = {k: _substitute(v, scalars) for k, v in node.kwargs.items()}
+                _link_scalars(node, scalars, used)
         # Autograd numbers each node it creates; the counter moved only if this
         # op created one, and then the newest number is this op's backward node.
         seq = torch.autograd._get_sequence_nr()
-        if seq != self._last_seq:
+        differentiable = seq != self._last_seq
+        if differentiable:
             self._last_seq = seq
             if record.phase is Phase.FORWARD:
                 self.forward_by_seq[seq - 1] = record
+        for s in scalars:
+            # The graph holds the value (an unlinked literal, or one autograd saved for a backward
+            # that computes with it in C++): replay only while it is the same.
+            if s.is_input and (id(s) not in used or differentiable):
+                self.guards.append(Guard(operator.eq, (s.node, s.value), True, record.source))
         return out
 
     def traced_item(self, tensor: torch.Tensor) -> TracedScalar:
@@ -235,14 +269,16 @@ class CaptureRecorder:
         handles = [
             nn.modules.module.register_module_forward_pre_hook(lambda m, a: self.module_stack.append(m)),
             nn.modules.module.register_module_forward_hook(lambda m, a, o: self._pop_module(m), always_call=True),
-            register_optimizer_step_pre_hook(lambda o, a, k: self._enter_optimizer()),
+            register_optimizer_step_pre_hook(lambda o, a, k: self._enter_optimizer(o)),
             register_optimizer_step_post_hook(lambda o, a, k: self._exit_optimizer()),
         ]
         previous, _ACTIVE = _ACTIVE, self
+        GUARD_SINKS.append(self.guards)
         try:
-            with _ScalarMode(self), _OpMode(self):
+            with self.schedulers.patched(), self.host_sources.patched(), _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
+            GUARD_SINKS.pop()
             _ACTIVE = previous
             for h in handles:
                 h.remove()
@@ -251,10 +287,14 @@ class CaptureRecorder:
         if self.module_stack and self.module_stack[-1] is module:
             self.module_stack.pop()
 
-    def _enter_optimizer(self) -> None:
+    def _enter_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer_depth += 1
+        if self.optimizer_depth == 1:
+            self.hyperparameters.enter(optimizer)  # read as eager reads them: when the step starts
 
     def _exit_optimizer(self) -> None:
+        if self.optimizer_depth == 1:
+            self.hyperparameters.exit()
         self.optimizer_depth -= 1
         self.optimizer_module = ""
 

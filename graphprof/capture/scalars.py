@@ -13,14 +13,25 @@ as eager Python: bitwise the same numbers, nothing baked.
 Uses that a static graph cannot replay (branching on the value, printing it,
 ``float()``, ``math.sqrt``) raise ``DataDependentError`` at capture time, so
 capture falls back or fails loudly instead of silently baking a constant.
+
+*Input* scalars are different: their value is known before the step runs
+(an optimizer hyperparameter, an int argument, a counter the step reads from
+its own objects; see ``inputs.py``). Branching on one, comparing it or using
+it as an index is allowed: the capture records a ``Guard`` (the expression
+and the outcome seen), and a replay first checks every guard on the call's
+own values, before anything runs; a different outcome selects or captures
+another graph. Values derived only from inputs are inputs too.
 """
 
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch.fx
+
+from graphprof.capture.sources import user_source
 
 
 class DataDependentError(RuntimeError):
@@ -30,16 +41,41 @@ class DataDependentError(RuntimeError):
 _Number = (int, float, bool)
 
 
+@dataclass(frozen=True)
+class Guard:
+    """``op(*operands) == expected`` held at capture; operands are scalar nodes or constants."""
+
+    op: Callable[..., Any]
+    operands: tuple[Any, ...]
+    expected: Any
+    where: str
+
+    def describe(self) -> str:
+        names = [o.name if isinstance(o, torch.fx.Node) else repr(o) for o in self.operands]
+        op = getattr(self.op, "__name__", str(self.op))
+        return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"
+
+
+#: Where guards recorded now go (the active capture's list); empty outside a capture.
+GUARD_SINKS: list[list[Guard]] = []
+
+
+_COMPARISONS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
+
+
 class TracedScalar:
     """A Python number read from a tensor, with the fx node that computes it at replay."""
 
-    __slots__ = ("value", "node", "_graph", "_where")
+    __slots__ = ("value", "node", "_graph", "_where", "is_input")
 
-    def __init__(self, value: int | float | bool, node: torch.fx.Node, graph: torch.fx.Graph, where: str) -> None:
+    def __init__(self, value: int | float | bool, node: torch.fx.Node, graph: torch.fx.Graph, where: str,
+                 is_input: bool = False) -> None:
         self.value = value
         self.node = node
         self._graph = graph
         self._where = where
+        #: Known before the step runs (derived only from inputs): guards may be taken on it.
+        self.is_input = is_input
 
     # -- recording arithmetic ------------------------------------------------
     def _record(self, fn: Callable[..., Any], *operands: Any) -> "TracedScalar | Any":
@@ -55,7 +91,8 @@ class TracedScalar:
             if isinstance(op, TracedScalar) and "graphprof.capture" in op.node.meta:
                 node.meta["graphprof.capture"] = op.node.meta["graphprof.capture"]
                 break
-        return TracedScalar(result, node, self._graph, self._where)
+        is_input = all(op.is_input for op in operands if isinstance(op, TracedScalar))
+        return TracedScalar(result, node, self._graph, self._where, is_input)
 
     def __add__(self, o: Any) -> Any: return self._record(operator.add, self, o)
     def __radd__(self, o: Any) -> Any: return self._record(operator.add, o, self)
@@ -77,23 +114,36 @@ class TracedScalar:
 
     # -- uses a static graph cannot replay -------------------------------------
     def _refuse(self, what: str) -> Any:
-        raise DataDependentError(
-            f"{what} of a value read from a tensor with .item() at {self._where} "
-            "cannot be replayed by a static graph"
-        )
+        if self.is_input:  # named by where it is kept (self.n): say where it is used
+            raise DataDependentError(f"{what} of {self._where} (a value the step reads) at {user_source(3)} "
+                                     "cannot be replayed by a static graph")
+        raise DataDependentError(f"{what} of a value read from a tensor with .item() at {self._where} "
+                                 "cannot be replayed by a static graph")
 
-    def __bool__(self) -> bool: return self._refuse("branching on the value")
-    def __float__(self) -> float: return self._refuse("float()")
-    def __int__(self) -> int: return self._refuse("int()")
-    def __index__(self) -> int: return self._refuse("using as an index")
+    def _guarded(self, what: str, op: Callable[..., Any], *operands: Any) -> Any:
+        """The real outcome of ``op`` on input scalars, kept as a guard; refused otherwise."""
+        scalars = [o for o in operands if isinstance(o, TracedScalar)]
+        if any(not isinstance(o, (TracedScalar, *_Number)) for o in operands):
+            return NotImplemented if op in _COMPARISONS else self._refuse(what)
+        if not GUARD_SINKS or not all(s.is_input for s in scalars):
+            return self._refuse(what)
+        result = op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
+        GUARD_SINKS[-1].append(Guard(op, tuple(o.node if isinstance(o, TracedScalar) else o for o in operands),
+                                     result, self._where))
+        return result
+
+    def __bool__(self) -> bool: return self._guarded("branching on the value", bool, self)
+    def __float__(self) -> float: return float(self._guarded("float()", float, self))
+    def __int__(self) -> int: return int(self._guarded("int()", int, self))
+    def __index__(self) -> int: return operator.index(self._guarded("using as an index", operator.index, self))
     def __str__(self) -> str: return self._refuse("printing")
     def __format__(self, spec: str) -> str: return self._refuse("formatting")
-    def __lt__(self, o: Any) -> bool: return self._refuse("comparing")
-    def __le__(self, o: Any) -> bool: return self._refuse("comparing")
-    def __gt__(self, o: Any) -> bool: return self._refuse("comparing")
-    def __ge__(self, o: Any) -> bool: return self._refuse("comparing")
-    def __eq__(self, o: object) -> bool: return self._refuse("comparing")  # type: ignore[override]
-    def __ne__(self, o: object) -> bool: return self._refuse("comparing")  # type: ignore[override]
+    def __lt__(self, o: Any) -> bool: return self._guarded("comparing", operator.lt, self, o)
+    def __le__(self, o: Any) -> bool: return self._guarded("comparing", operator.le, self, o)
+    def __gt__(self, o: Any) -> bool: return self._guarded("comparing", operator.gt, self, o)
+    def __ge__(self, o: Any) -> bool: return self._guarded("comparing", operator.ge, self, o)
+    def __eq__(self, o: object) -> bool: return self._guarded("comparing", operator.eq, self, o)  # type: ignore[override]
+    def __ne__(self, o: object) -> bool: return self._guarded("comparing", operator.ne, self, o)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

@@ -15,7 +15,7 @@ dropped before it runs, so memory behaves as in eager).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -24,8 +24,9 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
+from graphprof.capture.inputs import PythonState, assignment_source, reader_node
 from graphprof.capture.recorder import CaptureRecorder
-from graphprof.capture.scalars import TracedScalar
+from graphprof.capture.scalars import Guard, TracedScalar
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
@@ -36,7 +37,8 @@ class CapturedStep:
 
     graph_module: torch.fx.GraphModule
     in_spec: pytree.TreeSpec
-    tensor_positions: tuple[int, ...]
+    #: Leaves the graph takes as placeholders: tensors and int/float arguments.
+    input_positions: tuple[int, ...]
     out_spec: pytree.TreeSpec
     grad_params: list[nn.Parameter]
     clear_grads: list[nn.Parameter]
@@ -45,6 +47,28 @@ class CapturedStep:
     #: Puts the user's state back as it was before the capture call (for
     #: failures after capture, before the graph is usable).
     undo: Callable[[], None] = lambda: None
+    #: Branch outcomes on inputs this graph was captured with (capture/inputs.py).
+    guards: tuple[Guard, ...] = ()
+    #: Placeholder of each int/float argument -> its index in the call's leaves.
+    scalar_positions: dict[torch.fx.Node, int] = field(default_factory=dict)
+    #: Per grad param, whether its ``.grad`` existed when the step was captured: a replay
+    #: accumulates into the existing gradients or creates them, as this call did.
+    grads_at_entry: tuple[bool, ...] = ()
+
+    #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
+    #: a graph that created the state lazily would create it again on every replay.
+    optimizer_states_at_entry: tuple[int, ...] = ()
+
+    def entry_mismatch(self) -> str | None:
+        """Why this call's gradients or optimizer state differ from the capture call's, or None."""
+        if any((p.grad is not None) != had for p, had in zip(self.grad_params, self.grads_at_entry)):
+            return "parameters' gradients exist where they did not at capture, or the reverse (accumulation)"
+        if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
+            return OPTIMIZER_STATE_CREATED
+        return None
+
+
+OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
 
 
 def _safe_attr(name: str, taken: set[str]) -> str:
@@ -90,19 +114,27 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
     state = discover_state(fn)
     leaves, in_spec = pytree.tree_flatten((args, kwargs))
-    positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
+    optimizer_states = tuple(len(o.state) for o in state.optimizers)
     holder: dict[str, Any] = {}
 
-    def traced(*tensors: torch.Tensor) -> Any:
-        filled = list(leaves)
-        for pos, t in zip(positions, tensors):
-            filled[pos] = t
-        call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
+    def traced(*inputs: Any) -> Any:
         recorder = CaptureRecorder(get_proxy_mode().tracer, state)
         holder["recorder"] = recorder
+        placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
+        filled = list(leaves)
+        for pos, value, node in zip(positions, inputs, placeholders):
+            if is_number_input(value):
+                holder.setdefault("scalar_positions", {})[node] = pos
+                value = TracedScalar(value, node, recorder.graph, f"argument {node.name}", is_input=True)
+            filled[pos] = value
+        call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
+        python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()))
+        holder["python"] = python
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
+        python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
@@ -120,17 +152,58 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         params = holder["params"]
         clear = [p for p in params if pre_grads.get(id(p)) is not None and id(pre_grads[id(p)]) not in referenced]
+        _read_grads_at_run_time(gm, {id(g): p for p in params if (g := pre_grads.get(id(p))) is not None})
         gm.graph.lint()
         gm.recompile()
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice.
         if "recorder" in holder:
             holder["recorder"].write_log.restore()
+        if "python" in holder:
+            holder["python"].restore()
         raise
     out = holder["out"]
     out = pytree.tree_map_only(TracedScalar, lambda s: s.value, out)
+    recorder, python = holder["recorder"], holder["python"]
+
+    def undo() -> None:
+        recorder.write_log.restore()
+        python.restore()
+
     return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
-                        undo=holder["recorder"].write_log.restore)
+                        undo=undo, guards=tuple(recorder.guards),
+                        scalar_positions=holder.get("scalar_positions", {}),
+                        grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
+                        optimizer_states_at_entry=optimizer_states)
+
+
+def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.Parameter]) -> None:
+    """A gradient that existed before the step is read from its parameter when the replay starts.
+
+    make_fx holds it as a constant, but ``.grad`` is replaced whenever the
+    user's loop clears it (``zero_grad()`` sets it to None, the next backward
+    makes a new tensor): a graph that accumulates into the captured tensor
+    would write into a stale one. The reader keeps the constant's records.
+    """
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target, None)
+        param = grad_owner.get(id(value)) if isinstance(value, torch.Tensor) else None
+        if param is None:
+            continue
+        with gm.graph.inserting_before(node):
+            reader = reader_node(gm.graph, lambda p=param: p.grad, f"{node.target}", None, scalar=False)
+        reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
+        node.replace_all_uses_with(reader)
+        gm.graph.erase_node(node)
+        if all(n.target != node.target for n in gm.graph.nodes if n.op == "get_attr"):
+            delattr(gm, node.target)
+
+
+def is_number_input(value: Any) -> bool:
+    """An int or float argument: a graph input, not part of the signature's key."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar]) -> None:
@@ -161,7 +234,7 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
         p.grad = None
     # The backward pass is explicit in the graph: autograd must not record it again.
     with torch.no_grad():
-        out = graph_module(*[leaves[i] for i in step.tensor_positions])
+        out = graph_module(*[leaves[i] for i in step.input_positions])
     stamps = None
     if instrumented:
         out, stamps = out

@@ -243,7 +243,7 @@ def _release_points(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.No
             if inp not in release:
                 release[inp] = None if node.op == "output" else node
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op in ("placeholder", "get_attr") or STATE in node.meta:
             release[node] = None
         elif node not in release and node.op != "output":
             release[node] = node  # unused: dropped right after it is made
@@ -309,7 +309,7 @@ def memory(gm: torch.fx.GraphModule, workspace: Mapping[str, tuple[int, int]] | 
     workspace = workspace or {}
     model = _Model(gm)
     for node in gm.graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op in ("placeholder", "get_attr") or STATE in node.meta:
             model.slots[node] = model.state(node)
         elif node.op == "call_function":
             model.slots[node] = model.op(node)

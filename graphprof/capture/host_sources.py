@@ -1,0 +1,116 @@
+"""Python's own sources of values inside a captured step: clocks and random numbers.
+
+A replay does not run the step's Python, so a value Python draws from
+outside the graph would be frozen at the capture call's value:
+
+* **clocks** (``time.time()``, ``perf_counter()``, ``monotonic()``, their
+  ``_ns`` forms, ``process_time()``) called by the user's code become input
+  scalars: graph nodes that read the clock when the replay reaches them, so
+  ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager;
+* **random numbers** drawn with ``random`` (module functions and
+  ``random.Random`` instances) or numpy's legacy global ``numpy.random``
+  functions refuse the capture (``DataDependentError`` naming the line): a
+  replay cannot redraw them, and a decision taken on one would repeat. The
+  step is then profiled another way, with one warning.
+
+Calls from torch and graphprof are left alone: only the user's code is
+patched in effect. numpy ``Generator`` objects are C types that cannot be
+patched and are not detected: the README says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+import torch
+
+from graphprof.capture.inputs import input_scalar
+from graphprof.capture.scalars import DataDependentError
+
+_CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
+           "process_time_ns")
+#: random.Random methods every other drawing method goes through.
+_RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
+
+
+def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool]) -> bool:
+    """Whether the innermost caller outside ``skip_files`` (random.py itself) is the user's code."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in skip_files:
+        frame = frame.f_back
+    return frame is not None and not library(frame.f_code.co_filename)
+
+
+class HostSources:
+    """Patches clocks and random sources for the length of one capture."""
+
+    def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any], source: Callable[[], str],
+                 library: Callable[[str], bool]) -> None:
+        self.graph = graph
+        self.record = record
+        self.source = source
+        self.library = library
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[None]:
+        undo: list[Callable[[], None]] = []
+        try:
+            for name in _CLOCKS:
+                self._patch(undo, time, name, self._clock)
+            for name, value in list(vars(random).items()):
+                if getattr(value, "__self__", None) is getattr(random, "_inst", None) and callable(value):
+                    self._patch(undo, random, name, self._refuse(f"random.{name}"))
+            for name in _RANDOM_CORE:
+                if hasattr(random.Random, name):
+                    self._patch(undo, random.Random, name, self._refuse(f"random.Random.{name}", method=True))
+            numpy_random = sys.modules.get("numpy.random")
+            if numpy_random is not None:
+                legacy = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
+                for name, value in list(vars(numpy_random).items()):
+                    if legacy is not None and getattr(value, "__self__", None) is legacy:
+                        self._patch(undo, numpy_random, name, self._refuse(f"numpy.random.{name}"))
+            yield
+        finally:
+            for step in reversed(undo):
+                step()
+
+    @staticmethod
+    def _patch(undo: list[Callable[[], None]], owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+        had = name in vars(owner)
+        original = getattr(owner, name)
+        setattr(owner, name, wrap(original))
+        undo.append((lambda: setattr(owner, name, original)) if had else (lambda: delattr(owner, name)))
+
+    def _clock(self, original: Callable[[], Any]) -> Callable[[], Any]:
+        sources = self
+
+        @functools.wraps(original)
+        def clock() -> Any:
+            value = original()
+            if not _from_user((), sources.library):
+                return value
+            return input_scalar(sources.graph, value, original, f"time.{original.__name__}", sources.record(),
+                                sources.source())
+
+        return clock
+
+    def _refuse(self, what: str, method: bool = False) -> Callable[[Any], Any]:
+        sources = self
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def draw(*args: Any, **kwargs: Any) -> Any:
+                if _from_user((random.__file__,), sources.library):
+                    raise DataDependentError(
+                        f"the step draws a Python random number ({what}) at {sources.source()}, "
+                        "which a replayed graph would not draw again")
+                return original(*args, **kwargs)
+
+            return draw
+
+        return wrap

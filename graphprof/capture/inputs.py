@@ -1,0 +1,427 @@
+"""Python values a replayed step reads and writes: inputs, guards and effects.
+
+A replayed graph does not run the step's Python. Everything Python decides
+must therefore be (see DESIGN.md, section 2):
+
+* an **input** the graph reads at run time: optimizer hyperparameters (read
+  when ``Optimizer.step`` starts, as eager reads them), int and float
+  arguments, and numbers the step keeps in its own objects (``self.micro``,
+  a closure or global counter). During the capture call these are
+  ``TracedScalar`` inputs whose reads are graph nodes;
+* a **guard** on inputs (``if self.micro % accum == 0``), checked before a
+  replay touches any state (``guards_hold``); a different outcome selects or
+  captures another graph;
+* an **effect** the graph repeats at its end: a number or attribute the step
+  assigns, values it appends to a list or writes into a dict, built from the
+  graph's values (``history.append(loss.item())``) or constants;
+* or a reason not to replay: any other change to reachable Python state
+  raises ``DataDependentError`` naming the object, and the capture is undone
+  (tensors by the write log, Python state by ``PythonState.restore``).
+
+Reachable means: the function's closure cells, the globals its code names,
+its bound ``self`` and defaults, attributes of those objects one level down,
+and every module under the models found there. State the step reaches only
+through other objects is not watched: the README says so.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.fx
+from torch import nn
+
+from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+
+_SCALAR = "graphprof_scalar"
+_READER = "graphprof_input_reader"
+_Numbers = (int, float)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, _Numbers) and not isinstance(value, bool)
+
+
+def _host_function(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Name a host callable for the profile: op ``host.<name>``."""
+    if not isinstance(fn, types.FunctionType):  # a builtin (time.perf_counter): names are read-only
+        fn = (lambda call: lambda *args: call(*args))(fn)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = "host"
+    return fn
+
+
+# -- locations -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Location:
+    """A place holding a Python value: an attribute, a closure cell, a global, a dict or list slot."""
+
+    describe: str
+    get: Callable[[], Any]
+    set: Callable[[Any], None]
+
+
+def _attr(obj: Any, name: str, label: str) -> Location:
+    return Location(f"{label}.{name}", lambda: getattr(obj, name), lambda v: setattr(obj, name, v))
+
+
+def _cell(cell: types.CellType, label: str) -> Location:
+    def put(v: Any) -> None:
+        cell.cell_contents = v
+    return Location(label, lambda: cell.cell_contents, put)
+
+
+def _item(container: dict, key: Any, label: str) -> Location:
+    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v))
+
+
+def _watched(value: Any) -> bool:
+    """Objects whose own Python state is the step's business (not torch's, not a module object)."""
+    if isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return False
+    if isinstance(value, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
+        return False  # optimizer state is in the graph; schedulers are replayed as host calls
+    if isinstance(value, nn.Module):
+        return True
+    module = type(value).__module__ or ""
+    return not module.startswith(("torch", "builtins", "transformers")) and hasattr(value, "__dict__")
+
+
+def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:
+    """Every (location, value, is_user_state) the step can reach by name, one level into plain objects.
+
+    Modules' attributes are watched for changes but are not user state: their
+    numbers (``in_features``, a dropout ``p``) are configuration that library
+    code type-checks, so they never become input scalars.
+    """
+    target = inspect.unwrap(fn)
+    roots: list[tuple[str, Any]] = []
+    if isinstance(target, nn.Module):
+        roots.append(("self", target))
+    self_obj = getattr(target, "__self__", None)
+    func = getattr(target, "__func__", target)
+    code = getattr(func, "__code__", None)
+    if self_obj is not None:
+        roots.append(("self", self_obj))
+    if code is not None:
+        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            yield _cell(cell, name), value, True
+            roots.append((name, value))
+        globals_ = getattr(func, "__globals__", {})
+        for name in code.co_names:
+            if name in globals_:
+                yield _item(globals_, name, name), globals_[name], True
+                roots.append((name, globals_[name]))
+    seen: set[int] = set()
+    for label, obj in roots:
+        if not _watched(obj) or id(obj) in seen:
+            continue
+        objects = [(label, obj)]
+        if not isinstance(obj, nn.Module):
+            objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
+        for olabel, o in objects:
+            if isinstance(o, nn.Module):
+                members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
+            else:
+                members = [(olabel, o)]
+            for mlabel, m in members:
+                if id(m) in seen:
+                    continue
+                seen.add(id(m))
+                for k, v in list(vars(m).items()):
+                    if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
+                        continue
+                    yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
+
+
+# -- inputs ------------------------------------------------------------------------
+def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, record: Any,
+                scalar: bool = True) -> torch.fx.Node:
+    """A graph node (at the graph's insert point) that reads a Python value when the replay reaches it."""
+    node = graph.call_function(_host_function(read, f"read {name}"), ())
+    if scalar:
+        node.meta[_SCALAR] = True
+    node.meta[_READER] = True
+    if record is not None:
+        node.meta["graphprof.capture"] = record
+    return node
+
+
+def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], name: str, record: Any,
+                 where: str) -> TracedScalar:
+    return TracedScalar(value, reader_node(graph, read, name, record), graph, where, is_input=True)
+
+
+def evaluate(operand: Any, leaves: list[Any], positions: dict[torch.fx.Node, int]) -> Any:
+    """The value of a guard operand for this call: reads and arithmetic, never a tensor op."""
+    if not isinstance(operand, torch.fx.Node):
+        return operand
+    if operand in positions:
+        return leaves[positions[operand]]
+    args = [evaluate(a, leaves, positions) for a in operand.args]
+    return operand.target(*args)
+
+
+def guards_hold(guards: list[Guard], leaves: list[Any], positions: dict[torch.fx.Node, int]) -> Guard | None:
+    """The first guard this call's values break, or None when the graph's path is this call's."""
+    for guard in guards:
+        try:
+            outcome = guard.op(*(evaluate(o, leaves, positions) for o in guard.operands))
+        except Exception:
+            return guard
+        if type(outcome) is not type(guard.expected) or outcome != guard.expected:
+            return guard
+    return None
+
+
+# -- optimizer hyperparameters ------------------------------------------------------
+class HyperparameterInputs:
+    """While ``Optimizer.step`` runs under capture, float hyperparameters are input scalars."""
+
+    def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
+        self.graph = graph
+        self.record = record
+        self._saved: list[list[tuple[dict, str, Any]]] = []
+
+    def enter(self, optimizer: torch.optim.Optimizer) -> None:
+        saved: list[tuple[dict, str, Any]] = []
+        for g, group in enumerate(optimizer.param_groups):
+            for key, value in list(group.items()):
+                if key == "params":
+                    continue
+                if _is_number(value):
+                    saved.append((group, key, value))
+                    group[key] = self._scalar(group, key, None, value, f"param_groups[{g}].{key}")
+                elif isinstance(value, tuple) and value and all(_is_number(v) for v in value):
+                    saved.append((group, key, value))
+                    group[key] = tuple(self._scalar(group, key, i, v, f"param_groups[{g}].{key}[{i}]")
+                                       for i, v in enumerate(value))
+        self._saved.append(saved)
+
+    def _scalar(self, group: dict, key: str, index: int | None, value: Any, name: str) -> TracedScalar:
+        if index is None:
+            def read() -> Any:
+                return group[key]
+        else:
+            def read() -> Any:
+                return group[key][index]
+        return input_scalar(self.graph, value, read, name, self.record(), name)
+
+    def exit(self) -> None:
+        for group, key, value in self._saved.pop() if self._saved else ():
+            group[key] = value
+
+
+# -- Python state: inputs, effects, undo --------------------------------------------
+@dataclass
+class _Watched:
+    location: Location
+    before: Any
+    snapshot: Any = None  # a list's or dict's contents before the step
+
+
+def _contents(value: Any) -> Any:
+    if type(value) is list:
+        return list(value)
+    if type(value) is dict:
+        return dict(value)
+    return None
+
+
+@dataclass
+class PythonState:
+    """Reachable Python state around a capture: numbers become inputs, changes become effects."""
+
+    watched: list[_Watched] = field(default_factory=list)
+    inputs: dict[int, TracedScalar] = field(default_factory=dict)  # id(location entry) -> the input put there
+    #: Keys of watched dicts whose numbers are inputs of their own (their changes are item effects).
+    itemized: dict[int, set[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any]) -> "PythonState":
+        state = cls()
+        for location, value, user_state in reachable_locations(fn):
+            entry = _Watched(location, value, _contents(value))
+            state.watched.append(entry)
+            if user_state and _is_number(value):
+                state._make_input(entry, graph, record)
+            elif user_state and type(value) is dict:  # metrics["busy_s"] += ...: its numbers are inputs too
+                for key, item in list(value.items()):
+                    if _is_number(item) and isinstance(key, (str, int)):
+                        sub = _Watched(_item(value, key, f"{location.describe}[{key!r}]"), item, None)
+                        state.watched.append(sub)
+                        state._make_input(sub, graph, record)
+                        state.itemized.setdefault(id(value), set()).add(key)
+        return state
+
+    def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
+        location = entry.location
+        scalar = input_scalar(graph, entry.before, location.get, location.describe, record(), location.describe)
+        try:
+            location.set(scalar)
+        except Exception:  # a frozen dataclass, a read-only property: constant for the step
+            graph.erase_node(scalar.node)
+            return
+        self.inputs[id(entry)] = scalar
+
+    def restore(self) -> None:
+        """Put every watched value back as it was before the step (a failed or refused capture)."""
+        for entry in self.watched:
+            if entry.location.get() is not entry.before:
+                entry.location.set(entry.before)
+            if type(entry.before) is list and entry.snapshot is not None:
+                entry.before[:] = entry.snapshot
+            elif type(entry.before) is dict and entry.snapshot is not None:
+                entry.before.clear()
+                entry.before.update(entry.snapshot)
+
+    def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], source: Callable[[str], str],
+                record: Any) -> None:
+        """Turn every change of watched state into an effect node at the graph's end, or refuse.
+
+        Values in the user's hands become real numbers now (the capture call's own result).
+        """
+        for entry in self.watched:
+            location, now = entry.location, entry.location.get()
+            scalar = self.inputs.get(id(entry))
+            if scalar is not None and now is scalar:
+                location.set(entry.before)  # read, not written
+                continue
+            if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
+                template, slots = _template(now, node_of, location.describe, source)
+                location.set(_real(now))
+                _effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:
+                             loc.set(_build(t, vals)), slots, record)
+                continue
+            before, snapshot = entry.before, entry.snapshot
+            if type(before) is list and snapshot is not None and _changed_list(before, snapshot):
+                if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
+                    raise _refusal(location.describe, "changes existing items of", source)
+                added = before[len(snapshot):]
+                template, slots = _template(added, node_of, location.describe, source)
+                before[len(snapshot):] = _real(added)
+                _effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:
+                             lst.extend(_build(t, vals)), slots, record)
+            elif type(before) is dict and snapshot is not None and _changed_dict(before, snapshot):
+                if any(k not in before for k in snapshot):
+                    raise _refusal(location.describe, "removes keys from", source)
+                own = self.itemized.get(id(before), set())
+                new = {k: v for k, v in before.items() if k not in own and (k not in snapshot or v is not snapshot[k])}
+                if not new:
+                    continue
+                template, slots = _template(new, node_of, location.describe, source)
+                before.update(_real(new))
+                _effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:
+                             d.update(_build(t, vals)), slots, record)
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and _is_number(a) and a == b
+
+
+def _changed_list(now: list, snapshot: list) -> bool:
+    return len(now) != len(snapshot) or any(a is not b for a, b in zip(now, snapshot))
+
+
+def _changed_dict(now: dict, snapshot: dict) -> bool:
+    return now.keys() != snapshot.keys() or any(now[k] is not snapshot[k] for k in snapshot)
+
+
+def _refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependentError:
+    return DataDependentError(f"the step {verb} {what}{source(what)}, which a replayed graph would not repeat")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def _template(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
+              source: Callable[[str], str]) -> tuple[Any, list[Any]]:
+    """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible."""
+    slots: list[Any] = []
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, TracedScalar):
+            slots.append(v.node)
+            return _Slot(len(slots) - 1)
+        if isinstance(v, torch.Tensor):
+            node = node_of(v)
+            if isinstance(node, torch.fx.Node):
+                slots.append(node)
+                return _Slot(len(slots) - 1)
+            return v  # a tensor from before the step (a parameter): the same object every call
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x) for x in v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if v is None or isinstance(v, (bool, str, int, float)):
+            return v
+        raise _refusal(what, f"stores a {type(v).__name__} in", source)
+
+    return walk(value), slots
+
+
+def _build(template: Any, values: tuple) -> Any:
+    if isinstance(template, _Slot):
+        return values[template.index]
+    if isinstance(template, (list, tuple)):
+        return type(template)(_build(x, values) for x in template)
+    if isinstance(template, dict):
+        return {k: _build(x, values) for k, x in template.items()}
+    return template
+
+
+def _real(value: Any) -> Any:
+    """``value`` with TracedScalars replaced by their numbers (what the user keeps)."""
+    if isinstance(value, TracedScalar):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_real(x) for x in value)
+    if isinstance(value, dict):
+        return {k: _real(x) for k, x in value.items()}
+    return value
+
+
+def _effect_node(graph: torch.fx.Graph, name: str, apply: Callable[[tuple], None], slots: list[Any],
+                 record: Any) -> None:
+    def effect(*values: Any) -> None:
+        apply(values)
+    node = graph.call_function(_host_function(effect, name), tuple(slots))
+    node.meta["graphprof.capture"] = record
+    node.meta[_SCALAR] = True
+
+
+def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
+    """`` at file:line`` of the line in ``fn``'s source that assigns to a name (best effort)."""
+    try:
+        lines, first = inspect.getsourcelines(inspect.unwrap(getattr(fn, "__func__", fn)))
+        filename = inspect.getsourcefile(inspect.unwrap(getattr(fn, "__func__", fn))) or ""
+    except (OSError, TypeError):
+        return lambda what: ""
+
+    def find(what: str) -> str:
+        attr = re.escape(what.rsplit(".", 1)[-1])
+        pattern = re.compile(rf"\b{attr}\b\s*(\[[^\]]*\]\s*)?([-+*/%]?=[^=]|\.(append|extend|update|insert|pop)\b)")
+        for i, line in enumerate(lines):
+            if pattern.search(line):
+                try:
+                    name = os.path.relpath(filename)
+                except ValueError:
+                    name = filename
+                return f" at {name}:{first + i}"
+        return ""
+
+    return find
+
+

@@ -1,0 +1,44 @@
+"""Where the user's code is: the innermost frame that is not torch, graphprof or the standard library.
+
+Every record of a captured op names a ``file:line`` of the user's code, and
+every refusal to capture names the line that caused it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# graphprof's own machinery is never "user code"; its demo models are.
+_SKIP_DIRS = (
+    _TORCH_DIR,
+    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", "tracing.py")),
+    os.path.dirname(contextlib.__file__),
+)
+
+
+def is_library(filename: str) -> bool:
+    """Code of torch, graphprof's machinery, the standard library or generated code; not the user's."""
+    if filename.startswith("<"):
+        return not filename.startswith(("<ipython", "<stdin>", "<string>"))
+    return filename.startswith(_SKIP_DIRS)
+
+
+def user_source(skip: int = 2) -> str:
+    """``file:line`` of the innermost frame of user code (not torch, not graphprof)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_library(filename) and not filename.startswith("<"):
+            try:
+                filename = os.path.relpath(filename)
+            except ValueError:
+                pass
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
