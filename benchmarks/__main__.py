@@ -5,6 +5,8 @@ and a deliberately hostile deep MLP of tiny ops:
 
 * overhead.py: fidelity (graph / eager), probe overhead, coverage, idle
   schedule cost, segmented capture (GPT), torch.profiler / eager;
+* real_loops.py: probes / eager on a scheduler inside and outside the step and
+  gradient accumulation with a counter (demo GPT);
 * capture_cost.py: graphprof's capture against torch.compile(aot_eager);
 * agreement.py: per-op-type time against torch.profiler, top 5 types;
 * analyze_scale.py: `graphprof analyze` / `graphprof report` on 10,000 and
@@ -24,7 +26,7 @@ import time
 
 import torch
 
-from benchmarks import agreement, analyze_scale, capture_cost, overhead
+from benchmarks import agreement, analyze_scale, capture_cost, overhead, real_loops
 
 WORKLOADS = ("resnet", "gpt", "tiny-mlp")
 TARGETS = {"resnet": 1.02, "gpt": 1.05, "tiny-mlp": 1.15}
@@ -53,6 +55,8 @@ def run(quick: bool) -> str:
         lines.append(f"- {r.workload}: overhead {r.overhead:.3f} (target <= {TARGETS[r.workload]}: "
                      f"{_mark(r.overhead <= TARGETS[r.workload])}), fidelity {r.fidelity:.3f} (<= 1.03: "
                      f"{_mark(r.fidelity <= 1.03)}), coverage {r.coverage:.3f} (>= 0.97: {_mark(r.coverage >= 0.97)})")
+    lines += ["", "## Real training loops on the demo GPT (probes / eager, interleaved)", "",
+              real_loops.markdown([real_loops.measure(loop, rounds=8 if quick else 20) for loop in real_loops.LOOPS])]
     lines += ["", "## Capture cost against torch.compile(backend=\"aot_eager\")", "",
               "| workload | graphprof capture | aot_eager compile | ratio |", "|---|---|---|---|"]
     for w in WORKLOADS:

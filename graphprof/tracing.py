@@ -64,6 +64,25 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     return tuple(parts), leaves
 
 
+def _signature_change(old: Hashable, new: Hashable) -> str:
+    """One phrase naming the first argument whose shape, type or value differs from the last signature."""
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a == b:
+                continue
+            if i == 1:
+                return f"grad mode changed to {'enabled' if b else 'disabled'}"
+            if i > 1:
+                return f"argument {i - 2} (flattened) changed from {_short(a)} to {_short(b)}"
+            break
+    return "the arguments' structure changed"
+
+
+def _short(part: Any) -> str:
+    text = repr(part)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _baked(value: Any) -> Any:
     """How a param_groups value is held by a graph: numbers are read at run time, the rest baked."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
@@ -210,13 +229,14 @@ class TracedFunction:
         """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)."""
         paths = self._graphs.get(key)
         if not paths:
-            return None, ("its input signature is new" if self._graphs else "it runs for the first time")
+            if not self._graphs:
+                return None, "it runs for the first time"
+            return None, _signature_change(next(reversed(self._graphs)), key)
         reason = ""
         for runner, baked in list(paths):
             now = _guard_values(runner.captured.state)
-            if baked != now:
+            if baked != now:  # kept: a loop that switches train/eval modes comes back to it
                 reason = _what_changed(baked, now, runner.captured.state)
-                paths.remove((runner, baked))  # that value is gone for good: this graph would never run again
                 continue
             mismatch = runner.captured.entry_mismatch()
             if mismatch is not None:

@@ -17,7 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, OneCycleLR, ReduceLROnPlateau
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, ReduceLROnPlateau, SequentialLR,
+)
 
 import graphprof
 from graphprof.capture.errors import CaptureError
@@ -168,7 +170,9 @@ def test_b_scheduler_stepped_outside_the_step_does_not_recapture() -> None:
 @pytest.mark.parametrize("make_sched", [
     lambda opt: CosineAnnealingLR(opt, T_max=5),
     lambda opt: OneCycleLR(opt, max_lr=0.05, total_steps=CALLS + 2),
-], ids=["cosine", "one-cycle"])
+    lambda opt: SequentialLR(opt, [LinearLR(opt, start_factor=0.1, total_iters=3), CosineAnnealingLR(opt, T_max=4)],
+                             milestones=[3]),
+], ids=["cosine", "one-cycle", "sequential"])
 def test_c_builtin_schedulers_stepped_inside(make_sched: Callable[[torch.optim.Optimizer], Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -407,3 +411,46 @@ def test_clock_reads_in_the_step_are_read_again_on_every_replay() -> None:
     assert all(d > 0 for d in increments)
     assert len(set(increments[2:])) == len(increments[2:])  # measured on every replay, not a constant
     assert fn.captures == 1
+
+
+# -- re-capture storms ------------------------------------------------------------------------
+def test_recapture_storm_warns_once_naming_what_changed_and_keeps_profiling() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def step(x: torch.Tensor, y: torch.Tensor, tag: str) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = graphprof.trace(step)
+    with pytest.warns(UserWarning) as caught:
+        for i in range(12):
+            fn(*_batch(i), f"batch-{i}")  # a new string every call: a new signature every call
+    storms = [str(w.message) for w in caught if "in a row" in str(w.message)]
+    assert len(storms) == 1, storms
+    assert "argument 2 (flattened) changed from" in storms[0] and "batch-" in storms[0]
+    assert fn.capture_mode == "segments" and fn.get_profile().steps  # still profiled
+
+
+def test_train_and_eval_modes_keep_one_graph_each() -> None:
+    def make() -> Loop:
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.2), nn.Linear(16, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def after(i: int) -> None:
+            model.train(i % 2 == 1)  # evaluate-mode steps between training steps
+
+        return Loop(step, model, opt, after=after)
+
+    fn, _ = run_both(make)
+    _assert_whole_step(fn, captures=2)
