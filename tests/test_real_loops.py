@@ -151,6 +151,19 @@ def test_a_lambda_warmup_scheduler_stepped_inside_the_step() -> None:
     assert "host.LambdaLR.step" in ops  # the scheduler is a timed node of the replay
 
 
+def test_a_foreach_adamw_counts_its_step_once_during_capture() -> None:
+    """make_fx propagates one-element "constants" by running ops on them again: Adam's step count."""
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, foreach=True)
+        sched = LambdaLR(opt, _warmup())
+        return Loop(_adamw_step(model, opt, sched), model, opt, sched)
+
+    fn, loop = run_both(make)
+    _assert_whole_step(fn, captures=1)
+    assert all(state["step"].item() == CALLS for state in loop.opt.state.values())
+
+
 # -- (b) the same scheduler stepped outside the step ---------------------------------------------
 def test_b_scheduler_stepped_outside_the_step_does_not_recapture() -> None:
     def make() -> Loop:

@@ -53,3 +53,25 @@ class WriteLog:
         for param, grad in self._grads.values():
             param.grad = grad
         torch.set_rng_state(self._rng_state)
+
+
+def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> list[torch.Tensor]:
+    """Every pre-existing tensor ``func`` writes to, when one of them has a single element; else none.
+
+    make_fx's tracer propagates "constants" (tensors of at most one element)
+    by running the op on them once more: an in-place op on such a tensor from
+    before the step (Adam's step count, a one-unit bias) would be applied
+    twice during the capture call, and a foreach op with it to its whole list.
+    """
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    found: list[torch.Tensor] = []
+    for i, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
+        for t in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(t, torch.Tensor) and is_preexisting(t):
+                found.append(t)
+    return found if any(t.numel() <= 1 for t in found) else []
