@@ -37,6 +37,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: MegEngine's --print-only device|host: the table alone, on that clock ("auto" is the device
+#: clock when one was recorded, and the host clock on a CPU).
+_MEGENGINE_PRINT_ONLY = {"device": "auto", "host": "host"}
+
+
 def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     """Add the table options of ``graphprof analyze`` to ``parser`` (for every command that prints a table).
 
@@ -49,7 +54,8 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
     g.add_argument("--type", dest="types", action="append", metavar="T",
                    help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
-    g.add_argument("--name", metavar="REGEX", help="keep nodes whose name matches (re.search)")
+    g.add_argument("--name", "--opr-name", metavar="REGEX",
+                   help="keep nodes whose name matches (re.search; --opr-name is MegEngine's spelling)")
     g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
     g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
     g.add_argument("--phase", dest="phases", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
@@ -64,20 +70,37 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
     g.add_argument("--stat", default="median", choices=STATS, help="statistic over profiled steps (default median)")
     g.add_argument("--clock", default="auto", choices=CLOCKS, help="host or device time (auto: device when recorded)")
-    g.add_argument("--print-only", choices=PRINT_ONLY, help="print only the summary or only the table")
+    g.add_argument("--show-host", dest="clock", action="store_const", const="host",
+                   help="MegEngine's spelling of --clock host")
+    g.add_argument("--print-only", choices=(*PRINT_ONLY, *_MEGENGINE_PRINT_ONLY),
+                   help="print only the summary or only the table (MegEngine's device and host: the table "
+                        "on that clock)")
     g.add_argument("--format", default="simple", metavar="FMT",
                    help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
+    g.add_argument("--wiki", "--confluence", dest="format", action="store_const", const="orgtbl",
+                   help="MegEngine's wiki table: --format orgtbl")
+    g.add_argument("--columns", metavar="COL,...",
+                   help="print these columns in this order (keys or aliases as --order-by takes; 'all' for every "
+                        "one); also the fields of --format json/csv")
+    g.add_argument("--wide", action="store_true",
+                   help="every default column, names unclipped, whatever the width")
+    g.add_argument("--width", type=int, metavar="N",
+                   help="fit the table to N characters (default: COLUMNS, else the terminal, else 120)")
 
 
 def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
     """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
     from graphprof.analysis.options import make_options
 
+    print_only, clock = args.print_only, args.clock
+    if print_only in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
+        print_only, clock = "table", _MEGENGINE_PRINT_ONLY[print_only]
     return make_options(
         args.top, type=args.types, name=args.name, module=args.module, input_dtype=args.input_dtype,
         phase=args.phases, aggregate=args.aggregate, aggregate_by=args.aggregate_by, order_by=args.order_by,
-        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=args.print_only,
-        format=args.format, module_depth=args.module_depth, clock=args.clock,
+        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=print_only,
+        format=args.format, module_depth=args.module_depth, clock=clock, width=args.width, wide=args.wide,
+        columns=args.columns,
     )
 
 
