@@ -267,14 +267,21 @@ def _add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from graphprof.runtime.calibrate import cache_path, calibrate, load_cached
+    from graphprof.runtime.calibrate import cache_path, calibrate, find_calibration
 
-    peaks = load_cached(args.device) if args.show else calibrate(args.device)
-    if peaks is None:
-        raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
-    for key, value in sorted(peaks.items()):
-        unit = "B/s" if key.startswith("bytes") else "FLOP/s"
-        print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
+    for threads in args.threads or [None]:
+        if args.show:
+            found = find_calibration(args.device, threads)
+            if found is None:
+                raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
+            peaks, measured = found.peaks, found.threads
+        else:
+            peaks, measured = calibrate(args.device, threads=threads), threads
+        if args.device == "cpu" and measured:
+            print(f"with {measured} thread(s):")
+        for key, value in sorted(peaks.items()):
+            unit = "B/s" if key.startswith("bytes") else "FLOP/s"
+            print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
     print(f"cached in {cache_path()}; profiles taken from now on record these peaks")
     return 0
 
@@ -311,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--device", default="cpu",
                            help="device to measure: cpu (default) or this machine's accelerator (cuda, xpu, ...)")
     calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
+    calibrate.add_argument("--threads", type=int, nargs="+", metavar="N",
+                           help="CPU thread counts to measure with, each cached apart (default: torch's current "
+                                "count); profiles use the entry of their own count, else the nearest")
     calibrate.set_defaults(func=_cmd_calibrate)
     _add_export_parser(sub)
     _add_merge_parser(sub)
