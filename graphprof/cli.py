@@ -108,7 +108,10 @@ def load_for_analysis(path: str) -> "Profile":
     """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
     from graphprof.profile.serialize import load_profile, require_samples
 
-    profile = load_profile(path)
+    from graphprof.progress import stage
+
+    with stage(f"loading {path}"):
+        profile = load_profile(path)
     require_samples(profile, path)
     return profile
 
@@ -139,11 +142,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.profile.serialize import load_profile
+    from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
 
-    profile = load_profile(args.profile)
-    written = export_profile(profile, args.output, format=args.format, stat=args.stat,
-                             module_level=args.module_level, hide_views=args.hide_views)
+    with stage(f"loading {args.profile}"):
+        profile = load_profile(args.profile)
+    with stage(f"writing {args.output}"):
+        written = export_profile(profile, args.output, format=args.format, stat=args.stat,
+                                 module_level=args.module_level, hide_views=args.hide_views)
     print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
     return 0
 
@@ -237,9 +243,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    from graphprof.progress import stage
+
     profile = load_for_analysis(args.profile)
-    print(render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
-                                     module_depth=args.module_depth)))
+    with stage(f"analysing {profile.node_count} nodes"):
+        text = render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
+                                          module_depth=args.module_depth))
+    print(text)
     return 0
 
 
@@ -288,6 +298,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (they appear only on a terminal anyway)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="profile a built-in training step on CPU and print the report")
@@ -331,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from graphprof.progress import set_quiet
+
+    set_quiet(args.quiet)
     try:
         return int(args.func(args))
     except (ProfileError, UsageError, ValueError, OSError) as exc:

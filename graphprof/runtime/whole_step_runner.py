@@ -26,6 +26,7 @@ from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_c
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.passes.memory import memory
 from graphprof.passes.pipeline import prepare_graph
+from graphprof.progress import stage
 from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
 from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.collect import gradient_host_record, graph_record
@@ -62,12 +63,13 @@ class WholeStepRunner:
         workspace is measured here whatever the schedule says.
         """
         try:
-            with refuse_ddp(fn):  # DDP's allreduce waits are not in a make_fx graph: capture/distributed.py
+            with refuse_ddp(fn), stage(f"capturing {name}"):  # DDP's waits are not in a make_fx graph
                 captured = capture_whole_step(fn, args, kwargs)  # restores state on failure
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
         try:
-            prepare_graph(captured.graph_module)
+            with stage(f"annotating {name}'s {len(captured.graph_module.graph.nodes)} nodes"):
+                prepare_graph(captured.graph_module)
             wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
             instrumented = instrument(captured.graph_module, clock)
         except Exception as exc:
@@ -83,10 +85,13 @@ class WholeStepRunner:
         # After the allocator reads, so each device mark sits right after its op.
         runner.timeline = device_timeline(captured.graph_module, runner.instrumented, timing, device_clock)
         # Generate code now, not inside the first recorded step's time.
-        runner.executable(False)
+        with stage(f"generating code for {name}"):
+            runner.executable(False)
+            if profiling:
+                runner.executable(True)
         if profiling:
-            runner.executable(True)
-            runner._measure_workspace(args, kwargs)
+            with stage(f"measuring kernel workspace of {name}"):
+                runner._measure_workspace(args, kwargs)
         return runner
 
     @property
