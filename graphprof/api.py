@@ -25,14 +25,17 @@ class Profile(model.Profile):
         aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
         min_time: float | None = None, max_time: float | None = None, stat: str = "median",
         print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
-        clock: str = "auto",
+        clock: str = "auto", width: int | None = None, wide: bool = False,
+        columns: str | Iterable[str] | None = None,
     ) -> str:
         """The summary and the ``top`` rows (0 = all) as text; the options of ``graphprof analyze``.
 
         Same names and meanings as the command's flags (``type`` and ``phase``
         take one value or a list; ``min_time``/``max_time`` are seconds), e.g.
         ``profile.table(5, aggregate_by="type")`` or
-        ``profile.table(type="convolution", order_by="+flops", format="json")``.
+        ``profile.table(type="convolution", order_by="+flops", format="json")``. The text fits
+        ``width`` characters (default: COLUMNS, the terminal, else 120); ``wide=True`` or
+        ``columns="time,name,flops"`` (or "all") print more.
         A bad value raises ValueError with one sentence.
         """
         from graphprof.analysis.options import make_options
@@ -43,7 +46,7 @@ class Profile(model.Profile):
             top, type=type, name=name, module=module, input_dtype=input_dtype, phase=phase,
             aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by, min_time=min_time,
             max_time=max_time, stat=stat, print_only=print_only, format=format,
-            module_depth=module_depth, clock=clock,
+            module_depth=module_depth, clock=clock, width=width, wide=wide, columns=columns,
         )
         return render_table(build_table(self, options))
 

@@ -37,6 +37,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+#: MegEngine's --print-only device|host: the table alone, on that clock ("auto" is the device
+#: clock when one was recorded, and the host clock on a CPU).
+_MEGENGINE_PRINT_ONLY = {"device": "auto", "host": "host"}
+
+
 def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     """Add the table options of ``graphprof analyze`` to ``parser`` (for every command that prints a table).
 
@@ -49,7 +54,8 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
     g.add_argument("--type", dest="types", action="append", metavar="T",
                    help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
-    g.add_argument("--name", metavar="REGEX", help="keep nodes whose name matches (re.search)")
+    g.add_argument("--name", "--opr-name", metavar="REGEX",
+                   help="keep nodes whose name matches (re.search; --opr-name is MegEngine's spelling)")
     g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
     g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
     g.add_argument("--phase", dest="phases", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
@@ -64,20 +70,37 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
     g.add_argument("--stat", default="median", choices=STATS, help="statistic over profiled steps (default median)")
     g.add_argument("--clock", default="auto", choices=CLOCKS, help="host or device time (auto: device when recorded)")
-    g.add_argument("--print-only", choices=PRINT_ONLY, help="print only the summary or only the table")
+    g.add_argument("--show-host", dest="clock", action="store_const", const="host",
+                   help="MegEngine's spelling of --clock host")
+    g.add_argument("--print-only", choices=(*PRINT_ONLY, *_MEGENGINE_PRINT_ONLY),
+                   help="print only the summary or only the table (MegEngine's device and host: the table "
+                        "on that clock)")
     g.add_argument("--format", default="simple", metavar="FMT",
                    help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
+    g.add_argument("--wiki", "--confluence", dest="format", action="store_const", const="orgtbl",
+                   help="MegEngine's wiki table: --format orgtbl")
+    g.add_argument("--columns", metavar="COL,...",
+                   help="print these columns in this order (keys or aliases as --order-by takes; 'all' for every "
+                        "one); also the fields of --format json/csv")
+    g.add_argument("--wide", action="store_true",
+                   help="every default column, names unclipped, whatever the width")
+    g.add_argument("--width", type=int, metavar="N",
+                   help="fit the table to N characters (default: COLUMNS, else the terminal, else 120)")
 
 
 def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
     """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
     from graphprof.analysis.options import make_options
 
+    print_only, clock = args.print_only, args.clock
+    if print_only in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
+        print_only, clock = "table", _MEGENGINE_PRINT_ONLY[print_only]
     return make_options(
         args.top, type=args.types, name=args.name, module=args.module, input_dtype=args.input_dtype,
         phase=args.phases, aggregate=args.aggregate, aggregate_by=args.aggregate_by, order_by=args.order_by,
-        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=args.print_only,
-        format=args.format, module_depth=args.module_depth, clock=args.clock,
+        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=print_only,
+        format=args.format, module_depth=args.module_depth, clock=clock, width=args.width, wide=args.wide,
+        columns=args.columns,
     )
 
 
@@ -85,7 +108,10 @@ def load_for_analysis(path: str) -> "Profile":
     """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
     from graphprof.profile.serialize import load_profile, require_samples
 
-    profile = load_profile(path)
+    from graphprof.progress import stage
+
+    with stage(f"loading {path}"):
+        profile = load_profile(path)
     require_samples(profile, path)
     return profile
 
@@ -116,11 +142,14 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.profile.serialize import load_profile
+    from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
 
-    profile = load_profile(args.profile)
-    written = export_profile(profile, args.output, format=args.format, stat=args.stat,
-                             module_level=args.module_level, hide_views=args.hide_views)
+    with stage(f"loading {args.profile}"):
+        profile = load_profile(args.profile)
+    with stage(f"writing {args.output}"):
+        written = export_profile(profile, args.output, format=args.format, stat=args.stat,
+                                 module_level=args.module_level, hide_views=args.hide_views)
     print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
     return 0
 
@@ -214,9 +243,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    from graphprof.progress import stage
+
     profile = load_for_analysis(args.profile)
-    print(render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
-                                     module_depth=args.module_depth)))
+    with stage(f"analysing {profile.node_count} nodes"):
+        text = render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
+                                          module_depth=args.module_depth))
+    print(text)
     return 0
 
 
@@ -244,20 +277,29 @@ def _add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from graphprof.runtime.calibrate import cache_path, calibrate, load_cached
+    from graphprof.runtime.calibrate import cache_path, calibrate, find_calibration
 
-    peaks = load_cached(args.device) if args.show else calibrate(args.device)
-    if peaks is None:
-        raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
-    for key, value in sorted(peaks.items()):
-        unit = "B/s" if key.startswith("bytes") else "FLOP/s"
-        print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
+    for threads in args.threads or [None]:
+        if args.show:
+            found = find_calibration(args.device, threads)
+            if found is None:
+                raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
+            peaks, measured = found.peaks, found.threads
+        else:
+            peaks, measured = calibrate(args.device, threads=threads), threads
+        if args.device == "cpu" and measured:
+            print(f"with {measured} thread(s):")
+        for key, value in sorted(peaks.items()):
+            unit = "B/s" if key.startswith("bytes") else "FLOP/s"
+            print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
     print(f"cached in {cache_path()}; profiles taken from now on record these peaks")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (they appear only on a terminal anyway)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="profile a built-in training step on CPU and print the report")
@@ -288,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--device", default="cpu",
                            help="device to measure: cpu (default) or this machine's accelerator (cuda, xpu, ...)")
     calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
+    calibrate.add_argument("--threads", type=int, nargs="+", metavar="N",
+                           help="CPU thread counts to measure with, each cached apart (default: torch's current "
+                                "count); profiles use the entry of their own count, else the nearest")
     calibrate.set_defaults(func=_cmd_calibrate)
     _add_export_parser(sub)
     _add_merge_parser(sub)
@@ -298,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from graphprof.progress import set_quiet
+
+    set_quiet(args.quiet)
     try:
         return int(args.func(args))
     except (ProfileError, UsageError, ValueError, OSError) as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from difflib import get_close_matches
 from typing import Callable, Sequence
 
-from graphprof.analysis.options import TableOptionError, TableOptions, normalize_dtype, normalize_type
+from graphprof.analysis.options import TableOptionError, TableOptions, expand_type, normalize_dtype, normalize_type
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 
@@ -63,7 +63,7 @@ def op_names(node: NodeRecord) -> tuple[str, ...]:
 
 def type_matcher(types: tuple[str, ...]) -> Callable[[NodeRecord], bool]:
     """A predicate true for nodes whose type, op packet or op overload is one of ``types``."""
-    wanted = {normalize_type(t) for t in types}
+    wanted = {name for t in types for name in expand_type(t)}
     cache: dict[tuple[str, str], bool] = {}
 
     def match(node: NodeRecord) -> bool:
@@ -120,7 +120,7 @@ def why_empty(profile: Profile, options: TableOptions) -> str:
     if options.types:
         known = {name for _, n in profile.iter_nodes() for name in op_names(n)}
         for t in options.types:
-            if normalize_type(t) not in known:
+            if known.isdisjoint(expand_type(t)):
                 close = similar_types(profile, normalize_type(t))
                 hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
                 parts.append(f"no node has type {t!r}{hint}")

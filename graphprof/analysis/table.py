@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from graphprof.analysis.aggregate import aggregate
-from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by
+from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by, resolve_columns
 from graphprof.analysis.entries import NodeEntry
 from graphprof.analysis.filters import NodePairs, flat_nodes, node_times, resolve_clock, select, why_empty
 from graphprof.analysis.options import TableOptions, make_options
@@ -94,7 +94,10 @@ class TableResult:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """Row fields that carry data in this table (memory ones only when recorded)."""
+        """The row fields ``--columns`` names, in its order; by default every field that carries
+        data in this table (memory ones only when recorded)."""
+        if self.options.columns:
+            return resolve_columns(self.options.columns)
         return tuple(k for k in ROW_FIELDS if self.has_memory or k not in MEMORY_KEYS)
 
 

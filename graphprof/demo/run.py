@@ -23,7 +23,7 @@ def run_demo(model: str = "resnet", steps: int = 5, top: int = 15, output: str |
         notes.append("measured this CPU's peaks once for the roofline (cached; see `graphprof calibrate`)")
     demo = resnet_sgd_step() if model == "resnet" else gpt_adamw_step()
     step = graphprof.trace(demo.step_fn, profiling=True)
-    for i in range(steps + 3):  # call 1 eager, call 2 captures, call 3 measures kernel workspace, then profiled steps
+    for i in range(steps + 2):  # call 1 eager, call 2 captures (and measures kernel workspace), then profiled steps
         loss = step(*demo.make_inputs(i))
     profile = step.get_profile()
     if output:
