@@ -87,7 +87,7 @@ class Profile(model.Profile):
     def export(self, path: str | os.PathLike[str], format: str | None = None, **options: Any) -> str:
         """Write this profile to ``path`` in the format its name implies; returns the format's name.
 
-        ``.trace.json``/``.json`` Chrome/Perfetto trace, ``.dot``/``.svg`` annotated
+        ``.trace.json``/``.json`` Chrome/Perfetto trace (``.trace.json.gz`` gzip-compressed), ``.dot``/``.svg`` annotated
         graph, ``.graphml``, ``.nodelink.json``, ``.folded`` flame-graph stacks,
         ``.html`` report, ``memory.svg`` memory timeline; ``format`` overrides the
         name. Options: ``stat``, ``module_level`` (None = automatic), ``hide_views``,

@@ -8,6 +8,7 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
@@ -121,7 +122,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                              module_level=args.module_level, hide_views=args.hide_views)
-    print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
+    size = ""
+    if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
+        from graphprof.render.chrome_trace import bytes_per_node_step
+        from graphprof.render.units import format_bytes
+
+        nbytes = os.path.getsize(args.output)
+        per = bytes_per_node_step(profile, nbytes)
+        size = f", {format_bytes(nbytes)}" + (f", {per:.0f} bytes per node per step" if per is not None else "")
+    print(f"graphprof: wrote {args.output} ({written}{size})", file=sys.stderr)
     return 0
 
 
