@@ -70,6 +70,12 @@ class Profile(model.Profile):
                                           peak_flops_per_s=flops,
                                           workload=Workload(tokens_per_step, samples_per_step)))
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich view: summary, MFU/HFU, findings and top nodes, from the HTML report's parts."""
+        from graphprof.render.notebook import notebook_html
+
+        return notebook_html(self)
+
     def memory_summary(self, graph_id: int = 0, top: int = 10) -> str:
         """The modelled memory peak of graph ``graph_id`` as text.
 
