@@ -37,8 +37,8 @@ def render_utilisation(u: UtilisationReport) -> str:
     else:
         head = ("utilisation: no peak known (run `graphprof calibrate`, or give one: --peak-gflops, "
                 "report(peak_flops_per_s=...)); achieved FLOP/s only")
-    lines = [head, f"  step time: {u.stat} profiled step less probe cost; phases: sum of their nodes' times; "
-             "model FLOPs = forward matmul/conv/attention x3 with a backward, executed = every counted FLOP"]
+    lines = [head, f"  how: a step takes the {u.stat} profiled step less probe cost, a phase the sum of its nodes' "
+             "times; model FLOPs = forward matmul/conv/attention x3 with a backward; executed = every counted FLOP"]
     names = [p.source for p in peaks]
     headers = ["", "time", "model FLOPs", "model FLOP/s", *(f"MFU ({n})" for n in names), "executed FLOPs",
                *(f"HFU ({n})" for n in names)]
