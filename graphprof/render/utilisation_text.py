@@ -63,8 +63,12 @@ def render_utilisation(u: UtilisationReport) -> str:
 def render_eager(e: EagerOverhead) -> str:
     """One line: eager against replay, with the gap and whether it is beyond noise."""
     first = f"; the first call took {format_time(e.first_call_s)} (cold, left out)" if e.first_call_s is not None else ""
-    gap = f"{format_time(e.overhead_s)} ({100 * e.share:.0f}% of the eager step)"
-    verdict = (f"the static graph removes {gap} of Python, module-call and autograd bookkeeping" if e.significant
-               else f"no gap beyond noise ({gap})")
+    gap = f"{format_time(abs(e.overhead_s))} ({100 * abs(e.share):.0f}% of the eager step)"
+    if e.significant:
+        verdict = f"the static graph removes {gap} of Python, module-call and autograd bookkeeping"
+    elif e.overhead_s < 0:
+        verdict = f"the profiled replay was {gap} slower than eager: no bookkeeping to remove here"
+    else:
+        verdict = f"no gap beyond noise ({gap})"
     return (f"eager vs graph: eager step {format_time(e.eager_s)} ({e.stat} of {e.eager_calls} warm eager call(s){first}) "
             f"vs replay {format_time(e.replay_s)} ({e.stat} of {e.replay_steps} step(s), probes removed): {verdict}")

@@ -81,3 +81,10 @@ def test_host_graphs_carry_no_probes() -> None:
     host = GraphRecord(id=1, name="host", kind=GraphKind.HOST, nodes=(node(0, "zero_grad"),))
     q = Profile(meta=p.meta, steps=p.steps, graphs=(*p.graphs, host))
     assert replay_step_times_s(q) == replay_step_times_s(p)
+
+
+def test_report_line_when_the_replay_is_slower() -> None:
+    p = with_eager_times(_replayed(), [60 * MS, 6 * MS, 6 * MS], first_is_cold=True)
+    text = render_report(build_report(p))
+    assert "the profiled replay was 4 ms (67% of the eager step) slower than eager" in text
+    assert "eager-overhead" not in {f.rule for f in advise(p)}
