@@ -23,6 +23,9 @@ graph's counted FLOPs instead of a formula typed in by hand):
   ``graphprof calibrate`` or ``trace(peaks=...)``) for the dtype carrying
   most model FLOPs, and/or one the user gives (``given_peak_flops_per_s``);
   every figure names the peak it was divided by.
+- **Ranks**: a profile merged from several ranks (``graphprof merge``) is
+  reported per device: FLOPs and phase times are averaged over its ranks,
+  so MFU stays a fraction of one device's peak.
 - **Throughput**: tokens and samples per second, when a workload says what
   one step processes (``profile/step_facts.py``), over the same step time.
 """
@@ -36,6 +39,7 @@ from graphprof.analysis.dataflow import node_time_s
 from graphprof.analysis.eager import replay_step_times_s
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
+from graphprof.profile.merge import graph_ranks
 from graphprof.profile.model import GraphKind, NodeRecord, Phase, Profile
 from graphprof.profile.step_facts import Workload, workload as recorded_workload
 
@@ -112,6 +116,8 @@ class UtilisationReport:
     model_dtype: str | None
     stat: str
     workload: Workload | None
+    #: Ranks of a merged distributed profile (FLOPs and phase times are per-device averages); 1 otherwise.
+    ranks: int = 1
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -153,12 +159,13 @@ def peaks_used(profile: Profile, given_peak_flops_per_s: float | None, dtype: st
     return tuple(peaks)
 
 
-def _part(label: str, nodes: list[NodeRecord], time_s: float, backward_model: int = 0) -> Utilisation:
+def _part(label: str, nodes: list[NodeRecord], time_s: float, backward_model: int = 0, ranks: int = 1) -> Utilisation:
+    """FLOPs of ``nodes`` (divided by ``ranks``: one device's share) over ``time_s``."""
     forward_model = sum(n.flops or 0 for n in nodes if is_model_op(n) and n.phase in (Phase.FORWARD, Phase.OTHER))
     return Utilisation(
-        label=label, time_s=time_s, model_flops=forward_model + backward_model,
-        hardware_flops=sum(n.flops or 0 for n in nodes),
-        hardware_matmul_flops=sum(n.flops or 0 for n in nodes if is_matmul_class(n)),
+        label=label, time_s=time_s, model_flops=(forward_model + backward_model) // ranks,
+        hardware_flops=sum(n.flops or 0 for n in nodes) // ranks,
+        hardware_matmul_flops=sum(n.flops or 0 for n in nodes if is_matmul_class(n)) // ranks,
     )
 
 
@@ -174,7 +181,8 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
     grad_forward = sum(n.flops or 0 for n in nodes if is_model_op(n) and n.phase is Phase.FORWARD)
     has_backward = any(n.phase is Phase.BACKWARD for n in nodes)
     backward_model = BACKWARD_FACTOR * grad_forward if has_backward else 0
-    step = _part("step", nodes, fn(steps) if steps else 0.0, backward_model)
+    ranks = max(1, len(set(graph_ranks(profile).values())))
+    step = _part("step", nodes, fn(steps) if steps else 0.0, backward_model, ranks)
     if not steps or step.model_flops <= 0:
         return None
     dtype = _model_dtype(nodes)
@@ -183,13 +191,13 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
         members = [n for n in nodes if n.phase is phase]
         if not members:
             continue
-        time_s = math.fsum(node_time_s(n, stat) for n in members)
-        phases.append(_part(phase.value, members, time_s, backward_model if phase is Phase.BACKWARD else 0))
-    per_step = tuple(_part(f"step {s.index}", nodes, t, backward_model) for s, t in zip(profile.steps, steps))
+        time_s = math.fsum(node_time_s(n, stat) for n in members) / ranks
+        phases.append(_part(phase.value, members, time_s, backward_model if phase is Phase.BACKWARD else 0, ranks))
+    per_step = tuple(_part(f"step {s.index}", nodes, t, backward_model, ranks) for s, t in zip(profile.steps, steps))
     return UtilisationReport(
         step=step, phases=tuple(phases), per_step=per_step,
         peaks=peaks_used(profile, given_peak_flops_per_s, dtype), model_dtype=dtype, stat=stat,
-        workload=workload if workload is not None and not workload.empty else recorded_workload(profile),
+        workload=workload if workload is not None and not workload.empty else recorded_workload(profile), ranks=ranks,
     )
 
 

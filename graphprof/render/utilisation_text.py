@@ -39,6 +39,8 @@ def render_utilisation(u: UtilisationReport) -> str:
                 "report(peak_flops_per_s=...)); achieved FLOP/s only")
     lines = [head, f"  how: a step takes the {u.stat} profiled step less probe cost, a phase the sum of its nodes' "
              "times; model FLOPs = forward matmul/conv/attention x3 with a backward; executed = every counted FLOP"]
+    if u.ranks > 1:
+        lines.append(f"  per device: FLOPs and phase times are averages over the profile's {u.ranks} ranks")
     names = [p.source for p in peaks]
     headers = ["", "time", "model FLOPs", "model FLOP/s", *(f"MFU ({n})" for n in names), "executed FLOPs",
                *(f"HFU ({n})" for n in names)]

@@ -139,3 +139,15 @@ def test_report_prints_the_peak_used_and_throughput(plain) -> None:
     assert "utilisation against peak 100 GFLOP/s float32 (calibrated); 500 GFLOP/s (given)" in text
     assert "MFU (given)" in text and "HFU (calibrated)" in text and "tokens/s (128 tokens per step)" in text
     assert torch.__version__  # the report ran on a real traced profile
+
+
+def test_merged_ranks_are_reported_per_device() -> None:
+    from graphprof.profile.merge import merge_profiles
+    from tests.distributed.synthetic import rank_profile
+
+    merged = merge_profiles([rank_profile(0), rank_profile(1)])
+    u = utilisation(merged)
+    assert u.ranks == 2
+    assert u.step.model_flops == 2_000_000  # one device's matmul, not both ranks' together
+    (forward,) = [p for p in u.phases if p.label == "forward"]
+    assert forward.time_s == pytest.approx(0.010) and forward.model_flops == 2_000_000
