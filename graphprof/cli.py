@@ -8,6 +8,7 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
@@ -150,7 +151,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     with stage(f"writing {args.output}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                                  module_level=args.module_level, hide_views=args.hide_views)
-    print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
+    size = ""
+    if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
+        from graphprof.render.chrome_trace import bytes_per_node_step
+        from graphprof.render.units import format_bytes
+
+        nbytes = os.path.getsize(args.output)
+        per = bytes_per_node_step(profile, nbytes)
+        size = f", {format_bytes(nbytes)}" + (f", {per:.0f} bytes per node per step" if per is not None else "")
+    print(f"graphprof: wrote {args.output} ({written}{size})", file=sys.stderr)
     return 0
 
 
@@ -224,31 +233,39 @@ def _add_diff_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_cmd_diff)
 
 
-def _peaks_from_args(args: argparse.Namespace) -> "Peaks | None":
-    """Peaks given on the command line (GFLOP/s and GB/s), or None for the profile's own."""
-    from graphprof.analysis.roofline import Peaks
+def _peaks_from_args(args: argparse.Namespace, profile: "Profile") -> "Peaks | None":
+    """Roofline peaks given on the command line (GFLOP/s, GB/s), or None for the profile's own.
 
-    if args.peak_gflops is None and args.peak_gbs is None:
-        return None
-    if args.peak_gflops is None or args.peak_gbs is None:
-        raise UsageError("--peak-gflops and --peak-gbs go together")
-    if args.peak_gflops <= 0 or args.peak_gbs <= 0:
-        raise UsageError("peaks must be positive")
-    return Peaks(args.peak_gflops * 1e9, args.peak_gbs * 1e9)
+    ``--peak-gflops`` alone (a datasheet figure, for MFU) keeps the profile's bandwidth.
+    """
+    from graphprof.analysis.utilisation import given_peaks
+
+    if args.peak_gbs is not None and args.peak_gflops is None:
+        raise UsageError("--peak-gbs needs --peak-gflops with it")
+    for flag, value in (("--peak-gflops", args.peak_gflops), ("--peak-gbs", args.peak_gbs)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} must be positive")
+    scale = lambda v: None if v is None else v * 1e9  # noqa: E731
+    return given_peaks(profile, scale(args.peak_gflops), scale(args.peak_gbs))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from graphprof.analysis.report import build_report
+    from graphprof.profile.step_facts import Workload
     from graphprof.render.report_text import render_report
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     from graphprof.progress import stage
 
+    workload = Workload(args.tokens_per_step, args.samples_per_step)  # ValueError: one sentence
     profile = load_for_analysis(args.profile)
+    peaks = _peaks_from_args(args, profile)
     with stage(f"analysing {profile.node_count} nodes"):
-        text = render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
-                                          module_depth=args.module_depth))
+        text = render_report(build_report(profile, peaks, stat=args.stat, top=args.top,
+                                          module_depth=args.module_depth,
+                                          peak_flops_per_s=None if args.peak_gflops is None else args.peak_gflops * 1e9,
+                                          workload=workload))
     print(text)
     return 0
 
@@ -322,8 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("-t", "--top", type=int, default=10, help="rows per section (default 10)")
     report.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"))
     report.add_argument("--module-depth", type=int, default=2, help="module tree depth of the breakdown")
-    report.add_argument("--peak-gflops", type=float, help="device peak GFLOP/s (instead of the profile's)")
-    report.add_argument("--peak-gbs", type=float, help="device peak memory bandwidth in GB/s")
+    report.add_argument("--peak-gflops", type=float,
+                        help="device peak GFLOP/s (a datasheet figure): MFU/HFU against it next to the calibrated "
+                             "peak, and the roofline's compute roof")
+    report.add_argument("--peak-gbs", type=float, help="device peak memory bandwidth in GB/s (with --peak-gflops)")
+    report.add_argument("--tokens-per-step", type=float, metavar="N",
+                        help="tokens one step processes (e.g. batch x sequence length): tokens/s in the report")
+    report.add_argument("--samples-per-step", type=float, metavar="N",
+                        help="samples one step processes (the batch size): samples/s in the report")
     report.set_defaults(func=_cmd_report)
 
     calibrate = sub.add_parser("calibrate", help="measure and cache this device's peak FLOP/s and bandwidth")

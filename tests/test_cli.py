@@ -22,6 +22,8 @@ def test_demo_profiles_a_real_resnet_step_and_saves_it(tmp_path, capsys) -> None
     text = capsys.readouterr().out
     assert "resnet training step on CPU" in text and "roofline of the top 5 nodes" in text
     assert "critical path" in text and "findings" in text and "by module" in text
+    assert "utilisation against peak" in text and "MFU (calibrated)" in text and "samples/s (16 samples per step)" in text
+    assert "eager vs graph: eager step" in text  # measured on an eager twin beside each traced call
     profile = graphprof.load(out)
     assert len(profile.steps) == 2 and profile.node_count > 100
     assert {"layer1.0.conv1", "fc"} <= {n.module for _, n in profile.iter_nodes()}

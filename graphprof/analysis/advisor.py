@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from graphprof.analysis.eager import eager_overhead as measure_eager_overhead
 from graphprof.analysis.roofline import OVERHEAD_RATIO, Bound, Peaks, RooflinePoint, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
@@ -279,9 +280,34 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     return findings
 
 
+def eager_overhead(ctx: AdvisorContext) -> list[Finding]:
+    """Python, module-call and autograd bookkeeping of the eager step that the replayed graph does not pay.
+
+    Both times are measured (``analysis/eager.py``): warm eager calls of the
+    user's function against the profiled replays less their probes. Quiet
+    without warm eager calls or when the gap is within noise.
+    """
+    found = measure_eager_overhead(ctx.profile)
+    if found is None or not found.significant:
+        return []
+    share = found.share
+    return [Finding(
+        "eager-overhead", Severity.HIGH if share >= 0.2 else Severity.MEDIUM,
+        f"eager execution takes {found.speedup:.2f}x the replayed graph's step time "
+        f"({found.eager_s * 1e3:.3g} ms vs {found.replay_s * 1e3:.3g} ms, {found.stat} of {found.eager_calls} warm "
+        f"eager call(s) and {found.replay_steps} replay(s)): {100 * share:.0f}% of the eager step is Python, "
+        "module-call and autograd bookkeeping",
+        found.overhead_s,
+        "the static graph runs the same ops without it: torch.compile the step (on CUDA mode=\"reduce-overhead\" "
+        "adds CUDA graphs) to remove it in training; else fewer, larger modules and no per-step Python work "
+        "(logging, data reshaping) inside the step",
+        (), (),
+    )]
+
+
 RULES: tuple[Callable[[AdvisorContext], list[Finding]], ...] = (
     host_sync, device_copies, float64_work, slow_convolution, dispatch_bound_runs,
-    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound,
+    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound, eager_overhead,
 )
 _ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 

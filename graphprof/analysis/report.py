@@ -14,11 +14,14 @@ from typing import Mapping
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
+from graphprof.analysis.eager import EagerOverhead, eager_overhead
 from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, classify, peaks_from_meta, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
+from graphprof.analysis.utilisation import UtilisationReport, utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
 
@@ -66,11 +69,22 @@ class Report:
     distributed: DistributedAnalysis | None = None
     #: Host vs device time, when the profile has device times (an accelerator run).
     host_device: HostDeviceTimes | None = None
+    #: MFU/HFU per step and phase, and throughput (None without model FLOPs or steps).
+    utilisation: UtilisationReport | None = None
+    #: Warm eager calls against the replayed graph (None without recorded eager calls).
+    eager: EagerOverhead | None = None
 
 
 def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "median", top: int = 10,
-                 module_depth: int = 2) -> Report:
-    """Analyse ``profile`` for the report; ``peaks`` default to those in its meta."""
+                 module_depth: int = 2, peak_flops_per_s: float | None = None,
+                 workload: Workload | None = None) -> Report:
+    """Analyse ``profile`` for the report; ``peaks`` default to those in its meta.
+
+    MFU/HFU are given against the profile's peak and against the user's:
+    ``peak_flops_per_s``, else the FLOP peak of ``peaks`` when given.
+    ``workload`` overrides the tokens/samples per step recorded in the profile.
+    """
+    given_flops = peak_flops_per_s if peak_flops_per_s is not None else (peaks.flops_per_s if peaks else None)
     peaks = peaks or peaks_from_meta(profile)
     points = _points(profile, peaks, stat)
     by_key = {(p.graph_id, p.node_id): p for p in points}
@@ -93,6 +107,7 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
         time_by_bound_s=time_by_bound, critical=critical_paths(profile, stat=stat) if profile.graphs else (),
         breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, points)),
         distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
+        utilisation=utilisation(profile, given_flops, stat, workload), eager=eager_overhead(profile, stat),
     )
 
 

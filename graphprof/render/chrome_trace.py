@@ -165,3 +165,18 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
 def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> str:
     """The trace as JSON text."""
     return json.dumps(chrome_trace(profile, stat=stat, bounds=bounds), allow_nan=False, separators=(",", ":"))
+
+
+def node_events(profile: Profile) -> int:
+    """How many node events a trace of ``profile`` holds: one per node per profiled step."""
+    return sum(len(node_samples_s(n)) for _, n in profile.iter_nodes())
+
+
+def bytes_per_node_step(profile: Profile, file_bytes: int) -> float | None:
+    """A trace file's size per node per profiled step (None for a profile without samples).
+
+    The figure to plan with: a trace of N nodes over S steps takes about
+    N x S times this (steps, counters and metadata are included in it).
+    """
+    events = node_events(profile)
+    return file_bytes / events if events else None

@@ -15,6 +15,7 @@ is one ``ExportError`` sentence.
 
 from __future__ import annotations
 
+import gzip
 import os
 import tempfile
 from dataclasses import dataclass, replace
@@ -58,7 +59,8 @@ class Exporter:
     suffixes: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
+    def render(self, profile: Profile, options: ExportOptions) -> str | bytes:
+        """The file's content: text (written as UTF-8) or bytes (a compressed format)."""
         raise NotImplementedError
 
 
@@ -69,6 +71,18 @@ class ChromeTraceExporter(Exporter):
         from graphprof.render.chrome_trace import chrome_trace_json
 
         return chrome_trace_json(profile, stat=options.stat, bounds=options.bounds)
+
+
+class ChromeTraceGzExporter(Exporter):
+    name, suffixes = "chrome-gz", (".trace.json.gz", ".json.gz")
+    description = "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)"
+
+    def render(self, profile: Profile, options: ExportOptions) -> bytes:
+        from graphprof.render.chrome_trace import chrome_trace_json
+
+        # mtime=0: the same profile gives the same bytes (no timestamp in the gzip header).
+        return gzip.compress(chrome_trace_json(profile, stat=options.stat, bounds=options.bounds).encode("utf-8"),
+                             compresslevel=6, mtime=0)
 
 
 class DotExporter(Exporter):
@@ -137,7 +151,7 @@ class MemorySvgExporter(Exporter):
 
 
 EXPORTERS: tuple[type[Exporter], ...] = (
-    ChromeTraceExporter, DotExporter, SvgExporter, GraphMLExporter, NodeLinkExporter,
+    ChromeTraceExporter, ChromeTraceGzExporter, DotExporter, SvgExporter, GraphMLExporter, NodeLinkExporter,
     FoldedExporter, HtmlExporter, MemorySvgExporter,
 )
 FORMATS: tuple[str, ...] = tuple(e.name for e in EXPORTERS)
@@ -176,8 +190,8 @@ def check_target(path: str) -> None:
         raise ExportError(f"cannot write {path}: directory {directory} is not writable")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``."""
     check_target(path)
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -186,8 +200,12 @@ def write_atomic(path: str, text: str) -> None:
         raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(text)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):

@@ -9,6 +9,7 @@ from graphprof.analysis.report import Report
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
 from graphprof.render.distributed_text import render_distributed
+from graphprof.render.utilisation_text import render_eager, render_utilisation
 from graphprof.render.units import clip, share_of, format_bytes, format_count, format_time
 
 _WIDTH = 36
@@ -141,6 +142,10 @@ def render_report(report: Report) -> str:
         _breakdown("by op type", report.breakdowns["type"]),
         _breakdown("by source line", report.breakdowns["source"]),
     ]
+    extra = [render_utilisation(report.utilisation)] if report.utilisation is not None else []
+    if report.eager is not None:
+        extra.append(render_eager(report.eager))
+    sections[1:1] = extra
     if report.distributed is not None:  # a profile merged from several ranks
         sections.insert(2, render_distributed(report.distributed))
     return "\n\n".join(sections)
