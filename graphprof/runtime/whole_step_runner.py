@@ -54,13 +54,11 @@ class WholeStepRunner:
 
     @classmethod
     def capture(cls, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, clock: Clock,
-                limit: int | None, profiling: bool, scheduled: bool, sample_rate: int, timing: str,
+                limit: int | None, profiling: bool, sample_rate: int, timing: str,
                 device_clock: DeviceClock | None) -> "WholeStepRunner":
         """Capture ``fn(*args, **kwargs)`` (this call's result is kept as ``captured.result``).
 
         Raises CaptureError with the user's state as it was before the call.
-        ``scheduled`` is accepted from the policy but changes nothing: the
-        workspace is measured here whatever the schedule says.
         """
         try:
             with refuse_ddp(fn), stage(f"capturing {name}"):  # DDP's waits are not in a make_fx graph
@@ -137,7 +135,7 @@ class WholeStepRunner:
         """
         gm = self.captured.graph_module
         leaves = pytree.tree_leaves((args, kwargs))
-        inputs = [leaves[i] for i in self.captured.tensor_positions]
+        inputs = [leaves[i] for i in self.captured.input_positions]
         result: WorkspaceResult = measure_on_copies(gm, inputs, compile_graph)
         self.workspace_note = result.note
         if result.by_node is not None:

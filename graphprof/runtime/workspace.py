@@ -36,6 +36,7 @@ recorded: a guess would put memory on the wrong node.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -161,6 +162,57 @@ def _unsafe_to_rerun(gm: torch.fx.GraphModule) -> str:
     return ""
 
 
+def _without_host_effects(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` as it may run once more: Python effects dropped, Python reads kept, gradients copied.
+
+    Host nodes (capture/inputs.py) read Python values (pure: kept), read a
+    parameter's ``.grad`` (a tensor the graph may write: a copy, as a
+    constant), or act on the user's Python (a scheduler step, a counter, a
+    list: dropped; nothing in the graph reads their result).
+    """
+    host = [n for n in gm.graph.nodes if n.op == "call_function" and getattr(n.target, "__module__", None) == "host"]
+    if not host:
+        return gm
+    graph = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    out = graph.graph_copy(gm.graph, mapping)
+    graph.output(out)
+    copy = torch.fx.GraphModule(gm, graph)
+    for node in host:
+        new = mapping[node]
+        if node.meta.get("graphprof_input_reader") and node.meta.get("graphprof_scalar"):
+            new.target = _PureRead(node.target)
+        elif node.meta.get("graphprof_input_reader"):
+            value = node.target()
+            name = f"_graphprof_read_{new.name}"
+            if isinstance(value, torch.Tensor):
+                copy.register_buffer(name, value)
+            else:
+                setattr(copy, name, value)
+            with graph.inserting_before(new), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # fx checks the owner before the copy's attribute is visible
+                constant = graph.get_attr(name)
+            new.replace_all_uses_with(constant)
+            graph.erase_node(new)
+        elif not new.users:
+            graph.erase_node(new)
+    copy.recompile()
+    return copy
+
+
+class _PureRead:
+    """A host read, marked as free of effects for ``_unsafe_to_rerun``."""
+
+    __module__ = "builtins"
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+        self.__name__ = getattr(read, "__name__", "read")
+
+    def __call__(self, *args: Any) -> Any:
+        return self.read(*args)
+
+
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """A copy with the same sizes, strides, dtype and device (the same kernels run on it)."""
     out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
@@ -201,6 +253,7 @@ def measure_on_copies(gm: torch.fx.GraphModule, inputs: list[Any],
     if devices - {"cpu"}:
         return WorkspaceResult(None, f"the graph runs on {', '.join(sorted(devices - {'cpu'}))}; "
                                      "the measurement reads the CPU allocator")
+    gm = _without_host_effects(gm)
     reason = _unsafe_to_rerun(gm)
     if reason:
         return WorkspaceResult(None, reason)
