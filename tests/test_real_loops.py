@@ -467,3 +467,47 @@ def test_train_and_eval_modes_keep_one_graph_each() -> None:
 
     fn, _ = run_both(make)
     _assert_whole_step(fn, captures=2)
+
+
+# -- output the step writes ---------------------------------------------------------------------
+def test_print_and_logging_in_the_step_write_on_every_replay(capsys: pytest.CaptureFixture[str],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import sys
+
+    log = logging.getLogger("tests.real_loops")
+
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        box = {"n": 0}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            box["n"] += 1
+            if box["n"] % 3 == 0:
+                print("step", box["n"], "loss", loss.item(), file=sys.stdout)
+            log.info("loss %s at step %d", loss.item(), box["n"])
+            return loss
+
+        return Loop(step, model, opt, python=lambda: box["n"])
+
+    with caplog.at_level(logging.INFO, logger="tests.real_loops"):
+        torch.manual_seed(0)
+        eager = make()
+        for i in range(CALLS):
+            eager.step(*eager.inputs(i))
+        eager_out, eager_log = capsys.readouterr().out, [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        torch.manual_seed(0)
+        traced = make()
+        fn = graphprof.trace(traced.step)
+        for i in range(CALLS):
+            fn(*traced.inputs(i))
+        traced_out, traced_log = capsys.readouterr().out, [r.getMessage() for r in caplog.records]
+    assert traced_out == eager_out and eager_out.count("\n") == CALLS // 3
+    assert [m for m in traced_log if m.startswith("loss")] == eager_log and len(eager_log) == CALLS
+    _assert_whole_step(fn, captures=2)

@@ -148,7 +148,8 @@ class CaptureRecorder:
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
-        self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library)
+        self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
+                                        self.tensor_node)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
