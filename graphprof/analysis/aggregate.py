@@ -28,7 +28,7 @@ _DESCRIPTIVE = ("name", "op", "type", "module", "module_type", "source", "phase"
 
 def _sum(xs: Sequence[float]) -> float:
     """Exact for integers (FLOPs, bytes), accurate for floats (times)."""
-    return math.fsum(xs) if any(type(x) is float for x in xs) else sum(xs)
+    return math.fsum(xs) if float in map(type, xs) else sum(xs)
 
 
 _FUNCS: dict[str, Callable[[Sequence[float]], float]] = {
