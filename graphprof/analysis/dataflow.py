@@ -130,7 +130,8 @@ def edge_arrays(graph: GraphRecord) -> EdgeArrays:
     data: list[tuple[int, int]] = []
     for i, node in enumerate(nodes):
         srcs = []
-        for src in dict.fromkeys(node.inputs):
+        inputs = node.inputs
+        for src in (inputs if len(inputs) < 2 else dict.fromkeys(inputs)):
             p = get(src)
             if p is not None and p < i:
                 srcs.append(p)
@@ -148,10 +149,15 @@ def edge_arrays(graph: GraphRecord) -> EdgeArrays:
                         parent[ra] = rb
                     else:
                         parent[rb] = ra
+    # Only a class with a writer gets ORDER edges (a writer belongs to the class of what it writes):
+    # readers of the other classes need not be listed.
+    written = {ids[_find(parent, i)] for i, srcs in enumerate(sources) if srcs and writes[i]}
     readers: dict[int, list[int]] = {}
-    for i, srcs in enumerate(sources):  # execution order, so each list is sorted
+    for i, srcs in enumerate(sources) if written else ():  # execution order, so each list is sorted
         if srcs:
             for cls in {ids[_find(parent, p)] for p in srcs}:
+                if cls not in written:
+                    continue
                 chain = readers.get(cls)
                 if chain is None:
                     readers[cls] = [i]
