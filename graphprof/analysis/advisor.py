@@ -110,6 +110,8 @@ def device_copies(ctx: AdvisorContext) -> list[Finding]:
     """Copies between host and device inside the step."""
     hits = []
     for g, n in ctx.nodes():
+        if not n.attrs:  # no devices recorded: not a cross-device copy
+            continue
         devices = _attrs(n).get("devices", "")
         if n.type in ("_to_copy", "copy_", "to") and "," in devices and len(set(devices.split(","))) > 1:
             hits.append((g, n))
@@ -132,6 +134,8 @@ def float64_work(ctx: AdvisorContext) -> list[Finding]:
 def slow_convolution(ctx: AdvisorContext) -> list[Finding]:
     findings = []
     for g, n in ctx.nodes():
+        if not n.attrs and n.type not in SLOW_CONV_TYPES:  # only a recorded backend can make other ops slow
+            continue
         backend = _attrs(n).get("conv_backend", "")
         slow = n.type in SLOW_CONV_TYPES or (backend in SLOW_CONV_BACKENDS and _attrs(n).get("fast_conv_available"))
         if slow and ctx.share(ctx.time(g, n)) >= MIN_SHARE / 4:

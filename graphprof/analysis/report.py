@@ -8,6 +8,7 @@ and the advisor's findings); ``render.report_text`` prints it.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -15,12 +16,14 @@ from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
 from graphprof.analysis.eager import EagerOverhead, eager_overhead
-from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, classify, peaks_from_meta, roofline
+from graphprof.analysis.frame import node_frame
+from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.serialize import _gc_paused
 from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
@@ -84,6 +87,14 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
     ``peak_flops_per_s``, else the FLOP peak of ``peaks`` when given.
     ``workload`` overrides the tokens/samples per step recorded in the profile.
     """
+    # The analyses allocate millions of short-lived objects and no cycles; without a pause every
+    # full collection walks the whole loaded profile again (a second of a 100,000-node report).
+    with _gc_paused():
+        return _build_report(profile, peaks, stat, top, module_depth, peak_flops_per_s, workload)
+
+
+def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, module_depth: int,
+                  peak_flops_per_s: float | None, workload: Workload | None) -> Report:
     given_flops = peak_flops_per_s if peak_flops_per_s is not None else (peaks.flops_per_s if peaks else None)
     peaks = peaks or peaks_from_meta(profile)
     points = _points(profile, peaks, stat)
@@ -91,7 +102,12 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
     time_by_bound: dict[Bound, float] = {}
     for p in points:
         time_by_bound[p.bound] = time_by_bound.get(p.bound, 0.0) + p.time_s
-    ranked = sorted(profile.iter_nodes(), key=lambda gn: by_key[(gn[0].id, gn[1].id)].time_s, reverse=True)
+    # nlargest is sorted(..., reverse=True)[:top], ties included, without sorting every node.
+    def time_of(gn: tuple[GraphRecord, NodeRecord]) -> float:
+        return by_key[(gn[0].id, gn[1].id)].time_s
+
+    pairs = node_frame(profile).pairs
+    ranked = heapq.nlargest(top, pairs, key=time_of) if top > 0 else sorted(pairs, key=time_of, reverse=True)
     host_device = _host_device(profile, stat)
     host_of = stat_fn(stat) if host_device is not None else None
     rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)], host_of(n.host_time_s) if host_of else None)
@@ -113,10 +129,7 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
 
 def _points(profile: Profile, peaks: Peaks | None, stat: str) -> list[RooflinePoint]:
     """Roofline points on the device clock where nodes have device times (host time is only dispatch there)."""
-    if not any(n.device_time_s for _, n in profile.iter_nodes()):
-        return roofline(profile, peaks, stat)
-    fn = stat_fn(stat)
-    return [classify(n, fn(n.device_time_s or n.host_time_s), peaks, g.id) for g, n in profile.iter_nodes()]
+    return roofline(profile, peaks, stat)  # per node: device time where recorded, else host time
 
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import Profile
+from graphprof.profile.serialize import _gc_paused
 
 
 class ExportError(ValueError):
@@ -245,5 +246,7 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
         raise ExportError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     opts = replace(ExportOptions(), **options)
     stat_fn(opts.stat)
-    write_atomic(path, exporter.render(profile, with_analysis(profile, opts)))
+    with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
+        text = exporter.render(profile, with_analysis(profile, opts))
+    write_atomic(path, text)
     return exporter.name
