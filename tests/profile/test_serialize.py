@@ -61,7 +61,7 @@ def test_profile_is_read_only() -> None:
     (b'{"schema": "graphprof.profile/99"}', "unsupported profile schema version"),
     (b'{"hello": 1}', "no 'schema' field"),
     (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0}]}]}', "has no 'name'"),
-    (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0, "name": "a", "op": "b", "type": "c", "host_time_s": ["x"]}]}]}', "finite number"),
+    (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0, "name": "a", "op": "b", "type": "c", "host_time_s": ["x"]}]}]}', "host_time_s must hold numbers"),
 ])
 def test_bad_files_give_one_sentence(tmp_path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.json"
