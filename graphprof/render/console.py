@@ -13,6 +13,7 @@ from typing import Any, Callable
 from graphprof.analysis.columns import BY_KEY
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError
 from graphprof.analysis.table import Row, TableResult
+from graphprof.render.escape import terminal_line
 from graphprof.render.units import clip, format_bytes, format_count, format_shapes, format_time, format_value
 
 _WIDTH = {"name": 26, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24}
@@ -46,7 +47,7 @@ def _text(row: Row, key: str) -> str:
     if value is None:
         text = "*" if key != "id" else "-"  # a group whose nodes differ
     else:
-        text = str(value) or "-"
+        text = terminal_line(value) or "-"  # a name's newline or escape sequence shows as \n, \x1b
     return clip(text, _WIDTH[key], keep_end=key in ("module", "source")) if key in _WIDTH else text
 
 

@@ -186,7 +186,9 @@ def write_atomic(path: str, text: str) -> None:
         raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        # backslashreplace: a lone surrogate a format's own escaping let through (JSON
+        # written with ensure_ascii=False) becomes its \\udXXXX escape, not a failed export.
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
