@@ -32,6 +32,9 @@ UNDECLARED_WRITES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "aten::miopen_batch_norm": (("running_mean", "running_var"), "training"),
     "aten::instance_norm": (("running_mean", "running_var"), "use_input_stats"),
     "aten::batch_norm_update_stats": (("running_mean", "running_var"), None),
+    # oneDNN's RNN backward reuses its forward workspace as scratch: a tensor of the step
+    # itself, never user state, but listed so the log's knowledge matches what the op does.
+    "aten::mkldnn_rnn_layer_backward": (("workspace",), None),
 }
 
 

@@ -101,3 +101,14 @@ def test_write_log_copies_what_a_schema_does_not_declare() -> None:
     evaluation = WriteLog()  # in eval mode nothing is written, so nothing is copied
     evaluation.before_write(op, (x, None, None, mean, var, False, 0.1, 1e-5), {}, lambda t: True)
     assert not evaluation._tensors
+
+
+def test_every_undeclared_write_of_common_training_ops_is_listed() -> None:
+    """Norms, RNNs, attention, dropout, embeddings and optimizers: each write a schema hides is known."""
+    from benchmarks.undeclared_writes import scan
+    from graphprof.capture.snapshot import UNDECLARED_WRITES
+
+    found, runs = scan()
+    assert runs > 10 and "aten::native_batch_norm" in found
+    for op, arguments in found.items():
+        assert arguments <= set(UNDECLARED_WRITES.get(op, ((), None))[0]), (op, arguments)
