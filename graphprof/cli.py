@@ -128,10 +128,23 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> None:
+    """UsageError when ``output`` is (a link to) one of ``inputs``: the command would replace its own input."""
+    for path in inputs:
+        try:
+            same = os.path.samefile(path, output)
+        except OSError:  # either does not exist (yet): they cannot be the same file
+            continue
+        if same:
+            raise UsageError(f"{output} is the input profile {path}; writing {what} there would replace it, "
+                             "so choose another output file")
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.profile.serialize import load_profile
     from graphprof.render.exporters import export_profile
 
+    _refuse_overwriting_input(args.output, [args.profile], "its export")
     profile = load_profile(args.profile)
     written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                              module_level=args.module_level, hide_views=args.hide_views)
@@ -237,6 +250,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from graphprof.profile.merge import merge_profiles
     from graphprof.profile.serialize import load_profile
 
+    _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
     merged.save(args.output)
     ranks = len(merged.meta.extra["distributed"]["ranks"])

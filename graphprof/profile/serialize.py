@@ -114,16 +114,32 @@ def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename."""
+    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename.
+
+    A symbolic link at ``path`` stays a link (its target is replaced); the file
+    gets the mode the umask gives an ordinary new file, not mkstemp's 0600; an
+    error names ``path``, never the temporary file.
+    """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)
+    directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise ProfileError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(profile_to_document(profile), f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -87,8 +87,9 @@ def test_save_is_atomic_and_keeps_old_file_on_failure(tmp_path, monkeypatch) -> 
         raise OSError("disk full")
 
     monkeypatch.setattr(ser.json, "dump", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(ProfileError, match=r"cannot write .*p\.json: disk full") as info:
         save_profile(small_profile(), path)
+    assert ".graphprof-" not in str(info.value)  # the error names the file, not the temporary one
     assert path.read_text() == "previous"
     assert os.listdir(tmp_path) == ["p.json"]  # no temporary file left behind
     with pytest.raises(ProfileError, match="does not exist"):

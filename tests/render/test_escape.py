@@ -122,3 +122,36 @@ def test_a_closed_pipe_exits_0_quietly(tmp_path) -> None:
                             shell=True, capture_output=True, text=True, executable="/bin/bash")
     assert proc.stdout.count("\n") == 1 and proc.stderr == ""
     assert status.returncode == 0 and status.stderr == ""
+
+
+def test_export_or_merge_onto_an_input_is_refused_and_the_input_kept(tmp_path, capsys) -> None:
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    original = path.read_bytes()
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    for args in (["export", str(path), "-o", str(path)], ["export", str(path), "-o", str(link), "--format", "chrome"],
+                 ["merge", str(path), "-o", str(path)]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "would replace it" in err
+    assert path.read_bytes() == original
+
+
+def test_writes_keep_links_and_get_ordinary_modes(tmp_path) -> None:
+    import os
+    import stat
+
+    real = tmp_path / "real.folded"
+    real.write_text("old")
+    link = tmp_path / "link.folded"
+    link.symlink_to(real)
+    profile_path = tmp_path / "p.json"
+    small_profile().save(str(profile_path))
+    assert main(["export", str(profile_path), "-o", str(link)]) == 0
+    assert link.is_symlink() and real.read_text() != "old"
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for written in (real, profile_path):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~mask, written
+    assert not list(tmp_path.glob(".graphprof-*.tmp"))
