@@ -8,11 +8,14 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from graphprof.profile.serialize import ProfileError
+from graphprof.render.escape import terminal_line, terminal_text
 
 if TYPE_CHECKING:
     from graphprof.analysis.options import TableOptions
@@ -24,17 +27,27 @@ class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
 
+def emit(text: str) -> None:
+    """Print command output: every name in it reached the terminal through ``terminal_text``."""
+    print(terminal_text(text))
+
+
+def note(text: str) -> None:
+    """One line on stderr (``graphprof: ...``); a path or name in it cannot break the line."""
+    print(terminal_line(text), file=sys.stderr)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line on stderr and exit status 2, like every user error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, terminal_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from graphprof.demo.run import run_demo
 
-    print(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
+    emit(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
     return 0
 
 
@@ -111,7 +124,7 @@ def load_for_analysis(path: str) -> "Profile":
 
     from graphprof.progress import stage
 
-    with stage(f"loading {path}"):
+    with stage(f"loading {terminal_line(path)}"):
         profile = load_profile(path)
     require_samples(profile, path)
     return profile
@@ -135,10 +148,22 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         result = build_table(profile, options)
     finally:
         gc.unfreeze()
-    print(render_table(result))
+    emit(render_table(result))
     if result.note and options.format in DATA_FORMATS:
-        print(f"graphprof: note: {result.note}", file=sys.stderr)  # keep stdout machine-readable
+        note(f"graphprof: note: {result.note}")  # keep stdout machine-readable
     return 0
+
+
+def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> None:
+    """UsageError when ``output`` is (a link to) one of ``inputs``: the command would replace its own input."""
+    for path in inputs:
+        try:
+            same = os.path.samefile(path, output)
+        except OSError:  # either does not exist (yet): they cannot be the same file
+            continue
+        if same:
+            raise UsageError(f"{output} is the input profile {path}; writing {what} there would replace it, "
+                             "so choose another output file")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -146,9 +171,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
 
-    with stage(f"loading {args.profile}"):
+    _refuse_overwriting_input(args.output, [args.profile], "its export")
+    with stage(f"loading {terminal_line(args.profile)}"):
         profile = load_profile(args.profile)
-    with stage(f"writing {args.output}"):
+    with stage(f"writing {terminal_line(args.output)}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                                  module_level=args.module_level, hide_views=args.hide_views)
     size = ""
@@ -159,7 +185,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         nbytes = os.path.getsize(args.output)
         per = bytes_per_node_step(profile, nbytes)
         size = f", {format_bytes(nbytes)}" + (f", {per:.0f} bytes per node per step" if per is not None else "")
-    print(f"graphprof: wrote {args.output} ({written}{size})", file=sys.stderr)
+    note(f"graphprof: wrote {args.output} ({written}{size})")
     return 0
 
 
@@ -204,10 +230,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         result = diff(before, after, options, order_by=args.order_by, fail_if_slower=threshold)
     finally:
         gc.unfreeze()
-    print(render_diff(result))
+    emit(render_diff(result))
     if result.gate is not None and options.format in DATA_FORMATS:  # keep stdout machine-readable
-        print(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}",
-              file=sys.stderr)
+        note(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}")
     return 1 if result.gate is not None and result.gate.regressed else 0
 
 
@@ -266,7 +291,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                                           module_depth=args.module_depth,
                                           peak_flops_per_s=None if args.peak_gflops is None else args.peak_gflops * 1e9,
                                           workload=workload))
-    print(text)
+    emit(text)
     return 0
 
 
@@ -274,10 +299,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from graphprof.profile.merge import merge_profiles
     from graphprof.profile.serialize import load_profile
 
+    _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
     merged.save(args.output)
     ranks = len(merged.meta.extra["distributed"]["ranks"])
-    print(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}", file=sys.stderr)
+    note(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}")
     return 0
 
 
@@ -363,19 +389,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _closed_pipe() -> int:
+    """Exit quietly after the reader of stdout went away (``graphprof analyze p.json | head -1``).
+
+    Python would report the failed flush of stdout at exit; pointing stdout at
+    /dev/null first makes that flush succeed silently.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command: 0 on success, 1 when ``diff``'s gate fires, 2 on bad input, 130 on Ctrl-C."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from graphprof.progress import set_quiet
 
     set_quiet(args.quiet)
     try:
-        return int(args.func(args))
-    except (ProfileError, UsageError, ValueError, OSError) as exc:
-        print(f"graphprof: error: {exc}", file=sys.stderr)
-        return 2
+        status = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return status
     except BrokenPipeError:
-        return 0
+        return _closed_pipe()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            return _closed_pipe()
+        note(f"graphprof: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return 2
+    except (ProfileError, UsageError, ValueError) as exc:
+        note(f"graphprof: error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        # Files are written through a temporary file and a rename, so nothing is half-written;
+        # 128 + SIGINT is what a shell reports for a command stopped by Ctrl-C.
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from graphprof.analysis.columns import BY_KEY, resolve_columns
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
+from graphprof.render.escape import terminal_line
 from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
@@ -96,7 +97,7 @@ def _text_cell(key: str) -> Callable[[Row, "int | None"], str]:
         if value is None:
             text = "*" if key != "id" else "-"  # a group whose nodes differ
         else:
-            text = str(value) or "-"
+            text = terminal_line(value) or "-"  # a name's newline or escape sequence shows as \n, \x1b
         return clip_middle(text, width) if width is not None else text
     return cell
 

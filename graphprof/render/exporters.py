@@ -192,26 +192,32 @@ def check_target(path: str) -> None:
 
 
 def write_atomic(path: str, text: str | bytes) -> None:
-    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``."""
+    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``.
+
+    A symbolic link at ``path`` stays a link: its target is what gets replaced.
+    """
     check_target(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    display, path = path, os.path.realpath(path)
+    directory = os.path.dirname(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
         if isinstance(text, bytes):
             with os.fdopen(fd, "wb") as fb:
                 fb.write(text)
         else:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            # backslashreplace: a lone surrogate a format's own escaping let through (JSON
+            # written with ensure_ascii=False) becomes its \\udXXXX escape, not a failed export.
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as f:
                 f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
