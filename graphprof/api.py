@@ -52,7 +52,7 @@ class Profile(model.Profile):
 
     def report(self, top: int = 10, stat: str = "median", peaks: dict[str, float] | None = None,
                module_depth: int = 2, *, tokens_per_step: float | None = None,
-               samples_per_step: float | None = None) -> str:
+               samples_per_step: float | None = None, width: int | None = None, wide: bool = False) -> str:
         """The bottleneck report as text: summary, utilisation, findings, roofline, critical path, breakdowns.
 
         ``peaks`` (``{"flops_per_s": ...}``, optionally ``"bytes_per_s"``)
@@ -60,18 +60,22 @@ class Profile(model.Profile):
         recorded in the profile's meta by ``graphprof calibrate``, and they
         replace those in the roofline. ``tokens_per_step``/``samples_per_step``
         say what one step processes, for throughput (they override the
-        ones recorded in the profile).
+        ones recorded in the profile). Tables and prose fit ``width``
+        characters (default: the terminal's, else 120) as ``table()``'s do;
+        ``wide=True`` leaves every line whole.
         """
         from graphprof.analysis.report import build_report
         from graphprof.analysis.utilisation import given_peaks
         from graphprof.profile.step_facts import Workload
+        from graphprof.render.fit import resolve_width
         from graphprof.render.report_text import render_report
 
+        fit_to = resolve_width(width, wide)
         flops = peaks.get("flops_per_s") if peaks else None
         given = given_peaks(self, flops, peaks.get("bytes_per_s") if peaks else None)
         return render_report(build_report(self, given, stat=stat, top=top, module_depth=module_depth,
                                           peak_flops_per_s=flops,
-                                          workload=Workload(tokens_per_step, samples_per_step)))
+                                          workload=Workload(tokens_per_step, samples_per_step)), fit_to)
 
     def _repr_html_(self) -> str:
         """Jupyter's rich view: summary, MFU/HFU, findings and top nodes, from the HTML report's parts."""

@@ -277,10 +277,12 @@ def _peaks_from_args(args: argparse.Namespace, profile: "Profile") -> "Peaks | N
 def _cmd_report(args: argparse.Namespace) -> int:
     from graphprof.analysis.report import build_report
     from graphprof.profile.step_facts import Workload
+    from graphprof.render.fit import resolve_width
     from graphprof.render.report_text import render_report
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    width = resolve_width(args.width, args.wide)  # ValueError: one sentence
     from graphprof.progress import stage
 
     workload = Workload(args.tokens_per_step, args.samples_per_step)  # ValueError: one sentence
@@ -290,7 +292,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         text = render_report(build_report(profile, peaks, stat=args.stat, top=args.top,
                                           module_depth=args.module_depth,
                                           peak_flops_per_s=None if args.peak_gflops is None else args.peak_gflops * 1e9,
-                                          workload=workload))
+                                          workload=workload), width)
     emit(text)
     return 0
 
@@ -373,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tokens one step processes (e.g. batch x sequence length): tokens/s in the report")
     report.add_argument("--samples-per-step", type=float, metavar="N",
                         help="samples one step processes (the batch size): samples/s in the report")
+    report.add_argument("--wide", action="store_true", help="every column unclipped and no wrapping, whatever the width")
+    report.add_argument("--width", type=int, metavar="N",
+                        help="fit the report to N characters (default: COLUMNS, else the terminal, else 120)")
     report.set_defaults(func=_cmd_report)
 
     calibrate = sub.add_parser("calibrate", help="measure and cache this device's peak FLOP/s and bandwidth")

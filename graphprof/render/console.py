@@ -22,6 +22,7 @@ from graphprof.analysis.columns import BY_KEY, resolve_columns
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
 from graphprof.render.escape import terminal_line
+from graphprof.render.fit import FitColumn, fit_widths, format_overhead, header_padding, terminal_width
 from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
@@ -51,18 +52,6 @@ _PRIORITY = {
     "intensity_flop_per_byte": 14, "freed_bytes": 15, "module_type": 16, "out_shapes": 17,
 }
 _CORE = 4  # priorities up to here are clipped before they are dropped
-
-
-def terminal_width() -> int:
-    """Columns to fit: ``COLUMNS`` when set, else the terminal's, else 120 (a pipe, a file, CI).
-
-    120 when the output is not a terminal keeps saved and piped tables
-    readable in an editor and a code review without wrapping, where the
-    old full table was about 260 characters wide.
-    """
-    import shutil
-
-    return shutil.get_terminal_size(fallback=(120, 24)).columns
 
 
 def table_formats() -> list[str]:
@@ -148,23 +137,6 @@ def _essential(result: TableResult) -> set[str]:
     return {"time_s", "percent", "name", order}
 
 
-def _probe(fmt: str, n: int, cell: int, header: int) -> int:
-    from tabulate import tabulate
-
-    text = tabulate([["x" * cell] * n], headers=["y" * header] * n, tablefmt=fmt, disable_numparse=True)
-    return max(len(line) for line in text.splitlines())
-
-
-def _overhead(fmt: str, n: int) -> int:
-    """Characters a ``fmt`` table of ``n`` columns adds to its cells (separators, borders, padding)."""
-    return _probe(fmt, n, 8, 1) - 8 * n
-
-
-def _header_padding(fmt: str) -> int:
-    """What ``fmt`` adds to a header's length for its column's width (tabulate pads some formats' headers)."""
-    return max(_probe(fmt, 1, 1, 8) - _overhead(fmt, 1) - 8, 0)
-
-
 def _fit(cols: list[_Column], natural: dict[str, int], least: dict[str, int], keep: set[str],
          fmt: str, width: int) -> tuple[list[_Column], dict[str, int]]:
     """Fit ``width``: drop minor columns, then clip text columns, then drop core ones too.
@@ -173,30 +145,10 @@ def _fit(cols: list[_Column], natural: dict[str, int], least: dict[str, int], ke
     ids) pay for it; a core column (``_CORE``) goes only when clipping every
     text column to its least width is not enough.
     """
-    shown = list(cols)
-
-    def needed(widths: dict[str, int]) -> int:
-        return sum(widths[c.key] for c in shown) + _overhead(fmt, len(shown) + 1) + natural["#"]
-
-    def drop_until_fits(widths: dict[str, int], most_important: int) -> None:
-        while needed(widths) > width:
-            droppable = [c for c in shown if c.key not in keep and c.priority > most_important]
-            if not droppable:
-                return
-            shown.remove(max(droppable, key=lambda c: (c.priority, shown.index(c))))
-
-    drop_until_fits(natural, _CORE)
-    drop_until_fits(least, -1)
-    widths = {c.key: natural[c.key] for c in shown}
-    excess = needed(widths) - width
-    while excess > 0:
-        candidates = [c for c in shown if c.clippable and widths[c.key] > least[c.key]]
-        if not candidates:
-            break
-        widest = max(candidates, key=lambda c: widths[c.key] - least[c.key])
-        widths[widest.key] -= 1
-        excess -= 1
-    return shown, widths
+    fit = [FitColumn("#", natural["#"], natural["#"], -1, keep=True)]
+    fit += [FitColumn(c.key, natural[c.key], least[c.key], c.priority, keep=c.key in keep) for c in cols]
+    widths = fit_widths(fit, fmt, width, _CORE)
+    return [c for c in cols if c.key in widths], widths
 
 
 def _fitted(options: TableOptions) -> bool:
@@ -215,7 +167,7 @@ def _layout(result: TableResult) -> tuple[list[_Column], dict[str, int | None]]:
     if not _fitted(options):
         return cols, {c.key: None for c in cols}
     caps = {c.key: _WIDTH.get(c.key) if c.clippable and not explicit else None for c in cols}
-    pad = _header_padding(options.format)
+    pad = header_padding(options.format)
     natural = {"#": max(1 + pad, len(str(len(result.rows))))}
     least: dict[str, int] = {}
     for c in cols:
@@ -303,7 +255,7 @@ def render_summary(result: TableResult, fmt: str = "simple") -> str:
     items = summary_items(result)
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)
-        room = max((result.options.width or terminal_width()) - label - _overhead(fmt, 2), 20)
+        room = max((result.options.width or terminal_width()) - label - format_overhead(fmt, 2), 20)
         items = [(k, textwrap.fill(v, room, break_on_hyphens=False)) for k, v in items]
     return tabulate(items, tablefmt=fmt, disable_numparse=True)
 

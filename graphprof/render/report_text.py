@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import heapq
 
-from tabulate import tabulate
-
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.report import Report
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
 from graphprof.render.distributed_text import render_distributed
+from graphprof.render.fit import TextColumn, fitted_table, wrap_lines
 from graphprof.render.utilisation_text import render_eager, render_utilisation
-from graphprof.render.units import clip, share_of, format_bytes, format_count, format_time
-
-_WIDTH = 36
-
-
-def _clipped(text: str | None, width: int = _WIDTH) -> str:
-    return clip(text, width, empty="-")
+from graphprof.render.units import share_of, format_bytes, format_count, format_time
 
 
 def _share(part: float, whole: float) -> str:
@@ -45,6 +38,9 @@ def _header(report: Report) -> list[str]:
                         if k != "float32")
         lines.append(f"peaks: {format_count(p.flops_per_s, 'FLOP/s')} (float32){extra}, "
                      f"{format_bytes(p.bytes_per_s, 'B/s')} memory")
+        note = report.profile.meta.extra.get("peaks_note")
+        if isinstance(note, str) and note:
+            lines.append(f"note: {note}")
         over = [r for r in report.roofline_rows if (r.point.fraction_of_attainable or 0) > 1.1]
         if over:
             lines.append(f"note: {len(over)} top node(s) beat these peaks: the peaks may be low (calibrated on a busy "
@@ -79,14 +75,25 @@ def _shares(report: Report) -> list[str]:
     return [f"time by phase: {phases or '-'}", f"time by bound: {bounds or '-'}"]
 
 
-def _roofline(report: Report) -> str:
+#: Roofline columns: what names a node stays; its rates go before its module and source are clipped.
+_ROOFLINE_COLUMNS = {
+    "#": TextColumn("#", keep=True), "op": TextColumn("op", 1, least=18, keep=True),
+    "module": TextColumn("module", 3, least=16), "source": TextColumn("source", 4, least=16),
+    "time": TextColumn("time", keep=True), "device": TextColumn("device", keep=True),
+    "host": TextColumn("host", 5), "FLOPs": TextColumn("FLOPs", 6), "FLOP/B": TextColumn("FLOP/B", 8),
+    "achieved": TextColumn("achieved", 7), "of roofline": TextColumn("of roofline", keep=True),
+    "bound": TextColumn("bound", keep=True),
+}
+
+
+def _roofline(report: Report, width: int | None) -> str:
     rows = []
     both = any(r.host_time_s is not None for r in report.roofline_rows)  # device time, host time beside it
     for r in report.roofline_rows:
         p = r.point
         host = [format_time(r.host_time_s) if r.host_time_s is not None else "-"] if both else []
         rows.append([
-            r.node.id, r.node.type, _clipped(r.node.module, 28), _clipped(r.node.source, 30), format_time(p.time_s),
+            str(r.node.id), r.node.type, r.node.module or "-", r.node.source or "-", format_time(p.time_s),
             *host, format_count(p.flops, "FLOP"), "N/A" if p.intensity is None else f"{p.intensity:.2f}",
             format_count(p.achieved_flops_per_s, "FLOP/s"),
             "N/A" if p.fraction_of_attainable is None else f"{100 * p.fraction_of_attainable:.1f}%",
@@ -94,7 +101,8 @@ def _roofline(report: Report) -> str:
         ])
     times = ["device", "host"] if both else ["time"]
     headers = ["#", "op", "module", "source", *times, "FLOPs", "FLOP/B", "achieved", "of roofline", "bound"]
-    return f"roofline of the top {len(rows)} nodes\n" + tabulate(rows, headers=headers, disable_numparse=True)
+    table = fitted_table([_ROOFLINE_COLUMNS[h] for h in headers], rows, width)
+    return f"roofline of the top {len(rows)} nodes\n" + table
 
 
 def _critical(report: Report) -> list[str]:
@@ -118,10 +126,14 @@ def _critical(report: Report) -> list[str]:
     return lines
 
 
-def _breakdown(title: str, result: TableResult) -> str:
-    rows = [[_clipped(r.label, 44), r.calls, format_time(r.time_s), f"{r.percent:.1f}", format_count(r.flops, "FLOP")]
+_BREAKDOWN_COLUMNS = (TextColumn("", 1, least=16, keep=True), TextColumn("nodes", 2), TextColumn("time", keep=True),
+                      TextColumn("%", keep=True), TextColumn("FLOPs", 5))
+
+
+def _breakdown(title: str, result: TableResult, width: int | None) -> str:
+    rows = [[r.label or "-", str(r.calls), format_time(r.time_s), f"{r.percent:.1f}", format_count(r.flops, "FLOP")]
             for r in result.rows]
-    return f"{title}\n" + tabulate(rows, headers=["", "nodes", "time", "%", "FLOPs"], disable_numparse=True)
+    return f"{title}\n" + fitted_table(_BREAKDOWN_COLUMNS, rows, width)
 
 
 def _findings(report: Report) -> list[str]:
@@ -138,21 +150,28 @@ def _findings(report: Report) -> list[str]:
     return lines
 
 
-def render_report(report: Report) -> str:
-    """The whole report, sections separated by blank lines."""
+def render_report(report: Report, width: int | None = None) -> str:
+    """The whole report, sections separated by blank lines, fitted to ``width`` characters.
+
+    Tables drop and clip columns as ``graphprof analyze``'s do, prose wraps;
+    ``width=None`` leaves every line as long as it is (``--wide``).
+    """
+    def prose(lines: list[str]) -> str:
+        return "\n".join(wrap_lines(lines, width))
+
     sections = [
-        "\n".join(_header(report)),
-        "\n".join(_shares(report)),
-        "\n".join(_findings(report)),
-        _roofline(report),
-        "\n".join(_critical(report)),
-        _breakdown("by module", report.breakdowns["module"]),
-        _breakdown("by op type", report.breakdowns["type"]),
-        _breakdown("by source line", report.breakdowns["source"]),
+        prose(_header(report)),
+        prose(_shares(report)),
+        prose(_findings(report)),
+        _roofline(report, width),
+        prose(_critical(report)),
+        _breakdown("by module", report.breakdowns["module"], width),
+        _breakdown("by op type", report.breakdowns["type"], width),
+        _breakdown("by source line", report.breakdowns["source"], width),
     ]
-    extra = [render_utilisation(report.utilisation)] if report.utilisation is not None else []
+    extra = [render_utilisation(report.utilisation, width)] if report.utilisation is not None else []
     if report.eager is not None:
-        extra.append(render_eager(report.eager))
+        extra.append(prose(render_eager(report.eager).splitlines()))
     sections[1:1] = extra
     if report.distributed is not None:  # a profile merged from several ranks
         sections.insert(2, render_distributed(report.distributed))

@@ -6,10 +6,9 @@ the step time it used, so a reader can redo the division.
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from graphprof.analysis.eager import EagerOverhead
 from graphprof.analysis.utilisation import PeakUsed, Utilisation, UtilisationReport
+from graphprof.render.fit import TextColumn, fitted_table, wrap_lines
 from graphprof.render.units import format_count, format_time
 
 
@@ -28,8 +27,8 @@ def _row(part: Utilisation, peaks: tuple[PeakUsed, ...]) -> list[str]:
             format_count(part.hardware_flops, "FLOP"), *(_percent(part.hfu(p)) for p in peaks)]
 
 
-def render_utilisation(u: UtilisationReport) -> str:
-    """The MFU/HFU table: the step, then each phase; the peaks used above it."""
+def render_utilisation(u: UtilisationReport, width: int | None = None) -> str:
+    """The MFU/HFU table: the step, then each phase; the peaks used above it; fitted to ``width``."""
     peaks = u.peaks
     if peaks:
         used = "; ".join(_peak_label(p) for p in peaks)
@@ -45,7 +44,11 @@ def render_utilisation(u: UtilisationReport) -> str:
     headers = ["", "time", "model FLOPs", "model FLOP/s", *(f"MFU ({n})" for n in names), "executed FLOPs",
                *(f"HFU ({n})" for n in names)]
     rows = [_row(u.step, peaks)] + [_row(p, peaks) for p in u.phases]
-    table = tabulate(rows, headers=headers, disable_numparse=True)
+    columns = [TextColumn("", keep=True), TextColumn("time", keep=True), TextColumn("model FLOPs", 3),
+               TextColumn("model FLOP/s", 4), *(TextColumn(f"MFU ({n})", keep=True) for n in names),
+               TextColumn("executed FLOPs", 5), *(TextColumn(f"HFU ({n})", 2) for n in names)]
+    table = fitted_table(columns, rows, None if width is None else width - 2)
+    lines = wrap_lines(lines, width)
     lines.append("\n".join("  " + line for line in table.splitlines()))
     if len(u.per_step) > 1 and peaks:
         mfus = [m for s in u.per_step if (m := s.mfu(peaks[0])) is not None]
@@ -58,7 +61,7 @@ def render_utilisation(u: UtilisationReport) -> str:
     if u.samples_per_s is not None:
         throughput.append(f"{format_count(u.samples_per_s, 'samples/s')} ({u.workload.samples_per_step:g} samples per step)")
     if throughput:
-        lines.append("  throughput: " + ", ".join(throughput))
+        lines.extend(wrap_lines(["  throughput: " + ", ".join(throughput)], width))
     return "\n".join(lines)
 
 
