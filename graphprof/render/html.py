@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.eager import eager_overhead
+from graphprof.analysis.utilisation import utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.escape import html_text, json_for_script
 from graphprof.render.html_assets import CSS, JS
@@ -86,6 +88,29 @@ def _summary(profile: Profile, timed: list[Timed], total: float, paths: Sequence
     if peaks:
         cards.append(_card("modelled memory peak", format_bytes(max(p.live_bytes for p in peaks)), "largest over graphs"))
     return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def utilisation_cards(profile: Profile, stat: str) -> str:
+    """MFU/HFU against the peak used, throughput and eager-vs-graph as summary cards (none: empty)."""
+    cards = []
+    u = utilisation(profile, stat=stat)
+    if u is not None and u.peaks:
+        peak = u.peaks[0]
+        dtype = f" {peak.dtype}" if peak.dtype else ""
+        cards.append(_card(f"MFU ({peak.source} peak)", f"{100 * (u.step.mfu(peak) or 0):.1f}%",
+                           f"HFU {100 * (u.step.hfu(peak) or 0):.1f}%; peak {format_count(peak.flops_per_s, 'FLOP/s')}{dtype}"))
+    elif u is not None:
+        cards.append(_card("model FLOP/s", format_count(u.step.model_flop_per_s, "FLOP/s"),
+                           "no peak recorded: run graphprof calibrate for MFU"))
+    if u is not None and u.tokens_per_s is not None:
+        cards.append(_card("tokens/s", format_count(u.tokens_per_s, ""), f"{u.workload.tokens_per_step:g} per step"))
+    if u is not None and u.samples_per_s is not None:
+        cards.append(_card("samples/s", format_count(u.samples_per_s, ""), f"{u.workload.samples_per_step:g} per step"))
+    e = eager_overhead(profile, stat)
+    if e is not None:
+        verdict = f"{100 * e.share:.0f}% of the eager step" if e.significant else "no gap beyond noise"
+        cards.append(_card("eager step vs graph", f"{format_time(e.eager_s)} vs {format_time(e.replay_s)}", verdict))
+    return '<div class="cards">' + "".join(cards) + "</div>" if cards else ""
 
 
 def _findings(findings: Sequence[Any]) -> str:
@@ -271,7 +296,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     sub = (f"{device} · torch {meta.torch_version or '?'} · graphprof {meta.graphprof_version or '?'} · "
            f"{meta.created_at or ''} · {len(profile.steps)} profiled steps, {stat} shown")
     sections = [
-        ("summary", "Summary", _summary(profile, timed, total, paths, stat)),
+        ("summary", "Summary", _summary(profile, timed, total, paths, stat) + utilisation_cards(profile, stat)),
         ("findings", "Advisor findings", _findings(options.findings)),
         ("top-ops", f"Top {min(TOP_NODES, len(timed))} nodes", _top_nodes(timed, total, critical, options.bounds)
          + "<h3>By op type</h3>" + _by_op_type(timed, total)),

@@ -146,3 +146,15 @@ def test_roofs_are_labelled_by_dtype_and_drawn_once() -> None:
     peaks = {"flops_per_s": 1.7e11, "flops_per_s_float32": 1.7e11, "flops_per_s_bfloat16": 8.3e11, "bytes_per_s": 4e10}
     assert compute_roof_labels(peaks) == {"float32 roof": 1.7e11, "bfloat16 roof": 8.3e11}
     assert compute_roof_labels({"flops_per_s": 1e11, "bytes_per_s": 1e10}) == {"compute roof": 1e11}
+
+
+def test_summary_shows_utilisation_throughput_and_eager_cards(real: Profile) -> None:
+    from graphprof.profile.step_facts import with_eager_times, with_workload
+
+    profile = with_workload(with_eager_times(real, [0.5, 0.2, 0.21], first_is_cold=True), samples_per_step=16)
+    page = html_report(profile, ExportOptions())
+    summary = page.split('id="summary"', 1)[1].split("</section>", 1)[0]
+    for card in ("samples/s", "eager step vs graph"):
+        assert card in summary
+    assert ("MFU (calibrated peak)" in summary) == bool(profile.meta.peaks)
+    assert "model FLOP/s" in summary or "MFU" in summary
