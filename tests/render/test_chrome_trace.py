@@ -13,12 +13,7 @@ from graphprof.analysis.critical_path import critical_paths
 from graphprof.api import Profile
 from graphprof.profile.model import DeviceMemorySample
 from graphprof.render.chrome_trace import CRITICAL_CNAME, chrome_trace, chrome_trace_json
-from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, real_profile, synthetic_profile
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
+from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, synthetic_profile
 
 
 def _number(v: Any) -> bool:

@@ -12,12 +12,7 @@ from graphprof.api import Profile
 from graphprof.cli import main
 from graphprof.render.chrome_trace import bytes_per_node_step, node_events
 from graphprof.render.exporters import export_profile
-from tests.render.export_profiles import HOSTILE, empty_profile, make_profile, node, real_profile
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
+from tests.render.export_profiles import HOSTILE, empty_profile, make_profile, node
 
 
 def test_gzip_trace_loads_back_as_the_same_events(real: Profile, tmp_path: Path) -> None:

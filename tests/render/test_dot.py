@@ -15,15 +15,10 @@ from graphprof.render import dot as dot_module
 from graphprof.render.dot import HEAT_BINS, HEAT_COLOURS, dot_to_svg, heat_bin, profile_dot
 from graphprof.render.exporters import ExportError, ExportOptions
 from graphprof.render.graph_view import MODULE_LEVEL_BOXES, build_view, is_hideable
-from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, make_profile, node, real_profile, synthetic_profile
+from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, make_profile, node, synthetic_profile
 
 SVG = "{http://www.w3.org/2000/svg}"
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (apt-get install graphviz)")
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
 
 
 def _svg_tree(dot_text: str) -> ET.Element:

@@ -26,11 +26,6 @@ FILE_FOR = {"chrome": "p.trace.json", "chrome-gz": "p.trace.json.gz", "dot": "p.
             "folded": "p.folded", "html": "p.html", "memory-svg": "step.memory.svg"}
 
 
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
-
-
 @pytest.mark.parametrize("filename, name", [
     ("run.trace.json", "chrome"), ("run.json", "chrome"), ("g.dot", "dot"), ("g.gv", "dot"), ("g.svg", "svg"),
     ("G.SVG", "svg"), ("g.graphml", "graphml"), ("g.nodelink.json", "nodelink"), ("s.folded", "folded"),

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import re
 
-import pytest
 
 from graphprof.analysis.dataflow import node_time_s
 from graphprof.api import Profile
 from graphprof.profile.model import Phase
 from graphprof.render.folded import folded_stacks, node_stack
-from tests.render.export_profiles import empty_profile, hostile_profile, make_profile, node, real_profile, synthetic_profile
+from tests.render.export_profiles import empty_profile, hostile_profile, make_profile, node, synthetic_profile
 
 # flamegraph.pl's stackcollapse input: everything up to the last space is the stack, then an integer.
 LINE = re.compile(r"^(?P<stack>[^\n]+) (?P<value>\d+)$")
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
 
 
 def _parse(text: str) -> list[tuple[list[str], int]]:

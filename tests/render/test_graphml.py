@@ -6,16 +6,10 @@ import io
 import json
 
 import networkx as nx
-import pytest
 
 from graphprof.api import Profile
 from graphprof.render.graphml import graphml_attributes, graphml_text, node_link_json, node_key, profile_graph
 from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, real_profile, synthetic_profile
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
 
 
 def _json_native(value: object) -> object:

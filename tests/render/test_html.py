@@ -7,17 +7,11 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-import pytest
 
 from graphprof.api import Profile
 from graphprof.render.exporters import ExportOptions
 from graphprof.render.html import html_report
-from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, real_profile, synthetic_profile
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
+from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, synthetic_profile
 
 
 class _Collector(HTMLParser):

@@ -19,7 +19,7 @@ import pytest
 from graphprof.api import Profile
 from graphprof.render.exporters import export_profile
 from tests.render.cdp import Browser, find_chromium
-from tests.render.export_profiles import make_profile, node, real_profile
+from tests.render.export_profiles import make_profile, node
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
@@ -33,11 +33,6 @@ class Finding:
     time_s: float
     hint: str
     sources: tuple[str, ...]
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
 
 
 def _keep(shot: Path) -> None:

@@ -14,12 +14,6 @@ from graphprof.analysis.roofline import Peaks
 from graphprof.profile.model import Profile
 from graphprof.render.fit import resolve_width
 from graphprof.render.report_text import render_report
-from tests.render.export_profiles import real_profile
-
-
-@pytest.fixture(scope="module")
-def real() -> Profile:
-    return real_profile()
 
 
 def _longest(text: str) -> int:
