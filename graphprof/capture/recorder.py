@@ -11,7 +11,10 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 * backward attribution: autograd sequence numbers tie a backward op to the
   forward op it differentiates, whose module and source it inherits;
 * scope: ``record_function`` enter/exit ops are consumed here, not recorded;
-* ``.item()`` returns a TracedScalar (see ``scalars.py``).
+* ``.item()`` returns a TracedScalar (see ``scalars.py``);
+* activation checkpointing's recomputation: ops of the module that runs
+  them, phase backward, scope ``checkpoint recompute`` (``checkpointing.py``);
+  RNG state reads and writes are replayed (``rng_calls.py``).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from torch.fx.experimental.proxy_tensor import get_proxy_slot
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
+from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.snapshot import WriteLog
 from graphprof.capture.scalars import (
     GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
@@ -149,11 +154,18 @@ class CaptureRecorder:
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library)
+        self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
+        self.recompute_depth = 0
+        self.recompute = CheckpointRecompute(self._enter_recompute, self._exit_recompute)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
         scope = "/".join(self.scopes)
         grad_node = torch._C._current_autograd_node()
+        if self.recompute_depth and self.module_stack:  # a checkpointed block's forward, run again
+            top = self.module_stack[-1]
+            return CaptureRecord(self.state.module_name(top), type(top).__name__, user_source(3), Phase.BACKWARD,
+                                 scope)
         if grad_node is not None or self.backward_depth:
             return self._backward_context(grad_node, scope)
         source = user_source(3)
@@ -244,8 +256,8 @@ class CaptureRecorder:
         differentiable = seq != self._last_seq
         if differentiable:
             self._last_seq = seq
-            if record.phase is Phase.FORWARD:
-                self.forward_by_seq[seq - 1] = record
+            if record.phase is Phase.FORWARD or self.recompute_depth:  # a reentrant checkpoint differentiates
+                self.forward_by_seq[seq - 1] = record                    # its recomputation
         for s in scalars:
             # The graph holds the value (an unlinked literal, or one autograd saved for a backward
             # that computes with it in C++): replay only while it is the same.
@@ -275,13 +287,22 @@ class CaptureRecorder:
         previous, _ACTIVE = _ACTIVE, self
         GUARD_SINKS.append(self.guards)
         try:
-            with self.schedulers.patched(), self.host_sources.patched(), _ScalarMode(self), _OpMode(self):
+            with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
+                    self.recompute.patched(), _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
             GUARD_SINKS.pop()
             _ACTIVE = previous
             for h in handles:
                 h.remove()
+
+    def _enter_recompute(self) -> None:
+        self.recompute_depth += 1
+        self.scopes.append(RECOMPUTE_SCOPE)
+
+    def _exit_recompute(self) -> None:
+        self.recompute_depth -= 1
+        self.scopes.pop()
 
     def _pop_module(self, module: nn.Module) -> None:
         if self.module_stack and self.module_stack[-1] is module:
