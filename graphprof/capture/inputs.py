@@ -90,7 +90,9 @@ def _watched(value: Any) -> bool:
     if isinstance(value, nn.Module):
         return True
     module = type(value).__module__ or ""
-    return not module.startswith(("torch", "builtins", "transformers")) and hasattr(value, "__dict__")
+    # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
+    # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
 
 
 def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:

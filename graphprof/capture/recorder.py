@@ -14,7 +14,9 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 * ``.item()`` returns a TracedScalar (see ``scalars.py``);
 * activation checkpointing's recomputation: ops of the module that runs
   them, phase backward, scope ``checkpoint recompute`` (``checkpointing.py``);
-  RNG state reads and writes are replayed (``rng_calls.py``).
+  RNG state reads and writes are replayed (``rng_calls.py``);
+* custom autograd Functions: their backward belongs to the application
+  (``custom_functions.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
+from graphprof.capture.custom_functions import FunctionApplies
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
@@ -157,6 +160,8 @@ class CaptureRecorder:
         self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
         self.recompute_depth = 0
         self.recompute = CheckpointRecompute(self._enter_recompute, self._exit_recompute)
+        self.function_records: list[CaptureRecord] = []  # custom Functions being applied
+        self.functions = FunctionApplies(self._enter_function, self.function_records.pop, self._link_function)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
@@ -181,6 +186,9 @@ class CaptureRecorder:
         if self.module_stack:
             top = self.module_stack[-1]
             return CaptureRecord(self.state.module_name(top), type(top).__name__, source, Phase.FORWARD, scope)
+        if self.function_records:  # inside a custom Function's forward: grad mode is off there
+            applied = self.function_records[-1]
+            return CaptureRecord(applied.module, applied.module_type, source, applied.phase, scope)
         grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         return CaptureRecord("", "", source, Phase.FORWARD if grad else Phase.OTHER, scope)
 
@@ -288,13 +296,22 @@ class CaptureRecorder:
         GUARD_SINKS.append(self.guards)
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
-                    self.recompute.patched(), _ScalarMode(self), _OpMode(self):
+                    self.recompute.patched(), self.functions.patched(), _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
             GUARD_SINKS.pop()
             _ACTIVE = previous
             for h in handles:
                 h.remove()
+
+    def _enter_function(self, args: tuple) -> CaptureRecord:
+        record = self.context(args)
+        self.function_records.append(record)
+        return record
+
+    def _link_function(self, seq: int, record: CaptureRecord) -> None:
+        if record.phase is Phase.FORWARD or self.recompute_depth:
+            self.forward_by_seq[seq] = record
 
     def _enter_recompute(self) -> None:
         self.recompute_depth += 1
