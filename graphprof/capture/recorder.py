@@ -16,7 +16,9 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
   them, phase backward, scope ``checkpoint recompute`` (``checkpointing.py``);
   RNG state reads and writes are replayed (``rng_calls.py``);
 * custom autograd Functions: their backward belongs to the application
-  (``custom_functions.py``).
+  (``custom_functions.py``);
+* a host read of a tensor value computed from inputs only (``bool(t)``) is
+  kept as a value guard (``value_guards.py``); other host reads refuse.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from graphprof.capture.scalars import (
     GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
 )
 from graphprof.capture.state import StateIndex, add_parameter
+from graphprof.capture.value_guards import VALUE_READS, ValueGuards
 from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
 
@@ -153,6 +156,7 @@ class CaptureRecorder:
             self.write_log.note_grad(p)
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
+        self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
@@ -369,6 +373,8 @@ class _ScalarMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.Tensor.item:
             return self.recorder.traced_item(args[0])
+        if func in VALUE_READS:
+            return self.recorder.value_guards.read(func, args[0], user_source(2))
         if func in _REFUSED:
             raise DataDependentError(
                 f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "
