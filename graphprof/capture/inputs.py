@@ -111,17 +111,29 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
     code = getattr(func, "__code__", None)
     if self_obj is not None:
         roots.append(("self", self_obj))
-    if code is not None:
-        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+    # The function's names, and those of a function it holds in its closure (a wrapper around
+    # the real step: ``def call(batch): return step(**batch)``), one level down.
+    functions = [func] if code is not None else []
+    named: set[tuple[int, str]] = set()
+    while functions:
+        f = functions.pop(0)
+        f_code = f.__code__
+        for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
             try:
                 value = cell.cell_contents
             except ValueError:
                 continue
+            if (id(cell), "") in named:
+                continue
+            named.add((id(cell), ""))
             yield _cell(cell, name), value, True
             roots.append((name, value))
-        globals_ = getattr(func, "__globals__", {})
-        for name in code.co_names:
-            if name in globals_:
+            if f is func and isinstance(value, types.FunctionType):
+                functions.append(value)
+        globals_ = getattr(f, "__globals__", {})
+        for name in f_code.co_names:
+            if name in globals_ and (id(globals_), name) not in named:
+                named.add((id(globals_), name))
                 yield _item(globals_, name, name), globals_[name], True
                 roots.append((name, globals_[name]))
     seen: set[int] = set()
