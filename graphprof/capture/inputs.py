@@ -38,6 +38,7 @@ import torch.fx
 from torch import nn
 
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+from graphprof.capture.value_guards import VALUE_PREFIX
 
 _SCALAR = "graphprof_scalar"
 _READER = "graphprof_input_reader"
@@ -182,6 +183,9 @@ def evaluate(operand: Any, leaves: list[Any], positions: dict[torch.fx.Node, int
         return operand
     if operand in positions:
         return leaves[positions[operand]]
+    prefix = operand.meta.get(VALUE_PREFIX)  # .item() of a tensor computed from inputs
+    if prefix is not None:
+        return prefix(*(evaluate(p, leaves, positions) for p in prefix.placeholders))
     args = [evaluate(a, leaves, positions) for a in operand.args]
     return operand.target(*args)
 

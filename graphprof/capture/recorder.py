@@ -284,7 +284,9 @@ class CaptureRecorder:
         record = self.context((tensor,))
         node.meta[CAPTURE] = record
         node.meta[SCALAR] = True
-        return TracedScalar(value, node, self.graph, record.source)
+        # Computed from the inputs alone: an input scalar (branches on it become guards).
+        is_input = self.value_guards.mark_item(node, tensor)
+        return TracedScalar(value, node, self.graph, record.source, is_input=is_input)
 
     # -- hooks -------------------------------------------------------------------
     @contextlib.contextmanager

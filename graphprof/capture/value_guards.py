@@ -45,6 +45,8 @@ VALUE_READS: dict[Any, tuple[str, Callable[[Any], Any]]] = {
     torch.Tensor.__index__: ("using a tensor as an index", operator.index),
 }
 _READER = "graphprof_input_reader"
+#: On an ``.item()`` node whose tensor is computed from inputs: the prefix that recomputes it.
+VALUE_PREFIX = "graphprof.value_prefix"
 
 
 def _writes(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -147,6 +149,21 @@ class ValueGuards:
             value = convert(tensor)
         self.guards.append(Guard(prefix, prefix.placeholders, value, where))
         return value
+
+    def mark_item(self, item: torch.fx.Node, tensor: torch.Tensor) -> bool:
+        """Whether ``.item()`` of ``tensor`` (node ``item``) is computed from inputs alone.
+
+        If so the node carries its prefix, so a guard on the number (``if
+        mask.sum().item() > 0``) is checked like any guard on an input.
+        """
+        node = self.tensor_node(tensor)
+        if not isinstance(node, torch.fx.Node):
+            return False
+        prefix, _ = self._prefix(node, lambda t: t.item(), ".item()")
+        if prefix is None:
+            return False
+        item.meta[VALUE_PREFIX] = prefix
+        return True
 
     def _prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
                 what: str) -> tuple[ValuePrefix | None, str]:

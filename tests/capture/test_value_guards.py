@@ -71,6 +71,14 @@ def test_value_computed_from_inputs_and_python_state_is_guarded() -> None:
     assert traced.captures == 2
 
 
+def test_item_of_a_value_computed_from_inputs_is_an_input_scalar() -> None:
+    """``.item()`` of an input-derived tensor: comparisons on the number are guards too."""
+    traced = assert_bitwise_against_eager(_masked_step(lambda x, mask, m, h: mask.sum().item() < 4),
+                                          _inputs(_SCHEDULE), len(_SCHEDULE))
+    assert traced.capture_mode == "whole-step"
+    assert traced.captures == 2
+
+
 def _line(text: str) -> int:
     import inspect
     lines, first = inspect.getsourcelines(test_branch_on_an_input_mask_takes_the_other_path_on_a_later_call)
