@@ -7,7 +7,10 @@ after round, on the same inputs (batches alternate without and with padding,
 so masked models switch between their two graphs); the ratio is the median of
 per-round ratios, after 4 warm-up calls (eager, capture, workspace, first).
 
-Usage: python -m benchmarks.conformance [--rounds N] [--arch NAME ...]
+Runs with one torch thread by default: on a small shared machine a parallel
+region waits on its slowest thread, and single steps then vary tenfold.
+
+Usage: python -m benchmarks.conformance [--rounds N] [--threads N] [--arch NAME ...]
 """
 
 from __future__ import annotations
@@ -63,8 +66,11 @@ def measure(arch: Architecture, rounds: int) -> ConformanceFigures:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--arch", nargs="*", default=[a.name for a in ARCHITECTURES])
     options = parser.parse_args()
+    torch.set_num_threads(options.threads)
+    print(f"torch {torch.__version__}, {options.threads} thread(s), {options.rounds} rounds after {WARMUP} warm-up")
     print("| architecture | capture | graphs | op nodes | with module | eager step | traced with probes / eager |")
     print("|---|---|---|---|---|---|---|")
     for arch in ARCHITECTURES:
