@@ -39,3 +39,40 @@ def assert_same_state(a: DemoStep, b: DemoStep) -> None:
                     assert torch.equal(value, other), f"optimizer state {k}.{key} differs"
                 else:
                     assert value == other
+
+
+def assert_modules_equal(a: torch.nn.Module, b: torch.nn.Module, where: str = "") -> None:
+    """Parameters, buffers and gradients of two copies of a model are bitwise equal."""
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), f"state {name} differs {where}"
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), f"grad of {name}: one is None {where}"
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), f"grad of {name} differs {where}"
+
+
+def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: Any) -> Any:
+    """Build two copies with ``make()`` -> (model, step), run one eagerly and one traced.
+
+    ``inputs(i)`` gives call i's arguments. After every call the results,
+    the models (parameters, buffers, gradients) and the global RNG state are
+    bitwise equal. Returns the traced function.
+    """
+    torch.manual_seed(0)
+    model_a, step_a = make()
+    torch.manual_seed(0)
+    model_b, step_b = make()
+    traced = graphprof.trace(step_b, **options)
+    for i in range(calls):
+        args = inputs(i)
+        torch.manual_seed(1000 + i)
+        out_a = step_a(*args)
+        rng_a = torch.get_rng_state()
+        torch.manual_seed(1000 + i)
+        out_b = traced(*args)
+        where = f"after call {i}"
+        assert torch.equal(torch.get_rng_state(), rng_a), f"RNG state differs {where}"
+        for x, y in zip(torch.utils._pytree.tree_leaves(out_a), torch.utils._pytree.tree_leaves(out_b)):
+            assert torch.equal(torch.as_tensor(x), torch.as_tensor(y)), f"result differs {where}"
+        assert_modules_equal(model_a, model_b, where)
+    return traced

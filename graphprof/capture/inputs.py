@@ -38,6 +38,7 @@ import torch.fx
 from torch import nn
 
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+from graphprof.capture.value_guards import VALUE_PREFIX
 
 _SCALAR = "graphprof_scalar"
 _READER = "graphprof_input_reader"
@@ -90,7 +91,9 @@ def _watched(value: Any) -> bool:
     if isinstance(value, nn.Module):
         return True
     module = type(value).__module__ or ""
-    return not module.startswith(("torch", "builtins", "transformers")) and hasattr(value, "__dict__")
+    # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
+    # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
 
 
 def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:
@@ -109,17 +112,29 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
     code = getattr(func, "__code__", None)
     if self_obj is not None:
         roots.append(("self", self_obj))
-    if code is not None:
-        for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
+    # The function's names, and those of a function it holds in its closure (a wrapper around
+    # the real step: ``def call(batch): return step(**batch)``), one level down.
+    functions = [func] if code is not None else []
+    named: set[tuple[int, str]] = set()
+    while functions:
+        f = functions.pop(0)
+        f_code = f.__code__
+        for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
             try:
                 value = cell.cell_contents
             except ValueError:
                 continue
+            if (id(cell), "") in named:
+                continue
+            named.add((id(cell), ""))
             yield _cell(cell, name), value, True
             roots.append((name, value))
-        globals_ = getattr(func, "__globals__", {})
-        for name in code.co_names:
-            if name in globals_:
+            if f is func and isinstance(value, types.FunctionType):
+                functions.append(value)
+        globals_ = getattr(f, "__globals__", {})
+        for name in f_code.co_names:
+            if name in globals_ and (id(globals_), name) not in named:
+                named.add((id(globals_), name))
                 yield _item(globals_, name, name), globals_[name], True
                 roots.append((name, globals_[name]))
     seen: set[int] = set()
@@ -168,6 +183,9 @@ def evaluate(operand: Any, leaves: list[Any], positions: dict[torch.fx.Node, int
         return operand
     if operand in positions:
         return leaves[positions[operand]]
+    prefix = operand.meta.get(VALUE_PREFIX)  # .item() of a tensor computed from inputs
+    if prefix is not None:
+        return prefix(*(evaluate(p, leaves, positions) for p in prefix.placeholders))
     args = [evaluate(a, leaves, positions) for a in operand.args]
     return operand.target(*args)
 

@@ -11,7 +11,14 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 * backward attribution: autograd sequence numbers tie a backward op to the
   forward op it differentiates, whose module and source it inherits;
 * scope: ``record_function`` enter/exit ops are consumed here, not recorded;
-* ``.item()`` returns a TracedScalar (see ``scalars.py``).
+* ``.item()`` returns a TracedScalar (see ``scalars.py``);
+* activation checkpointing's recomputation: ops of the module that runs
+  them, phase backward, scope ``checkpoint recompute`` (``checkpointing.py``);
+  RNG state reads and writes are replayed (``rng_calls.py``);
+* custom autograd Functions: their backward belongs to the application
+  (``custom_functions.py``);
+* a host read of a tensor value computed from inputs only (``bool(t)``) is
+  kept as a value guard (``value_guards.py``); other host reads refuse.
 """
 
 from __future__ import annotations
@@ -29,15 +36,19 @@ from torch.fx.experimental.proxy_tensor import get_proxy_slot
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
+from graphprof.capture.custom_functions import FunctionApplies
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
+from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
     GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
 )
 from graphprof.capture.state import StateIndex, add_parameter
+from graphprof.capture.value_guards import VALUE_READS, ValueGuards
 from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
 
@@ -145,16 +156,26 @@ class CaptureRecorder:
             self.write_log.note_grad(p)
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
+        self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
                                         self.tensor_node)
+        self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
+        self.recompute_depth = 0
+        self.recompute = CheckpointRecompute(self._enter_recompute, self._exit_recompute)
+        self.function_records: list[CaptureRecord] = []  # custom Functions being applied
+        self.functions = FunctionApplies(self._enter_function, self.function_records.pop, self._link_function)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
         scope = "/".join(self.scopes)
         grad_node = torch._C._current_autograd_node()
+        if self.recompute_depth and self.module_stack:  # a checkpointed block's forward, run again
+            top = self.module_stack[-1]
+            return CaptureRecord(self.state.module_name(top), type(top).__name__, user_source(3), Phase.BACKWARD,
+                                 scope)
         if grad_node is not None or self.backward_depth:
             return self._backward_context(grad_node, scope)
         source = user_source(3)
@@ -170,6 +191,9 @@ class CaptureRecorder:
         if self.module_stack:
             top = self.module_stack[-1]
             return CaptureRecord(self.state.module_name(top), type(top).__name__, source, Phase.FORWARD, scope)
+        if self.function_records:  # inside a custom Function's forward: grad mode is off there
+            applied = self.function_records[-1]
+            return CaptureRecord(applied.module, applied.module_type, source, applied.phase, scope)
         grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         return CaptureRecord("", "", source, Phase.FORWARD if grad else Phase.OTHER, scope)
 
@@ -255,8 +279,8 @@ class CaptureRecorder:
         differentiable = seq != self._last_seq
         if differentiable:
             self._last_seq = seq
-            if record.phase is Phase.FORWARD:
-                self.forward_by_seq[seq - 1] = record
+            if record.phase is Phase.FORWARD or self.recompute_depth:  # a reentrant checkpoint differentiates
+                self.forward_by_seq[seq - 1] = record                    # its recomputation
         for s in scalars:
             # The graph holds the value (an unlinked literal, or one autograd saved for a backward
             # that computes with it in C++): replay only while it is the same.
@@ -271,7 +295,9 @@ class CaptureRecorder:
         record = self.context((tensor,))
         node.meta[CAPTURE] = record
         node.meta[SCALAR] = True
-        return TracedScalar(value, node, self.graph, record.source)
+        # Computed from the inputs alone: an input scalar (branches on it become guards).
+        is_input = self.value_guards.mark_item(node, tensor)
+        return TracedScalar(value, node, self.graph, record.source, is_input=is_input)
 
     # -- hooks -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -286,13 +312,31 @@ class CaptureRecorder:
         previous, _ACTIVE = _ACTIVE, self
         GUARD_SINKS.append(self.guards)
         try:
-            with self.schedulers.patched(), self.host_sources.patched(), _ScalarMode(self), _OpMode(self):
+            with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
+                    self.recompute.patched(), self.functions.patched(), _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
             GUARD_SINKS.pop()
             _ACTIVE = previous
             for h in handles:
                 h.remove()
+
+    def _enter_function(self, args: tuple) -> CaptureRecord:
+        record = self.context(args)
+        self.function_records.append(record)
+        return record
+
+    def _link_function(self, seq: int, record: CaptureRecord) -> None:
+        if record.phase is Phase.FORWARD or self.recompute_depth:
+            self.forward_by_seq[seq] = record
+
+    def _enter_recompute(self) -> None:
+        self.recompute_depth += 1
+        self.scopes.append(RECOMPUTE_SCOPE)
+
+    def _exit_recompute(self) -> None:
+        self.recompute_depth -= 1
+        self.scopes.pop()
 
     def _pop_module(self, module: nn.Module) -> None:
         if self.module_stack and self.module_stack[-1] is module:
@@ -342,6 +386,8 @@ class _ScalarMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.Tensor.item:
             return self.recorder.traced_item(args[0])
+        if func in VALUE_READS:
+            return self.recorder.value_guards.read(func, args[0], user_source(2))
         if func in _REFUSED:
             raise DataDependentError(
                 f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "

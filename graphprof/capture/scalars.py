@@ -51,6 +51,9 @@ class Guard:
     where: str
 
     def describe(self) -> str:
+        expression = getattr(self.op, "expression", None)  # a value guard (value_guards.py) says what it computes
+        if expression is not None:
+            return f"{expression()} == {self.expected!r} at {self.where}"
         names = [o.name if isinstance(o, torch.fx.Node) else repr(o) for o in self.operands]
         op = getattr(self.op, "__name__", str(self.op))
         return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"

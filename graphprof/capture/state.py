@@ -59,8 +59,13 @@ class StateIndex:
                 self.tensors[id(p.grad)] = StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module)
 
 
-def _candidate_objects(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
-    """Objects the function can reach by name: closure, globals, bound self, defaults."""
+def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str, Any]]:
+    """Objects the function can reach by name: closure, globals, bound self, defaults.
+
+    A function held in the closure (a wrapper around the real step: ``def
+    call(batch): return step(**batch)``) is followed one level: its model and
+    optimizer are the step's too.
+    """
     found: list[tuple[str, Any]] = []
     if isinstance(fn, nn.Module):  # tracing a module directly: it is the model
         return [("self", fn)]
@@ -81,6 +86,11 @@ def _candidate_objects(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
         found.extend((n, globals_[n]) for n in code.co_names if n in globals_)
     for default in getattr(func, "__defaults__", None) or ():
         found.append(("default", default))
+    if depth == 0 and code is not None:
+        cells = zip(code.co_freevars, getattr(func, "__closure__", None) or ())
+        inner = [c.cell_contents for _, c in cells if _filled(c) and isinstance(c.cell_contents, types.FunctionType)]
+        for f in inner:
+            found.extend(_candidate_objects(f, depth + 1))
     # One level into plain user objects (a dataclass or config holding the
     # model and optimizer); never into modules, classes or torch's own objects.
     nested: list[tuple[str, Any]] = []
@@ -91,6 +101,14 @@ def _candidate_objects(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
             continue
         nested.extend((k, v) for k, v in vars(obj).items() if isinstance(v, (nn.Module, torch.optim.Optimizer)))
     return found + nested
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def discover_state(fn: Callable[..., Any]) -> StateIndex:

@@ -49,7 +49,8 @@ class CapturedStep:
     undo: Callable[[], None] = lambda: None
     #: Branch outcomes on inputs this graph was captured with (capture/inputs.py).
     guards: tuple[Guard, ...] = ()
-    #: Placeholder of each int/float argument -> its index in the call's leaves.
+    #: Placeholder of each argument (number or tensor) -> its index in the call's leaves: guards
+    #: read the call's own values through it (value guards recompute from tensor inputs).
     scalar_positions: dict[torch.fx.Node, int] = field(default_factory=dict)
     #: Per grad param, whether its ``.grad`` existed when the step was captured: a replay
     #: accumulates into the existing gradients or creates them, as this call did.
@@ -125,8 +126,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
         filled = list(leaves)
         for pos, value, node in zip(positions, inputs, placeholders):
+            holder.setdefault("scalar_positions", {})[node] = pos
             if is_number_input(value):
-                holder.setdefault("scalar_positions", {})[node] = pos
                 value = TracedScalar(value, node, recorder.graph, f"argument {node.name}", is_input=True)
             filled[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)

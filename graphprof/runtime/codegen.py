@@ -8,7 +8,8 @@ step (and of what a node's time measures). Here each op's C++ entry point
 the generated function, so a node is one call and one store; values are
 deleted after their last use, as fx does, so memory behaves the same.
 
-Only flat graphs of placeholder, get_attr, call_function and output nodes
+An op whose kernel reads grad mode runs with the mode it was captured in
+(capture/grad_mode.py). Only flat graphs of placeholder, get_attr, call_function and output nodes
 (what make_fx and AOTAutograd produce) are compiled; anything else keeps
 fx's own code.
 
@@ -25,6 +26,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 import torch.fx
+
+from graphprof.capture.grad_mode import needs_grad_mode, with_grad_mode
 
 log = logging.getLogger("graphprof")
 _LITERALS = (bool, int, str, type(None))
@@ -61,7 +64,9 @@ class _Source:
 def _target(node: torch.fx.Node) -> Any:
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        return target._op
+        target = target._op
+    if needs_grad_mode(node):  # its kernel reads grad mode (capture/grad_mode.py)
+        return with_grad_mode(target)
     return target
 
 

@@ -162,9 +162,12 @@ class WholeStepRunner:
         host = gradient_host_record(steps, graph_id=1)
         if host is not None:
             graphs.append(host)
+        # The checks a replay of this graph passed: branches on inputs and on values computed from them.
+        guards = list(dict.fromkeys(g.describe() for g in self.captured.guards))
+        notes = {"guards": guards} if guards else {}
         return RecordedSteps("fx", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [self.captured.graph_module], self.timeline,
-                             notes={"workspace": self.workspace_note})
+                             notes={"workspace": self.workspace_note, **notes})
 
 
 def _nothing_to_undo() -> None:

@@ -1,0 +1,50 @@
+"""Ops whose kernels read autograd's grad mode, replayed with the mode they were captured in.
+
+A replayed graph runs under ``torch.no_grad()``: its backward is explicit,
+so autograd must not record it again. A few kernels decide *what they
+compute* from grad mode rather than from their arguments. On CPU,
+``mkldnn_rnn_layer`` (one layer and direction of ``nn.LSTM``) returns the
+oneDNN workspace that its backward needs only while grad mode is on; under
+``no_grad`` it returns none and the captured ``mkldnn_rnn_layer_backward``
+fails. Such a node runs with grad mode on *below* the autograd dispatch key:
+the kernel sees what eager showed it, and still nothing is recorded.
+
+A node needs this only when the graph uses an output that exists only with
+grad mode on (the workspace, read by the backward); an inference step's
+layer runs as captured.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import operator
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+#: Op -> indices of the outputs its kernel produces only while grad mode is on.
+GRAD_MODE_OUTPUTS: dict[Any, frozenset[int]] = {
+    aten.mkldnn_rnn_layer.default: frozenset({3}),
+}
+
+
+def needs_grad_mode(node: torch.fx.Node) -> bool:
+    """True when ``node``'s op reads grad mode and the graph uses what it produces only with it on."""
+    outputs = GRAD_MODE_OUTPUTS.get(node.target)
+    if outputs is None:
+        return False
+    return any(user.target is operator.getitem and user.args[1] in outputs and user.users
+               for user in node.users)
+
+
+def with_grad_mode(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op`` called with grad mode on and autograd's recording skipped, as eager's kernel saw it."""
+    @functools.wraps(op)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return op(*args, **kwargs)
+    return call

@@ -1,0 +1,222 @@
+"""Branches on tensor values computed from the step's inputs: value guards.
+
+Library code decides things from the data: transformers asks
+``padding_mask.all()`` to skip building an attention mask when a batch has
+no padding, and its answer changes which ops run. A static graph holds one
+answer. When Python reads a tensor's value during capture (``bool(t)``,
+``int(t)``, ``float(t)``, ``t.__index__()``) and that value depends only on
+the step's inputs, the read is allowed: it returns the real value and records
+a ``Guard`` whose check recomputes the value from the call's own inputs.
+
+The check is the *prefix* of the graph that computes the value: the nodes
+``t`` depends on, from the step's inputs (tensor and number arguments,
+numbers the step reads from its own objects) and constants the trace made.
+It is evaluated in ``tracing._select`` before a replay runs anything, like
+guards on input scalars; a different outcome selects or captures another
+path, so a failed guard never leaves the user's state half-updated. A value
+that a prefix cannot reproduce before the step refuses the capture, naming
+why: it reads parameters, buffers or optimizer state, draws random numbers,
+calls the host, or reads a tensor the step wrote in place before the branch.
+
+The library is not told it is being traced (``is_tracing`` stays False), so
+the profile is of the program eager runs.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+from graphprof.capture.scalars import DataDependentError, Guard
+from graphprof.capture.state import StateIndex
+from graphprof.passes.records import STATE
+
+#: Host reads of a tensor's value that a value guard can stand for, and how each converts.
+VALUE_READS: dict[Any, tuple[str, Callable[[Any], Any]]] = {
+    torch.Tensor.__bool__: ("branching on a tensor", bool),
+    torch.Tensor.__int__: ("int() of a tensor", int),
+    torch.Tensor.__float__: ("float() of a tensor", float),
+    torch.Tensor.__index__: ("using a tensor as an index", operator.index),
+}
+_READER = "graphprof_input_reader"
+#: On an ``.item()`` node whose tensor is computed from inputs: the prefix that recomputes it.
+VALUE_PREFIX = "graphprof.value_prefix"
+
+
+def _writes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The argument nodes an op writes in place (``add_``, ``out=``)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    written = []
+    for i, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, torch.fx.Node):
+            written.append(value)
+    return written
+
+
+def _expression(node: torch.fx.Node, depth: int) -> str:
+    if node.op == "placeholder":
+        record = node.meta.get(STATE)
+        return record.name if record is not None else node.name
+    if node.op == "get_attr":
+        return str(node.target)
+    if depth >= 4:
+        return "..."
+    target = node.target
+    name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else getattr(
+        target, "__name__", str(target))
+    parts = [_expression(a, depth + 1) if isinstance(a, torch.fx.Node) else repr(a) for a in node.args
+             if not isinstance(a, (list, tuple)) or not a]
+    return f"{name}({', '.join(parts)})"
+
+
+def _alias_root(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose storage ``node`` shares (through views and in-place results)."""
+    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.args:
+        first = node.args[0]
+        schema = node.target._schema
+        aliases = schema.returns and schema.returns[0].alias_info is not None
+        if not aliases or not isinstance(first, torch.fx.Node):
+            break
+        node = first
+    return node
+
+
+@dataclass(frozen=True)
+class ValuePrefix:
+    """The nodes that compute a value from the step's inputs, run again on a call's own inputs."""
+
+    nodes: tuple[torch.fx.Node, ...]  # in graph order, the value's node last
+    placeholders: tuple[torch.fx.Node, ...]  # the step's inputs it reads, in the order of call arguments
+    constants: tuple[tuple[torch.fx.Node, Any], ...]  # get_attr nodes and the tensors the trace made
+    convert: Callable[[Any], Any]
+    label: str
+
+    @property
+    def __name__(self) -> str:
+        return self.label
+
+    def expression(self) -> str:
+        """The checked value as an expression over the step's inputs: ``bool(all(input1))``."""
+        return f"{getattr(self.convert, '__name__', 'value')}({_expression(self.nodes[-1], 0)})"
+
+    def __call__(self, *inputs: Any) -> Any:
+        env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
+        env.update(self.constants)
+        with torch.no_grad():
+            for node in self.nodes:
+                if node in env:
+                    continue
+                args = torch.fx.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+            return self.convert(env[self.nodes[-1]])
+
+
+class ValueGuards:
+    """Turns host reads of input-derived tensor values into guards during one capture."""
+
+    def __init__(self, graph: torch.fx.Graph, root: nn.Module, tensor_node: Callable[[torch.Tensor], Any],
+                 state: StateIndex, guards: list[Guard]) -> None:
+        self.graph = graph
+        self.root = root
+        self.tensor_node = tensor_node
+        self.state = state
+        self.guards = guards
+
+    def read(self, func: Any, tensor: torch.Tensor, where: str) -> Any:
+        """The real value of ``func(tensor)``, kept as a guard; DataDependentError when none can be kept."""
+        what, convert = VALUE_READS[func]
+        node = self.tensor_node(tensor)
+        if not isinstance(node, torch.fx.Node):
+            raise DataDependentError(f"{what} at {where} reads a tensor's value on the host, "
+                                     "which a static graph cannot replay")
+        prefix, why_not = self._prefix(node, convert, what)
+        if prefix is None:
+            raise DataDependentError(f"{what} at {where} reads a value that {why_not}, "
+                                     "which a static graph cannot check before it runs")
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            value = convert(tensor)
+        self.guards.append(Guard(prefix, prefix.placeholders, value, where))
+        return value
+
+    def mark_item(self, item: torch.fx.Node, tensor: torch.Tensor) -> bool:
+        """Whether ``.item()`` of ``tensor`` (node ``item``) is computed from inputs alone.
+
+        If so the node carries its prefix, so a guard on the number (``if
+        mask.sum().item() > 0``) is checked like any guard on an input.
+        """
+        node = self.tensor_node(tensor)
+        if not isinstance(node, torch.fx.Node):
+            return False
+        prefix, _ = self._prefix(node, lambda t: t.item(), ".item()")
+        if prefix is None:
+            return False
+        item.meta[VALUE_PREFIX] = prefix
+        return True
+
+    def _prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
+                what: str) -> tuple[ValuePrefix | None, str]:
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        needed: set[torch.fx.Node] = set()
+        todo = [value]
+        while todo:
+            node = todo.pop()
+            if node in needed:
+                continue
+            needed.add(node)
+            why_not = self._refusal(node)
+            if why_not:
+                return None, why_not
+            todo.extend(node.all_input_nodes)
+        read = {_alias_root(n) for n in needed}
+        for node in self.graph.nodes:  # a tensor the prefix reads, written before the branch
+            if node in needed or node.op != "call_function":
+                continue
+            if any(_alias_root(w) in read for w in _writes(node)):
+                return None, f"depends on a tensor the step writes in place earlier ({node.target})"
+        for node in needed:  # the prefix itself may write only tensors it made
+            if any(_alias_root(w).op in ("placeholder", "get_attr") for w in _writes(node)):
+                return None, f"writes in place into an input ({node.target})"
+        nodes = tuple(sorted(needed, key=order.__getitem__))
+        placeholders = tuple(n for n in nodes if n.op == "placeholder")
+        constants = tuple((n, self._attr(n)) for n in nodes if n.op == "get_attr")
+        label = f"{what} computed from inputs by {sum(n.op == 'call_function' for n in nodes)} ops"
+        return ValuePrefix(nodes, placeholders, constants, convert, label), ""
+
+    def _attr(self, node: torch.fx.Node) -> Any:
+        value: Any = self.root
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        return value
+
+    def _refusal(self, node: torch.fx.Node) -> str:
+        """Why ``node`` cannot be part of a prefix run before the step, or ""."""
+        if node.op == "placeholder":
+            return ""
+        if node.op == "get_attr":
+            value = self._attr(node)
+            if isinstance(value, nn.Parameter) or (isinstance(value, torch.Tensor) and self.state.describe(value)):
+                record = self.state.describe(value)
+                return f"depends on the model's or optimizer's state ({record.name if record else node.target})"
+            return ""
+        if node.op != "call_function":
+            return f"depends on a {node.op} node"
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            if torch.Tag.nondeterministic_seeded in target.tags:
+                return f"depends on random numbers ({target})"
+            return ""
+        if node.meta.get(_READER) or getattr(target, "__module__", None) in ("_operator", "operator"):
+            return ""  # a Python input read at run time, or arithmetic on inputs
+        return f"depends on a host call ({getattr(target, '__name__', target)})"

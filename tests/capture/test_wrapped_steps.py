@@ -1,0 +1,53 @@
+"""A step called through a wrapper (``def call(batch): return step(**batch)``).
+
+The model, optimizer and Python state live in the wrapped function's closure:
+they are the step's state too (capture/state.py, capture/inputs.py), or the
+graph would be recaptured on every call (gradients look new) and a counter
+kept there would be frozen at the capture call's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+import graphprof
+from tests.helpers import assert_modules_equal
+
+
+def _make() -> tuple[nn.Module, Any, dict]:
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    stats = {"calls": 0}
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        stats["calls"] += 1
+        return loss
+
+    def call(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return step(**batch)
+
+    return model, call, stats
+
+
+def test_wrapped_step_is_captured_once_and_its_counter_keeps_counting() -> None:
+    torch.manual_seed(0)
+    eager_model, eager_step, eager_stats = _make()
+    torch.manual_seed(0)
+    model, step, stats = _make()
+    traced = graphprof.trace(step)
+    for i in range(6):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(eager_step({"x": x}), traced({"x": x}))
+        assert_modules_equal(eager_model, model, f"after call {i}")
+    assert stats == eager_stats == {"calls": 6}
+    assert traced.capture_mode == "whole-step"
+    assert traced.captures == 1
+    names = {n.module for n in traced.get_profile().graphs[0].nodes if n.type == "addmm"}
+    assert names == {"0", "2"}  # the model was found: its own module paths
