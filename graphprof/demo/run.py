@@ -43,8 +43,8 @@ def run_demo(model: str = "resnet", steps: int = 5, top: int = 15, output: str |
                             tokens_per_step=tokens, samples_per_step=x.shape[0])
     if output:
         profile.save(output)
-        notes.append(f"profile saved to {output}; try `graphprof analyze {output} -t 20` or "
-                     f"`graphprof export {output} -o report.html`")
+        notes.append(f"profile saved to {output}; try `graphprof analyze {output} -t 20`")
+        notes.append(f"  or `graphprof export {output} -o report.html`")
     header = (f"graphprof demo: {demo.name} training step on CPU, {profile.node_count} graph nodes, "
               f"{len(profile.steps)} profiled steps, last loss {float(loss):.4f}")
     return "\n".join([header, *notes, "", profile.report(top=top)])
