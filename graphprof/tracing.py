@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import time
 import warnings
 from collections import OrderedDict
@@ -49,7 +50,11 @@ DEFAULT_MAX_STEPS = 100
 def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     """What a captured graph is specialised to (tensor metadata, other values by
     equality), and the flattened inputs, so a replay flattens them only once."""
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if not kwargs and all(type(a) in _FLAT_LEAVES for a in args):
+        # The common call, step(x, y): pytree's leaves are the arguments themselves.
+        leaves, spec = list(args), len(args)
+    else:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
     parts: list[Hashable] = [spec, torch.is_grad_enabled()]  # TreeSpec hashes by structure
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
@@ -63,6 +68,10 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
             except TypeError:
                 parts.append((type(leaf), id(leaf)))
     return tuple(parts), leaves
+
+
+#: Argument types pytree treats as leaves, for which flattening a flat call is the identity.
+_FLAT_LEAVES = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, str})
 
 
 def _signature_change(old: Hashable, new: Hashable) -> str:
@@ -86,6 +95,8 @@ def _short(part: Any) -> str:
 
 def _baked(value: Any) -> Any:
     """How a param_groups value is held by a graph: numbers are read at run time, the rest baked."""
+    if type(value) is float or type(value) is int:  # the common case first: this runs on every call
+        return _RUNTIME
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, (int, float)) or (isinstance(value, tuple) and all(
@@ -105,8 +116,12 @@ def _guard_values(state: StateIndex) -> tuple:
         tuple((k, _baked(v)) for k, v in group.items() if k != "params")
         for opt in state.optimizers for group in opt.param_groups
     )
-    modes = tuple(m.training for _, m in state.modules.values())
+    modes = tuple(map(_TRAINING, map(_MODULE, state.modules.values())))
     return hyper, modes
+
+
+_MODULE = operator.itemgetter(1)
+_TRAINING = operator.attrgetter("training")
 
 
 def _what_changed(old: tuple, new: tuple, state: StateIndex) -> str:

@@ -16,6 +16,7 @@ averaged. Choices where profile_analyze was silent or surprising:
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, Hashable, Sequence
 
 from graphprof.analysis.entries import GroupEntry
@@ -72,6 +73,15 @@ def _group_keys(frame: NodeFrame, indices: Sequence[int], by: str | None,
     return [column[i] for i in indices], lambda key, first: key  # type: ignore[return-value]
 
 
+def _gatherer(members: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
+    """A function taking the members' values out of a column, as a list."""
+    if len(members) == 1:
+        only = members[0]
+        return lambda column: [column[only]]
+    get = operator.itemgetter(*members)
+    return lambda column: list(get(column))
+
+
 def _common(values: list[Any]) -> Any:
     """The members' shared value, or None when they differ."""
     first = values[0]
@@ -104,12 +114,13 @@ def aggregate(frame: NodeFrame, times: Sequence[float], indices: Sequence[int], 
     columns = {key: frame.column(key) for key in (*_MEASURED, *_DESCRIPTIVE)}
     out = []
     for order, (key, members) in enumerate(groups.items()):
-        values: dict[str, Any] = {"calls": len(members), "time_s": fn([times[i] for i in members])}
+        gather = _gatherer(members)  # one C-level gather per column, not a Python loop per value
+        values: dict[str, Any] = {"calls": len(members), "time_s": fn(gather(times))}
         for name in _MEASURED:
             column_fn = _FUNCS["max"] if name == "live_bytes" and options.aggregate_fn == "sum" else fn
-            values[name] = _reduce(column_fn, list(map(columns[name].__getitem__, members)))
+            values[name] = _reduce(column_fn, gather(columns[name]))
         for name in _DESCRIPTIVE:
-            values[name] = _common(list(map(columns[name].__getitem__, members)))
+            values[name] = _common(gather(columns[name]))
         label = label_of(key, members[0])
         if options.aggregate_by == "module":
             values["module"] = label

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 
 from graphprof.analysis.stats import STATS
-from graphprof.profile.model import Profile
+from graphprof.profile.model import OVERHEAD_OP, Profile
 
 _MAD_TO_SIGMA = 1.4826
 _RELATIVE_FLOOR = 0.10
@@ -61,3 +61,40 @@ def step_stats(profile: Profile, threshold: float = 3.5) -> StepStats:
         steps=len(walls), median_s=median, mean_s=STATS["mean"](walls), min_s=min(walls), max_s=max(walls),
         stdev_s=STATS["stdev"](walls), outliers=tuple(outliers),
     )
+
+
+@dataclass(frozen=True)
+class StepAccount:
+    """Where one step's wall time went: the user's nodes, graphprof's own node, and the rest."""
+
+    index: int
+    wall_time_s: float
+    nodes_s: float  # every node of every graph but graphprof's own
+    overhead_s: float  # the ``graphprof.overhead`` node (0 where the profile has none)
+
+    @property
+    def coverage(self) -> float:
+        """The share of the wall time the user's nodes account for."""
+        return self.nodes_s / self.wall_time_s if self.wall_time_s > 0 else 0.0
+
+    @property
+    def unaccounted_s(self) -> float:
+        """Wall time neither the nodes nor graphprof's node account for (0 for a whole-step profile)."""
+        return self.wall_time_s - self.nodes_s - self.overhead_s
+
+
+def step_accounts(profile: Profile) -> list[StepAccount]:
+    """Each step's wall time split into node time and graphprof's own time, step by step.
+
+    Taken per step (node times of step k against the wall time of step k), not
+    as a sum of per-node medians against a median step: a loaded machine slows
+    a step's nodes and its wall time alike, so the per-step share holds still.
+    """
+    user: list[float] = [0.0] * len(profile.steps)
+    own: list[float] = [0.0] * len(profile.steps)
+    for graph in profile.graphs:
+        for node in graph.nodes:
+            into = own if node.op == OVERHEAD_OP else user
+            for k, t in enumerate(node.host_time_s[:len(into)]):
+                into[k] += t
+    return [StepAccount(step.index, step.wall_time_s, user[k], own[k]) for k, step in enumerate(profile.steps)]

@@ -32,11 +32,12 @@ graph's counted FLOPs instead of a formula typed in by hand):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-from graphprof.analysis.dataflow import node_time_s
 from graphprof.analysis.eager import replay_step_times_s
+from graphprof.analysis.frame import node_frame
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks
@@ -57,16 +58,25 @@ BACKWARD_FACTOR = 2
 
 def is_model_op(node: NodeRecord) -> bool:
     """A forward matmul, convolution or attention kernel."""
-    t = node.type
+    return _model_type(node.type)
+
+
+def is_matmul_class(node: NodeRecord) -> bool:
+    """A matmul, convolution or attention kernel, forward or backward."""
+    return _matmul_type(node.type)
+
+
+@functools.lru_cache(maxsize=4096)
+def _model_type(t: str) -> bool:
+    """Judged once per op type: a profile has millions of nodes and a few hundred types."""
     if t.startswith("_scaled_dot_product"):
         return not t.endswith("_backward")
     return t in MODEL_OP_TYPES
 
 
-def is_matmul_class(node: NodeRecord) -> bool:
-    """A matmul, convolution or attention kernel, forward or backward."""
-    t = node.type
-    return is_model_op(node) or t in BACKWARD_OP_TYPES or (t.startswith("_scaled_dot_product") and t.endswith("_backward"))
+@functools.lru_cache(maxsize=4096)
+def _matmul_type(t: str) -> bool:
+    return _model_type(t) or t in BACKWARD_OP_TYPES or (t.startswith("_scaled_dot_product") and t.endswith("_backward"))
 
 
 @dataclass(frozen=True)
@@ -159,13 +169,34 @@ def peaks_used(profile: Profile, given_peak_flops_per_s: float | None, dtype: st
     return tuple(peaks)
 
 
-def _part(label: str, nodes: list[NodeRecord], time_s: float, backward_model: int = 0, ranks: int = 1) -> Utilisation:
-    """FLOPs of ``nodes`` (divided by ``ranks``: one device's share) over ``time_s``."""
-    forward_model = sum(n.flops or 0 for n in nodes if is_model_op(n) and n.phase in (Phase.FORWARD, Phase.OTHER))
+@dataclass(frozen=True)
+class _FlopSums:
+    """The FLOP sums of one set of nodes: taken once, shared by every part with the same nodes."""
+
+    forward_model: int  # model ops of the forward (and other) phase
+    hardware: int
+    hardware_matmul: int
+
+    @classmethod
+    def of(cls, nodes: list[NodeRecord]) -> "_FlopSums":
+        forward_model = hardware = matmul = 0
+        for n in nodes:
+            flops = n.flops
+            if not flops:
+                continue
+            hardware += flops
+            if _matmul_type(n.type):
+                matmul += flops
+                if _model_type(n.type) and n.phase in (Phase.FORWARD, Phase.OTHER):
+                    forward_model += flops
+        return cls(forward_model, hardware, matmul)
+
+
+def _part(label: str, sums: _FlopSums, time_s: float, backward_model: int = 0, ranks: int = 1) -> Utilisation:
+    """FLOPs of one set of nodes (divided by ``ranks``: one device's share) over ``time_s``."""
     return Utilisation(
-        label=label, time_s=time_s, model_flops=(forward_model + backward_model) // ranks,
-        hardware_flops=sum(n.flops or 0 for n in nodes) // ranks,
-        hardware_matmul_flops=sum(n.flops or 0 for n in nodes if is_matmul_class(n)) // ranks,
+        label=label, time_s=time_s, model_flops=(sums.forward_model + backward_model) // ranks,
+        hardware_flops=sums.hardware // ranks, hardware_matmul_flops=sums.hardware_matmul // ranks,
     )
 
 
@@ -182,18 +213,28 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
     has_backward = any(n.phase is Phase.BACKWARD for n in nodes)
     backward_model = BACKWARD_FACTOR * grad_forward if has_backward else 0
     ranks = max(1, len(set(graph_ranks(profile).values())))
-    step = _part("step", nodes, fn(steps) if steps else 0.0, backward_model, ranks)
+    whole = _FlopSums.of(nodes)
+    step = _part("step", whole, fn(steps) if steps else 0.0, backward_model, ranks)
     if not steps or step.model_flops <= 0:
         return None
     dtype = _model_dtype(nodes)
     phases = []
+    frame = node_frame(profile)
+    times = frame.times(stat, "node")  # node_time_s of every node, taken once per profile
+    by_phase: dict[Phase, tuple[list[NodeRecord], list[float]]] = {}
+    for (g, n), t in zip(frame.pairs, times):
+        if g.kind is not GraphKind.HOST:
+            members, member_times = by_phase.setdefault(n.phase, ([], []))
+            members.append(n)
+            member_times.append(t)
     for phase in Phase:
-        members = [n for n in nodes if n.phase is phase]
-        if not members:
+        if phase not in by_phase:
             continue
-        time_s = math.fsum(node_time_s(n, stat) for n in members) / ranks
-        phases.append(_part(phase.value, members, time_s, backward_model if phase is Phase.BACKWARD else 0, ranks))
-    per_step = tuple(_part(f"step {s.index}", nodes, t, backward_model, ranks) for s, t in zip(profile.steps, steps))
+        members, member_times = by_phase[phase]
+        time_s = math.fsum(member_times) / ranks
+        phases.append(_part(phase.value, _FlopSums.of(members), time_s,
+                            backward_model if phase is Phase.BACKWARD else 0, ranks))
+    per_step = tuple(_part(f"step {s.index}", whole, t, backward_model, ranks) for s, t in zip(profile.steps, steps))
     return UtilisationReport(
         step=step, phases=tuple(phases), per_step=per_step,
         peaks=peaks_used(profile, given_peak_flops_per_s, dtype), model_dtype=dtype, stat=stat,

@@ -37,6 +37,12 @@ class GraphKind(str, enum.Enum):
     HOST = "host"
 
 
+#: The host node that holds graphprof's own per-call time in a whole-step profile
+#: (signature, guards, pytree, keeping samples): with it, a step's nodes add up to its wall time.
+OVERHEAD_NODE = "graphprof.overhead"
+OVERHEAD_OP = "host.graphprof_overhead"
+
+
 #: The memory pass's categories, in the order views stack them (state at the bottom).
 MEMORY_CATEGORIES = (
     "parameters", "buffers", "optimizer_state", "inputs", "gradients",

@@ -16,8 +16,8 @@ import torch.fx
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.records import ANNOTATION, ATTRS, COST, MEMORY, MEMORY_STEP, OpAnnotation, StepMemoryRecord
 from graphprof.profile.model import (
-    DeviceMemorySample, GraphKind, Phase, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Profile,
-    ProfileMeta, StepRecord,
+    OVERHEAD_NODE, OVERHEAD_OP, DeviceMemorySample, GraphKind, Phase, GraphRecord, MemoryPeak, MemoryRecord,
+    NodeRecord, PeakTensor, Profile, ProfileMeta, StepRecord,
 )
 from graphprof.runtime.runner import StepTiming
 from graphprof.runtime.samples import StepSamples
@@ -152,14 +152,18 @@ def build_profile(
 
 
 def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRecord | None:
-    """The host work around a whole-step graph that eager does in Python, as two nodes.
+    """The host work around a whole-step graph, as three nodes, so that every node of
+    the step adds up to its wall time.
 
     Replay drops the previous step's ``.grad`` tensors first (what
     ``zero_grad(set_to_none=True)`` does) and assigns the new ones after the
     graph (what AccumulateGrad does); freeing and checking them takes real
     time on models with many parameters, so it is shown, not left out. The
     second node lists the first as its input: they run in sequence, and the
-    critical path must see them that way.
+    critical path must see them that way. The third, ``graphprof.overhead``,
+    is graphprof's own per-call work (input signature, guards, flattening
+    and unflattening, keeping the samples): shown, so that no share of the
+    step goes unaccounted for, and never subtracted from anything.
     """
     per_step = [s.host_times_ns() for s in steps]
     if not any(a or b for a, b in per_step):
@@ -171,5 +175,8 @@ def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRe
         NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad", inputs=(0,),
                    phase=Phase.BACKWARD, flops=0, bytes_read=0, bytes_written=0,
                    host_time_s=tuple(b / _NS_PER_S for _, b in per_step)),
+        NodeRecord(id=2, name=OVERHEAD_NODE, op=OVERHEAD_OP, type="graphprof_overhead", inputs=(1,),
+                   phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
+                   host_time_s=tuple(s.overhead_ns() / _NS_PER_S for s in steps)),
     )
     return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

@@ -27,6 +27,17 @@ class StepSamples:
             return (0, 0)
         return (self.stamps_ns[0] - self.host_ns[0], self.host_ns[1] - self.stamps_ns[-1])
 
+    def overhead_ns(self) -> int:
+        """graphprof's own time in the call: from its start to dropping the old gradients, and
+        from assigning the new ones to its end (signature, guards, pytree, the samples).
+
+        With the graph's nodes and the two gradient records it adds up to ``wall_ns``
+        exactly; 0 when the gradient readings were not taken.
+        """
+        if self.host_ns == (0, 0):
+            return 0
+        return self.wall_ns - (self.host_ns[1] - self.host_ns[0])
+
     @property
     def graph_ns(self) -> int:
         return self.stamps_ns[-1] - self.stamps_ns[0] if self.stamps_ns else 0
