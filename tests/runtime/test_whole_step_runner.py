@@ -86,17 +86,24 @@ def test_under_a_users_profiler_the_profile_says_workspace_was_not_measured() ->
 
 def test_the_first_recorded_step_is_not_an_outlier_on_the_demo() -> None:
     demo = resnet_sgd_step(batch_size=4, image_size=16)
-    fn = graphprof.trace(demo.step_fn, profiling=True)
-    for i in range(7):
-        fn(*demo.make_inputs(i))
-    prof = fn.get_profile()
-    assert prof.steps[0].index == 2
-    # code generation happened in the capture call: the generated functions already exist
-    assert set(fn.runner._executables) == {False, True}
-    first = prof.steps[0].wall_time_s
-    # a step 3x the median would be a compile or a cache miss, not noise
-    assert first < 3 * step_stats(prof).median_s
-    assert 2 not in [o.index for o in step_stats(prof).outliers]
+    verdicts = []
+    # Code generation inside the first recorded step would make it an outlier on every try; a load
+    # spike on this shared machine makes one try fail now and then. So: any of three tries passes.
+    for _ in range(3):
+        fn = graphprof.trace(demo.step_fn, profiling=True)
+        for i in range(7):
+            fn(*demo.make_inputs(i))
+        prof = fn.get_profile()
+        assert prof.steps[0].index == 2
+        # code generation happened in the capture call: the generated functions already exist
+        assert set(fn.runner._executables) == {False, True}
+        first = prof.steps[0].wall_time_s
+        stats = step_stats(prof)
+        # a step 3x the median would be a compile or a cache miss, not noise
+        verdicts.append(first < 3 * stats.median_s and 2 not in [o.index for o in stats.outliers])
+        if verdicts[-1]:
+            break
+    assert any(verdicts), "the first recorded step was an outlier on three tries"
 
 
 def test_codegen_binds_replacement_constants() -> None:
