@@ -16,6 +16,7 @@ import gc
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import fields, replace
 from typing import Any, Iterator
@@ -287,12 +288,32 @@ def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> 
         try:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(data.rstrip()) - 1:
+            if _ends_early(exc):
                 raise ProfileError(f"{path} is truncated JSON (it ends in the middle of the document)") from None
             raise ProfileError(f"{path} is not JSON: {exc}") from None
         except RecursionError:
             raise ProfileError(f"{path} is nested too deeply to be a profile") from None
         return profile_from_document(doc, cls)
+
+
+_PARTIAL_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?")
+
+
+def _ends_early(exc: ValueError) -> bool:
+    """Whether a parse error says the document stops before it is complete (a cut-off copy or write).
+
+    The parser reports most cuts at the end of the text, but a cut inside a
+    string where the string starts ("Unterminated string"), one inside a
+    literal or number where that token starts, and one inside a multi-byte
+    UTF-8 character in the decoder.
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.reason == "unexpected end of data"
+    assert isinstance(exc, json.JSONDecodeError)
+    rest = exc.doc[exc.pos:].rstrip()
+    return (len(rest) <= 1 or exc.msg.startswith("Unterminated string")
+            or any(word.startswith(rest) for word in ("true", "false", "null"))
+            or _PARTIAL_NUMBER.fullmatch(rest) is not None)
 
 
 @contextmanager
