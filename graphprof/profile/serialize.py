@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import fields, replace
 from typing import Any, Iterator
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from graphprof.profile.model import (
     StepRecord,
 )
 from graphprof.profile import schema
+from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
@@ -115,36 +115,21 @@ def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename.
+    """Write ``profile`` to ``path`` through ``atomic_file`` (no half file, no stray temporary file).
 
     A symbolic link at ``path`` stays a link (its target is replaced); the file
-    gets the mode the umask gives an ordinary new file, not mkstemp's 0600; an
-    error names ``path``, never the temporary file.
+    gets the mode the umask gives an ordinary new file; an error names
+    ``path``, never the temporary file.
     """
     path = os.fspath(path)
-    target = os.path.realpath(path)
-    directory = os.path.dirname(target)
+    directory = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(directory):
         raise ProfileError(f"cannot write {path}: directory {directory} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_file(path) as f:
             json.dump(profile_to_document(profile), f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, target)
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # -- reading --------------------------------------------------------------------

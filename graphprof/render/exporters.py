@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from graphprof.analysis.stats import stat_fn
+from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import _gc_paused
 
@@ -174,12 +174,6 @@ def exporter_for(path: str, format: str | None = None) -> Exporter:
     return max(matches, key=lambda m: m[0])[1]()
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def check_target(path: str) -> None:
     """Fail early, with one sentence, when ``path`` cannot be a file we write."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -192,36 +186,16 @@ def check_target(path: str) -> None:
 
 
 def write_atomic(path: str, text: str | bytes) -> None:
-    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``.
+    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through ``atomic_file``.
 
     A symbolic link at ``path`` stays a link: its target is what gets replaced.
     """
     check_target(path)
-    display, path = path, os.path.realpath(path)
-    directory = os.path.dirname(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
+        with atomic_file(path, binary=isinstance(text, bytes)) as f:
+            f.write(text)
     except OSError as exc:
-        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
-        if isinstance(text, bytes):
-            with os.fdopen(fd, "wb") as fb:
-                fb.write(text)
-        else:
-            # backslashreplace: a lone surrogate a format's own escaping let through (JSON
-            # written with ensure_ascii=False) becomes its \\udXXXX escape, not a failed export.
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as f:
-                f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def with_analysis(profile: Profile, options: ExportOptions) -> ExportOptions:
