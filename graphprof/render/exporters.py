@@ -24,6 +24,7 @@ from graphprof.analysis.stats import stat_fn
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import _gc_paused
+from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
 
 
 class ExportError(ValueError):
@@ -42,6 +43,8 @@ class ExportOptions:
     the profile's meta (none without peaks). ``findings``: advisor findings
     (objects with ``severity``, ``title``, ``time_s``, ``hint``, ``sources``)
     for the HTML report; None runs the advisor. ``graph_id``: the graph the memory timeline shows.
+    ``max_bytes``: refuse a file larger than this (``render.size_guard``): None for the default
+    limit (50 times the profile's size, at least 256 MiB), 0 for none.
     """
 
     stat: str = "median"
@@ -51,6 +54,7 @@ class ExportOptions:
     graph_id: int = 0
     bounds: Mapping[Any, str] | None = None
     findings: Sequence[Any] | None = None
+    max_bytes: int | None = None
 
 
 class Exporter:
@@ -226,7 +230,19 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
         raise ExportError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     opts = replace(ExportOptions(), **options)
     stat_fn(opts.stat)
+    if opts.max_bytes is not None and (type(opts.max_bytes) is not int or opts.max_bytes < 0):
+        raise ExportError("max_bytes must be a whole number of bytes, 0 for no limit")
+    profile = clip_profile_text(profile)
+    input_bytes = stored_bytes(profile)
+    limit = default_max_bytes(input_bytes) if opts.max_bytes is None else opts.max_bytes
+    estimate = estimated_bytes(profile, exporter.name)
+    refusal = estimate is not None and too_large(exporter.name, estimate, limit, input_bytes, estimated=True)
+    if refusal:
+        raise ExportError(refusal)
     with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
         text = exporter.render(profile, with_analysis(profile, opts))
+    refusal = too_large(exporter.name, len(text), limit, input_bytes, estimated=False)
+    if refusal:
+        raise ExportError(refusal)
     write_atomic(path, text)
     return exporter.name
