@@ -141,15 +141,22 @@ def atomic_file(path: str | os.PathLike[str], binary: bool = False) -> Iterator[
     directory = os.path.dirname(target)
     remove_stale_temporaries(directory)
     with _signals_raise():
+        # Signals wait while the temporary file is made and named, and arrive once its removal is armed.
         blocked = set(_CAUGHT_SIGNALS) | {signal.SIGINT}
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if hasattr(signal, "pthread_sigmask") else None
-        try:  # no signal between creating the temporary file and knowing its name
-            fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX, dir=directory)
-        finally:
+
+        def unblock() -> None:
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX, dir=directory)
+        except BaseException:
+            unblock()
+            raise
         try:
             try:
+                unblock()
                 os.fchmod(fd, 0o666 & ~_umask())
                 if binary:
                     f: IO = os.fdopen(fd, "wb")
