@@ -67,7 +67,7 @@ def _intact(path: str, old: bytes) -> bool:
 
 def run(trials: int, nodes: int, seed: int) -> Counter:
     rng = random.Random(seed)
-    tally: Counter = Counter()
+    tally: Counter = Counter({"corrupt target": 0, "traceback": 0})
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     with tempfile.TemporaryDirectory() as work:
         os.mkdir(os.path.join(work, "out"))
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     tally = run(args.trials, args.nodes, args.seed)
-    for key, count in sorted(tally.items()):
+    for key, count in sorted(tally.items(), key=lambda kv: kv[0]):
         print(f"{count:6d}  {key}")
     bad = tally["corrupt target"] + tally["temporary files left"] + tally["temporary files after the next write"]
     return 1 if bad else 0
