@@ -2,7 +2,8 @@
 
 Each case takes a valid profile document (``tests/data/small_profile.json``'s
 profile with a memory peak, allocator samples and op attributes added, so
-every section of the format is present), applies one to three random
+every section of the format is present; every other case in the readable
+layout of one object per node, whose times are floats, not ticks), applies one to three random
 mutations (a value replaced by a hostile one: integers past 64 bits, 1e308,
 NaN, wrong types, control and bidi characters, U+FFFE, lone surrogates; a key
 deleted; a list shortened or grown) and runs every profile command on it in
@@ -14,6 +15,7 @@ A case passes when every command
 * returns (no exception escapes ``graphprof.cli.main``: that is a traceback),
 * exits 0, 2, or 1 for a diff whose gate fired,
 * on exit 2 prints exactly one line, ``graphprof: error: ...``, and no stdout,
+  that is not Python's own text for an internal failure (``INTERNAL_TEXT``),
 * prints no control character but newline (and tab) on stdout or stderr,
 * and writes a file that parses (JSON, XML) when it exits 0.
 
@@ -53,6 +55,11 @@ EDGE_INTS: tuple[int, ...] = (0, 1, 2**63 - 1, 2**62, 10**15)
 EDGE_FLOATS: tuple[float, ...] = (0.0, 1e-300, 5e-324, 1e9, 123456.789)
 #: Terminal output may hold newlines and tabs; anything else below U+0020, DEL, C1 or a bidi control is an escape.
 UNSAFE_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Python's messages for a bug, not a sentence about the input: an error that reads like this leaked.
+INTERNAL_TEXT = re.compile(
+    "JSON compliant|object has no attribute|unsupported operand|not subscriptable|invalid literal|math domain"
+    "|cannot convert|too large to convert|division by zero|out of range|object is not|unhashable"
+    "|positional argument|required argument|unexpected keyword|not supported between|NoneType|recursion")
 
 
 def base_document() -> dict[str, Any]:
@@ -71,7 +78,22 @@ def base_document() -> dict[str, Any]:
                                largest_tensors=(PeakTensor("fc1.weight", 2048, "parameters", -1),),
                                start_bytes=512, allocated_bytes=8192),
         device_memory=(DeviceMemorySample(0, nodes[0].id, 100, 200, 300),))
-    return json.loads(json.dumps(replace(profile, graphs=tuple(graphs))))
+    meta = replace(profile.meta, peaks={"flops_per_s": 1e11, "bytes_per_s": 2e10})
+    return json.loads(json.dumps(replace(profile, meta=meta, graphs=tuple(graphs))))
+
+
+def readable_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with each graph in the readable layout: one object per node, times as floats."""
+    from dataclasses import asdict
+
+    from graphprof.profile.serialize import profile_from_document
+
+    profile = profile_from_document(doc)
+    out = copy.deepcopy(doc)
+    for raw, graph in zip(out["graphs"], profile.graphs):
+        raw.pop("columns", None)
+        raw["nodes"] = json.loads(json.dumps([asdict(n) for n in graph.nodes]))
+    return out
 
 
 def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
@@ -221,6 +243,8 @@ def check_case(doc: dict[str, Any], original: str, work: str, tally: Tally, labe
             tally.fail(f"exit {rc}", where)
         if rc == 2 and (out or err.count("\n") != 1 or not err.startswith("graphprof: error: ")):
             tally.fail("error not one line", f"{where}: {err!r:.300}")
+        if rc == 2 and INTERNAL_TEXT.search(err):
+            tally.fail(f"internal error text in {cmd.args[0]}", f"{where}: {err!r:.300}")
         bad = UNSAFE_TERMINAL.search(out + err)
         if bad:
             tally.fail(f"control character on the terminal in {cmd.args[0]}", f"{where}: {bad.group()!r}")
@@ -234,15 +258,16 @@ def check_case(doc: dict[str, Any], original: str, work: str, tally: Tally, labe
 def fuzz(cases: int, seed: int = 0, svg: bool = False, deadline_s: float | None = None) -> Tally:
     """Run ``cases`` mutated profiles through every command (stops early at ``deadline_s``)."""
     rng = random.Random(seed)
-    base = base_document()
+    bases = (base_document(),)
+    bases += (readable_document(bases[0]),)
     tally = Tally()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         original = os.path.join(work, "original.json")
         with open(original, "w", encoding="utf-8") as f:
-            json.dump(base, f)
+            json.dump(bases[0], f)
         for i in range(cases):
-            doc, said = mutate(base, rng)
+            doc, said = mutate(bases[i % 2], rng)
             check_case(doc, original, work, tally, f"case {i} ({'; '.join(said)})", svg)
             if deadline_s is not None and time.perf_counter() - start > deadline_s:
                 break

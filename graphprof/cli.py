@@ -170,13 +170,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.profile.serialize import load_profile
     from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
+    from graphprof.render.size_guard import parse_size
 
+    if args.max_size is not None:
+        parse_size(args.max_size)  # ValueError: one sentence, before the profile is read
     _refuse_overwriting_input(args.output, [args.profile], "its export")
     with stage(f"loading {terminal_line(args.profile)}"):
         profile = load_profile(args.profile)
     with stage(f"writing {terminal_line(args.output)}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
-                                 module_level=args.module_level, hide_views=args.hide_views)
+                                 module_level=args.module_level, hide_views=args.hide_views,
+                                 max_bytes=None if args.max_size is None else parse_size(args.max_size))
     size = ""
     if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
         from graphprof.render.chrome_trace import bytes_per_node_step
@@ -208,6 +212,9 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
                         help="graph pictures: leave out views, tuple projections and constant factories")
     export.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"),
                         help="statistic over profiled steps (default median)")
+    export.add_argument("--max-size", metavar="SIZE",
+                        help="refuse a file larger than SIZE (500M, 2G; 0 = no limit); default 50 times the "
+                             "profile's size, at least 256M. Names are clipped to 1,000 characters in every export")
     export.set_defaults(func=_cmd_export)
 
 

@@ -21,6 +21,11 @@ floats and 64-bit integers hold:
   where two clocks' skew can make one), so a sum of a million of them is exact
   enough and far from overflow;
 * peaks and rates: finite, in [0, 1e30].
+
+Below a spec's ``tiny`` a number is read as 0: a time under a femtosecond
+(the finest tick the column layout takes) or a peak under one per second is
+no measurement, and dividing by a subnormal such as 5e-324 would turn a
+finite FLOP count into an infinite rate that no JSON writer accepts.
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ class FloatSpec:
     lo: float
     hi: float
     what: str
+    tiny: float = 0.0
+
+    def clean(self, value: float) -> float:
+        """``value`` as a float, 0.0 when its magnitude is below ``tiny``."""
+        return 0.0 if -self.tiny < value < self.tiny else float(value)
 
 
 COUNT = IntSpec(0, INT64_MAX, "integers from 0 to 2**63-1")
@@ -62,9 +72,10 @@ COUNT = IntSpec(0, INT64_MAX, "integers from 0 to 2**63-1")
 BYTES = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
 ID = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
 FLAG = IntSpec(0, 1, "0 or 1")
-SECONDS = FloatSpec(0.0, MAX_SECONDS, "times from 0 to 1e9 seconds")
-SAMPLE_SECONDS = FloatSpec(-MAX_SECONDS, MAX_SECONDS, "times from -1e9 to 1e9 seconds")
-RATE = FloatSpec(0.0, MAX_RATE, "finite numbers from 0 to 1e30")
+MIN_SECONDS = 1e-15  # 1 / MAX_TICKS_PER_S
+SECONDS = FloatSpec(0.0, MAX_SECONDS, "times from 0 to 1e9 seconds", MIN_SECONDS)
+SAMPLE_SECONDS = FloatSpec(-MAX_SECONDS, MAX_SECONDS, "times from -1e9 to 1e9 seconds", MIN_SECONDS)
+RATE = FloatSpec(0.0, MAX_RATE, "finite numbers from 0 to 1e30", 1.0)
 
 
 def check(cond: bool, what: str) -> None:
@@ -100,13 +111,13 @@ def floats(values: Any, spec: FloatSpec, what: str) -> list[float]:
         # NaN fails both comparisons, so one min/max pass rejects NaN, infinities and range.
         lo, hi = min(values), max(values)
         check(lo >= spec.lo and hi <= spec.hi and not any(v != v for v in values), f"{what} must hold {spec.what}")
-    return [float(v) for v in values]
+    return [spec.clean(v) for v in values]
 
 
 def one_float(value: Any, spec: FloatSpec, what: str) -> float:
     check(type(value) in (int, float), f"{what} must be a number")
     check(spec.lo <= value <= spec.hi, f"{what} must be one of the {spec.what}")
-    return float(value)
+    return spec.clean(value)
 
 
 def string(value: Any, what: str) -> str:

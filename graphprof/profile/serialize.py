@@ -16,7 +16,7 @@ import gc
 import json
 import math
 import os
-import tempfile
+import re
 from dataclasses import fields, replace
 from typing import Any, Iterator
 from contextlib import contextmanager
@@ -36,6 +36,7 @@ from graphprof.profile.model import (
     StepRecord,
 )
 from graphprof.profile import schema
+from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
@@ -114,36 +115,21 @@ def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename.
+    """Write ``profile`` to ``path`` through ``atomic_file`` (no half file, no stray temporary file).
 
     A symbolic link at ``path`` stays a link (its target is replaced); the file
-    gets the mode the umask gives an ordinary new file, not mkstemp's 0600; an
-    error names ``path``, never the temporary file.
+    gets the mode the umask gives an ordinary new file; an error names
+    ``path``, never the temporary file.
     """
     path = os.fspath(path)
-    target = os.path.realpath(path)
-    directory = os.path.dirname(target)
+    directory = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(directory):
         raise ProfileError(f"cannot write {path}: directory {directory} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_file(path) as f:
             json.dump(profile_to_document(profile), f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, target)
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # -- reading --------------------------------------------------------------------
@@ -287,12 +273,32 @@ def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> 
         try:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(data.rstrip()) - 1:
+            if _ends_early(exc):
                 raise ProfileError(f"{path} is truncated JSON (it ends in the middle of the document)") from None
             raise ProfileError(f"{path} is not JSON: {exc}") from None
         except RecursionError:
             raise ProfileError(f"{path} is nested too deeply to be a profile") from None
         return profile_from_document(doc, cls)
+
+
+_PARTIAL_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?")
+
+
+def _ends_early(exc: ValueError) -> bool:
+    """Whether a parse error says the document stops before it is complete (a cut-off copy or write).
+
+    The parser reports most cuts at the end of the text, but a cut inside a
+    string where the string starts ("Unterminated string"), one inside a
+    literal or number where that token starts, and one inside a multi-byte
+    UTF-8 character in the decoder.
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.reason == "unexpected end of data"
+    assert isinstance(exc, json.JSONDecodeError)
+    rest = exc.doc[exc.pos:].rstrip()
+    return (len(rest) <= 1 or exc.msg.startswith("Unterminated string")
+            or any(word.startswith(rest) for word in ("true", "false", "null"))
+            or _PARTIAL_NUMBER.fullmatch(rest) is not None)
 
 
 @contextmanager

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from graphprof.analysis.stats import stat_fn
+from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import _gc_paused
+from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
 
 
 class ExportError(ValueError):
@@ -42,6 +43,8 @@ class ExportOptions:
     the profile's meta (none without peaks). ``findings``: advisor findings
     (objects with ``severity``, ``title``, ``time_s``, ``hint``, ``sources``)
     for the HTML report; None runs the advisor. ``graph_id``: the graph the memory timeline shows.
+    ``max_bytes``: refuse a file larger than this (``render.size_guard``): None for the default
+    limit (50 times the profile's size, at least 256 MiB), 0 for none.
     """
 
     stat: str = "median"
@@ -51,6 +54,7 @@ class ExportOptions:
     graph_id: int = 0
     bounds: Mapping[Any, str] | None = None
     findings: Sequence[Any] | None = None
+    max_bytes: int | None = None
 
 
 class Exporter:
@@ -174,12 +178,6 @@ def exporter_for(path: str, format: str | None = None) -> Exporter:
     return max(matches, key=lambda m: m[0])[1]()
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def check_target(path: str) -> None:
     """Fail early, with one sentence, when ``path`` cannot be a file we write."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -192,36 +190,16 @@ def check_target(path: str) -> None:
 
 
 def write_atomic(path: str, text: str | bytes) -> None:
-    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``.
+    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through ``atomic_file``.
 
     A symbolic link at ``path`` stays a link: its target is what gets replaced.
     """
     check_target(path)
-    display, path = path, os.path.realpath(path)
-    directory = os.path.dirname(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
+        with atomic_file(path, binary=isinstance(text, bytes)) as f:
+            f.write(text)
     except OSError as exc:
-        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
-        if isinstance(text, bytes):
-            with os.fdopen(fd, "wb") as fb:
-                fb.write(text)
-        else:
-            # backslashreplace: a lone surrogate a format's own escaping let through (JSON
-            # written with ensure_ascii=False) becomes its \\udXXXX escape, not a failed export.
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as f:
-                f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def with_analysis(profile: Profile, options: ExportOptions) -> ExportOptions:
@@ -252,7 +230,19 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
         raise ExportError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     opts = replace(ExportOptions(), **options)
     stat_fn(opts.stat)
+    if opts.max_bytes is not None and (type(opts.max_bytes) is not int or opts.max_bytes < 0):
+        raise ExportError("max_bytes must be a whole number of bytes, 0 for no limit")
+    profile = clip_profile_text(profile)
+    input_bytes = stored_bytes(profile)
+    limit = default_max_bytes(input_bytes) if opts.max_bytes is None else opts.max_bytes
+    estimate = estimated_bytes(profile, exporter.name)
+    refusal = estimate is not None and too_large(exporter.name, estimate, limit, input_bytes, estimated=True)
+    if refusal:
+        raise ExportError(refusal)
     with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
         text = exporter.render(profile, with_analysis(profile, opts))
+    refusal = too_large(exporter.name, len(text), limit, input_bytes, estimated=False)
+    if refusal:
+        raise ExportError(refusal)
     write_atomic(path, text)
     return exporter.name

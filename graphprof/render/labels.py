@@ -9,9 +9,24 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 
+#: A shape of more dimensions is shown by its first and last dimensions and its rank: text that
+#: grows with the rank would let one odd shape fill a trace (it is repeated per step).
+SHAPE_DIMS_SHOWN = 16
+
+
+def _shape_text(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return "-"
+    if len(shape) <= SHAPE_DIMS_SHOWN:
+        return "[" + ", ".join(map(str, shape)) + "]"
+    half = SHAPE_DIMS_SHOWN // 2
+    return (f"[{', '.join(map(str, shape[:half]))}, …, {', '.join(map(str, shape[-half:]))}] "
+            f"({len(shape)} dims)")
+
+
 def shapes_text(shapes: Sequence[Sequence[int] | None], limit: int = 3) -> str:
     """``[16, 3, 32, 32], [16]`` with at most ``limit`` shapes, then ``+N``; ``-`` for a non-tensor."""
-    parts = ["-" if s is None else "[" + ", ".join(map(str, s)) + "]" for s in shapes[:limit]]
+    parts = [_shape_text(s) for s in shapes[:limit]]
     if len(shapes) > limit:
         parts.append(f"+{len(shapes) - limit}")
     return ", ".join(parts)

@@ -26,13 +26,13 @@ import contextlib
 import json
 import os
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
+from graphprof.profile.atomic import atomic_file
 from graphprof.runtime.allocator import accelerator_type
 from graphprof.runtime.device_clock import device_name
 
@@ -184,8 +184,6 @@ def calibrate(device: str = "cpu", threads: int | None = None, **options: int) -
     os.makedirs(os.path.dirname(path), exist_ok=True)
     cached = _read_cache()
     cached[device_key(device, threads)] = peaks
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".peaks-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_file(path) as f:
         json.dump(cached, f, indent=1)
-    os.replace(tmp, path)
     return peaks

@@ -124,3 +124,26 @@ def test_op_attributes_round_trip(tmp_path) -> None:
     path = tmp_path / "p.json"
     profile.save(str(path))
     assert graphprof.load(path) == profile
+
+
+def test_subnormal_times_and_peaks_read_as_zero(tmp_path, capsys) -> None:
+    """5e-324 s under 2**63 FLOPs would be an infinite rate that no JSON export could write."""
+    from graphprof.cli import main
+
+    nodes = [{"id": 0, "name": "mm", "op": "aten.mm.default", "type": "mm", "flops": 2**63 - 1,
+              "bytes_read": 2**63 - 1, "host_time_s": [5e-324]},
+             {"id": 1, "name": "mm2", "op": "aten.mm.default", "type": "mm", "inputs": [0], "host_time_s": [1e-9]}]
+    doc = {"schema": "graphprof.profile/1", "meta": {"peaks": {"flops_per_s": 5e-324, "bytes_per_s": 1e10}},
+           "steps": [{"index": 0, "wall_time_s": 5e-324}],
+           "graphs": [{"id": 0, "name": "g", "kind": "step", "nodes": nodes}]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    profile = graphprof.load(path)
+    assert profile.graphs[0].nodes[0].host_time_s == (0.0,) and profile.steps[0].wall_time_s == 0.0
+    assert profile.meta.peaks["flops_per_s"] == 0.0
+    for args in (["analyze", str(path), "--format", "json"], ["report", str(path)],
+                 ["export", str(path), "-o", str(tmp_path / "t.trace.json")],
+                 ["export", str(path), "-o", str(tmp_path / "r.html")],
+                 ["diff", str(path), str(path), "--format", "json"]):
+        assert main(args) == 0, (args, capsys.readouterr().err)
+    json.loads((tmp_path / "t.trace.json").read_text())

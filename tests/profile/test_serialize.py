@@ -56,6 +56,9 @@ def test_profile_is_read_only() -> None:
     (b"", "is empty"),
     (b"not json at all", "is not JSON"),
     (b'{"schema": "graphprof.profile/1", "graphs": [', "truncated"),
+    (b'{"schema": "graphprof.profile/1", "meta": {"function": "train_st', "truncated"),
+    ('{"schema": "graphprof.profile/1", "meta": {"function": "\u00e9t\u00e9'.encode()[:-1], "truncated"),
+    (b'{"schema": "graphprof.profile/1", "meta": {"function": "a\x01b"}}', "is not JSON"),
     (b'{"traceEvents": []}', "Chrome trace"),
     (b'[{"name": "x", "ph": "X"}]', "Chrome trace"),
     (b'{"schema": "graphprof.profile/99"}', "unsupported profile schema version"),
@@ -69,6 +72,17 @@ def test_bad_files_give_one_sentence(tmp_path, content: bytes, message: str) -> 
     with pytest.raises(ProfileError, match=message) as info:
         load_profile(path)
     assert "\n" not in str(info.value)
+
+
+def test_a_profile_cut_anywhere_is_called_truncated(tmp_path) -> None:
+    """A copy or write cut off at any byte (in a string, a number, a literal, a UTF-8 character) says so."""
+    data = json.dumps(small_profile(), ensure_ascii=False).replace("relu", "r\u00e9lu").encode()
+    path = tmp_path / "cut.json"
+    for end in range(1, len(data) - 1, max(1, len(data) // 400)):
+        path.write_bytes(data[:end])
+        with pytest.raises(ProfileError, match="is truncated JSON") as info:
+            load_profile(path)
+        assert "\n" not in str(info.value), end
 
 
 def test_missing_file_and_directory(tmp_path) -> None:

@@ -1,0 +1,183 @@
+"""Output size guards for exports: long names are clipped, and a huge file is refused before it is made.
+
+Why: a profile stores each distinct name and shape once (column layout with
+string tables), but exports repeat them per node, and a Chrome trace per node
+per step. A 1 MB module name shared by every node of a 1 MB profile made a
+5 GB trace and a 2 GB HTML report (10 GB of memory); one 200,000-dimension
+shape made a trace 15 times its profile. Two rules bound that:
+
+* every name an export shows (op, module, source, scope, dtype, attribute,
+  graph and function names) is clipped in the middle to
+  ``EXPORT_TEXT_LIMIT`` characters (the saved profile keeps it whole), and a
+  shape of more than ``labels.SHAPE_DIMS_SHOWN`` dimensions is shown by its ends and
+  its rank (``labels.shapes_text``);
+* before rendering, the file's size is estimated from the nodes, their
+  samples and their text; when the estimate (or, for formats not estimated,
+  the rendered text) exceeds the limit, the export is refused with one
+  sentence that gives the size and the flag to write it anyway. The default
+  limit is ``LIMIT_RATIO`` times the input profile's size, and at least
+  ``LIMIT_FLOOR_BYTES``: a real profile's trace is 5 to 40 times its profile
+  (bytes per node per step in a trace against 8 per sample in a profile), a
+  hostile one's thousands of times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from operator import attrgetter
+from typing import Iterable, Sequence
+
+from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
+from graphprof.render.labels import shapes_text
+from graphprof.render.units import clip_middle, format_bytes
+
+EXPORT_TEXT_LIMIT = 1000
+LIMIT_RATIO = 50
+LIMIT_FLOOR_BYTES = 256 * 2**20
+#: What a profile file takes per node and per sample (``profile.serialize``'s column layout).
+STORED_BYTES_PER_NODE = 150
+STORED_BYTES_PER_SAMPLE = 8
+#: Nodes looked at to estimate a file's size; larger graphs are sampled evenly.
+ESTIMATE_SAMPLE_NODES = 20_000
+
+_NODE_TEXT = ("name", "op", "type", "module", "module_type", "source", "scope")
+#: Estimated bytes per node (fixed, per sample, per character of its text) of the formats whose size
+#: grows with something a profile stores once: a trace repeats nodes per step, GraphML and node-link
+#: JSON carry every sample and whole shapes. Measured on benchmarks.analyze_scale's profiles.
+_MODEL = {
+    "chrome": (0, 620, 1), "chrome-gz": (0, 620, 1),
+    "graphml": (1100, 25, 2), "nodelink": (1000, 25, 2),
+}
+
+
+# -- clipping ------------------------------------------------------------------------
+def _clip(text: str, limit: int) -> str:
+    return clip_middle(text, limit) if len(text) > limit else text
+
+
+def _longest(nodes: Sequence[NodeRecord]) -> int:
+    """The longest string any node of ``nodes`` holds, with C-level passes per field."""
+    longest = max((max(map(len, map(attrgetter(f), nodes)), default=0) for f in _NODE_TEXT), default=0)
+    for f in ("in_dtypes", "out_dtypes", "attrs"):
+        distinct = {id(t): t for t in map(attrgetter(f), nodes)}.values()  # the loader shares equal tuples
+        for t in distinct:
+            for item in t:
+                for s in (item if isinstance(item, tuple) else (item,)):
+                    if s is not None and len(s) > longest:
+                        longest = len(s)
+    return longest
+
+
+def _clip_node(node: NodeRecord, limit: int) -> NodeRecord:
+    changes: dict[str, object] = {f: _clip(getattr(node, f), limit) for f in _NODE_TEXT if len(getattr(node, f)) > limit}
+    for f in ("in_dtypes", "out_dtypes"):
+        values = getattr(node, f)
+        if any(d is not None and len(d) > limit for d in values):
+            changes[f] = tuple(None if d is None else _clip(d, limit) for d in values)
+    if any(len(k) > limit or len(v) > limit for k, v in node.attrs):
+        changes["attrs"] = tuple((_clip(k, limit), _clip(v, limit)) for k, v in node.attrs)
+    return replace(node, **changes) if changes else node
+
+
+def _clip_graph(graph: GraphRecord, limit: int) -> GraphRecord:
+    nodes = graph.nodes
+    if _longest(nodes) > limit:
+        nodes = tuple(_clip_node(n, limit) for n in nodes)
+    peak = graph.memory_peak
+    if peak is not None and any(len(t.name) > limit or len(t.category) > limit for t in peak.largest_tensors):
+        peak = replace(peak, largest_tensors=tuple(
+            PeakTensor(_clip(t.name, limit), t.nbytes, _clip(t.category, limit), t.node_id) for t in peak.largest_tensors))
+    name = _clip(graph.name, limit)
+    if nodes is graph.nodes and peak is graph.memory_peak and name is graph.name:
+        return graph
+    return replace(graph, name=name, nodes=nodes, memory_peak=peak)
+
+
+def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profile:
+    """``profile`` with every name longer than ``limit`` clipped in the middle (itself when none is)."""
+    graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
+    meta = profile.meta
+    long_meta = {f.name: _clip(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
+                 if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
+    if long_meta:
+        meta = replace(meta, **long_meta)
+    if meta is profile.meta and all(a is b for a, b in zip(graphs, profile.graphs)):
+        return profile
+    return type(profile)(meta=meta, steps=profile.steps, graphs=graphs)
+
+
+# -- sizes ---------------------------------------------------------------------------
+def _samples(node: NodeRecord) -> int:
+    return max(len(node.host_time_s), len(node.device_time_s))
+
+
+def stored_bytes(profile: Profile) -> int:
+    """About the size of ``profile``'s JSON file (names not counted: the file stores each once)."""
+    nodes = [n for g in profile.graphs for n in g.nodes]
+    return len(nodes) * STORED_BYTES_PER_NODE + sum(map(_samples, nodes)) * STORED_BYTES_PER_SAMPLE
+
+
+def default_max_bytes(input_bytes: int) -> int:
+    """The default limit on an export of a profile of ``input_bytes``."""
+    return max(LIMIT_FLOOR_BYTES, LIMIT_RATIO * input_bytes)
+
+
+def _node_text(graph: GraphRecord, node: NodeRecord, raw_shapes: bool) -> int:
+    text = len(graph.name) + sum(min(len(getattr(node, f)), EXPORT_TEXT_LIMIT) for f in _NODE_TEXT)
+    text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in (*node.in_dtypes, *node.out_dtypes) if d is not None)
+    if raw_shapes:  # the whole shapes, about 3 characters a dimension
+        return text + 3 * sum(len(s) for s in (*node.in_shapes, *node.out_shapes) if s is not None)
+    return text + len(shapes_text(node.in_shapes, limit=8)) + len(shapes_text(node.out_shapes, limit=8))
+
+
+def _sampled(graphs: Iterable[GraphRecord]) -> tuple[list[tuple[GraphRecord, NodeRecord]], int]:
+    pairs = [(g, n) for g in graphs for n in g.nodes]
+    stride = max(1, len(pairs) // ESTIMATE_SAMPLE_NODES)
+    return pairs[::stride], stride
+
+
+def estimated_bytes(profile: Profile, format: str) -> int | None:
+    """About the size of ``profile`` exported as ``format``, or None for a format not estimated."""
+    model = _MODEL.get(format)
+    if model is None:
+        return None
+    fixed, per_sample, per_char = model
+    sample, stride = _sampled(profile.graphs)
+    per_step = format.startswith("chrome")
+    total = 0
+    for graph, node in sample:
+        text = per_char * _node_text(graph, node, raw_shapes=not per_step)
+        total += fixed + (text + per_sample) * _samples(node) if per_step else fixed + text + per_sample * _samples(node)
+    return total * stride
+
+
+def too_large(format: str, size_bytes: int, max_bytes: int, input_bytes: int, estimated: bool) -> str | None:
+    """The sentence that refuses an export of ``size_bytes`` over ``max_bytes`` (0: no limit), else None."""
+    if not max_bytes or size_bytes <= max_bytes:
+        return None
+    size = f"about {format_bytes(size_bytes)}" if estimated else format_bytes(size_bytes)
+    return (f"the {format} export would be {size}, {size_bytes / max(input_bytes, 1):.0f} times the profile's "
+            f"{format_bytes(input_bytes)} and over the {format_bytes(max_bytes)} limit; write it anyway with "
+            f"--max-size {_size_flag(size_bytes)} (max_bytes= in Python), or --max-size 0 for no limit")
+
+
+def _size_flag(size_bytes: int) -> str:
+    """A ``--max-size`` value a little above ``size_bytes``, in whole MiB or GiB."""
+    mib = -(-size_bytes * 5 // 4 // 2**20)
+    return f"{-(-mib // 1024)}G" if mib >= 1024 else f"{mib}M"
+
+
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``--max-size``'s value in bytes: ``500M``, ``2G``, ``1.5GiB``, ``123456``, ``0`` (no limit)."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = s[-1:] if s[-1:] in _SIZE_UNITS and s[-1:] else ""
+    try:
+        value = float(s[: len(s) - len(unit)])
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value > 2**62:
+        raise ValueError(f"--max-size takes a size such as 500M or 2G (0 for no limit), not {text!r:.40}")
+    return int(value * _SIZE_UNITS[unit])

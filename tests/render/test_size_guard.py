@@ -1,0 +1,96 @@
+"""Output size guards: names are clipped in exports, and a file far larger than its profile is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks.analyze_scale import synthetic_profile
+from graphprof.cli import main
+from graphprof.profile.model import Profile
+from graphprof.render import exporters
+from graphprof.render.exporters import ExportError, export_profile
+from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, estimated_bytes, parse_size
+
+#: Every format but SVG (Graphviz is slow and optional; DOT is its input).
+FILES = ("t.trace.json", "t.trace.json.gz", "g.dot", "g.graphml", "g.nodelink.json", "s.folded", "r.html",
+         "m.memory.svg")
+
+
+def _with_nodes(profile: Profile, **fields: object) -> Profile:
+    graph = profile.graphs[0]
+    return replace(profile, graphs=(replace(graph, nodes=tuple(replace(n, **fields) for n in graph.nodes)),))
+
+
+def test_a_huge_shared_name_and_a_huge_shape_stay_small_in_every_export(tmp_path: Path) -> None:
+    """A 1 MB module name shared by every node and a 200,000-dimension shape: the issue's 5 GB trace."""
+    huge = _with_nodes(synthetic_profile(200, 5), module="m" * 1_000_000)
+    graph = huge.graphs[0]
+    nodes = list(graph.nodes)
+    nodes[3] = replace(nodes[3], in_shapes=((1,) * 200_000,), out_shapes=((2,) * 200_000,))
+    huge = replace(huge, graphs=(replace(graph, nodes=tuple(nodes)),))
+    source = tmp_path / "huge.json"
+    huge.save(source)
+    input_bytes = os.path.getsize(source)
+    for name in FILES:
+        out = tmp_path / name
+        assert main(["export", str(source), "-o", str(out)]) == 0, name
+        assert os.path.getsize(out) < 5 * input_bytes, name
+    trace = json.loads((tmp_path / "t.trace.json").read_text())
+    args = [e["args"] for e in trace["traceEvents"] if e.get("ph") == "X" and "module" in e.get("args", {})]
+    assert args and all(len(a["module"]) == EXPORT_TEXT_LIMIT and "…" in a["module"] for a in args)
+    assert any("(200000 dims)" in a["in_shapes"] for a in args)
+    assert len(huge.graphs[0].nodes[0].module) == 1_000_000  # the profile itself is untouched
+
+
+def test_an_export_over_the_limit_is_refused_with_the_flag_to_write_it(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "p.json"
+    synthetic_profile(50, 5).save(source)
+    out = tmp_path / "t.trace.json"
+    assert main(["export", str(source), "-o", str(out), "--max-size", "10K"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-size" in err and "limit" in err and not out.exists()
+    assert main(["export", str(source), "-o", str(out), "--max-size", "0"]) == 0 and out.exists()
+    assert main(["export", str(source), "-o", str(tmp_path / "s.folded"), "--max-size", "1K"]) == 2  # after rendering
+    assert not (tmp_path / "s.folded").exists()
+    assert main(["export", str(source), "-o", str(out), "--max-size", "lots"]) == 2
+    assert "--max-size takes a size" in capsys.readouterr().err
+
+
+def test_the_default_limit_refuses_a_hostile_trace_before_rendering_it(tmp_path: Path, monkeypatch) -> None:
+    """Long (clipped) names repeated over many steps: hundreds of MB from a profile of 400 KB."""
+    long = "x" * 5000
+    hostile = _with_nodes(synthetic_profile(200, 250), name=long, op=long, module=long, module_type=long,
+                          source=long, scope=long)
+
+    def never(self: object, profile: object, options: object) -> str:
+        raise AssertionError("rendered although the estimate was over the limit")
+
+    monkeypatch.setattr(exporters.ChromeTraceExporter, "render", never)
+    with pytest.raises(ExportError, match=r"the chrome export would be about .* over the 256 MiB limit"):
+        export_profile(hostile, tmp_path / "t.trace.json")
+    assert os.listdir(tmp_path) == []
+
+
+def test_size_estimates_are_within_a_factor_of_two(tmp_path: Path) -> None:
+    profile = synthetic_profile(400, 6)
+    for fmt, name in (("chrome", "t.trace.json"), ("graphml", "g.graphml"), ("nodelink", "g.nodelink.json")):
+        export_profile(profile, tmp_path / name)
+        estimate, actual = estimated_bytes(profile, fmt), os.path.getsize(tmp_path / name)
+        assert estimate is not None and actual / 2 < estimate < actual * 2, (fmt, estimate, actual)
+
+
+@pytest.mark.parametrize("text, size", [("0", 0), ("500M", 500 * 2**20), ("2G", 2 * 2**30), ("1.5GiB", 3 * 2**29),
+                                        ("123456", 123456), ("10k", 10240), ("64MB", 64 * 2**20)])
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "-1", "G", "1X", "nan", "inf", "1e300"])
+def test_parse_size_refuses_what_is_not_a_size(text: str) -> None:
+    with pytest.raises(ValueError, match="--max-size takes a size"):
+        parse_size(text)
