@@ -59,7 +59,7 @@ def caller_source(frame: Any) -> str:
 
 def _source_of(frames: list[tuple[str, int]]) -> str:
     for filename, line in reversed(frames):
-        if not filename.startswith(_TORCH_DIR):
+        if not filename.startswith((_TORCH_DIR, _OWN_DIR)):
             return user_source(filename, line)
     return ""
 

@@ -33,9 +33,11 @@ capture) is kept as ``CompileSpan`` events, so step times can leave it out.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+import types
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -88,6 +90,7 @@ class CompileSpan:
     end_ns: int
     what: str  # the graph(s) compiled, or the optimizer captured
     reason: str  # dynamo's guard failure, or why the optimizer was captured
+    backward_of_previous: bool = False  # AOTAutograd compiled the backward of the previous compile lazily
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,24 @@ def _compile_target(module: nn.Module) -> nn.Module:
     return module.module if isinstance(module, DistributedDataParallel) else module
 
 
+def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
+    """``module.forward`` compiled behind an entry function with a code object of its own.
+
+    Dynamo keeps compiled graphs per code object. torch.compile wraps a
+    forward defined in torch (``nn.Sequential``'s) in one wrapper shared by
+    all of them, and every model of one class shares its forward: past
+    ``recompile_limit`` (8) entries dynamo runs it eagerly without a word.
+    A fresh entry function per traced module gives each its own cache.
+    """
+    forward = module.forward
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        return forward(*args, **kwargs)
+
+    entry.__code__ = entry.__code__.replace()  # a new code object: a cache of its own
+    return torch.compile(entry, backend=backend, dynamic=False)
+
+
 class SegmentedCapture:
     """The user's function with its modules' forwards compiled and its optimizers routed."""
 
@@ -140,11 +161,11 @@ class SegmentedCapture:
         self._fn = fn
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
+        self._failures_seen = 0  # guard failures dynamo had recorded when this call started
         state = discover_state(fn)
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         for root in dict.fromkeys(_compile_target(r) for r in state.roots):
-            self.modules.append((root, torch.compile(root.forward, backend=self._backend(type(root).__name__),
-                                                     dynamic=False)))
+            self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
         self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
         primary = state.roots[0] if state.roots else None
         self.optimizers: list[tuple[torch.optim.Optimizer, Callable[..., Any]]] = []
@@ -180,8 +201,8 @@ class SegmentedCapture:
         return compile_segment
 
     def _on_compile_start(self, args: Any) -> None:
-        from torch._dynamo.utils import guard_failures
-        self._compiling = _Compiling(self._clock(), sum(len(v) for v in guard_failures.values()))
+        # Dynamo records why guards failed before it starts compiling: count from the call's start.
+        self._compiling = _Compiling(self._clock(), self._failures_seen)
 
     def _on_compile_end(self, args: Any) -> None:
         from torch._dynamo.utils import guard_failures
@@ -189,12 +210,15 @@ class SegmentedCapture:
         if started is None or not self.compiled_once:
             return  # the first call's compiles are expected: nothing to report
         reasons = [r for v in guard_failures.values() for r in v][started.failures_before:]
+        self._failures_seen = started.failures_before + len(reasons)
         reason = reasons[-1].split("\n", 1)[0] if reasons else "a new code path (no guard failed)"
         what = ", ".join(started.graphs) or "no new graph"
-        span = CompileSpan(started.start_ns, self._clock(), what, reason)
-        self.compiles.append(span)
-        self.timeline.events.append(span)
-        if started.graphs:
+        lazy = getattr(getattr(args, "callback_trigger", None), "name", "") == "LAZY_BACKWARD"
+        span = CompileSpan(started.start_ns, self._clock(), what, "" if lazy else reason, lazy)
+        self.timeline.events.append(span)  # left out of the step's time either way
+        if started.graphs:  # dynamo looked at a frame and made no graph: nothing was recompiled
+            self.compiles.append(span)
+        if started.graphs and not lazy:  # a lazily compiled backward belongs to the forward's warning
             warnings.warn(f"graphprof: {self._name}: torch.compile compiled {what} after the first call "
                           f"because {reason}; its compile time is left out of step times", stacklevel=2)
 
@@ -266,7 +290,9 @@ class SegmentedCapture:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the step; with ``probing`` set, record its timeline."""
+        from torch._dynamo.utils import guard_failures
         self.timeline = StepTimeline()
+        self._failures_seen = sum(len(v) for v in guard_failures.values())
         handler = torch._dynamo.callback_handler
         handler.register_start_callback(self._on_compile_start)
         handler.register_end_callback(self._on_compile_end)

@@ -17,7 +17,7 @@ gaps and reads add up to the step's wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from graphprof.capture.segment_nodes import last_source
@@ -82,6 +82,20 @@ def _optimizer_graphs(steps: Sequence[SegmentedStep]) -> list[tuple[int, Any]]:
     return list(seen.values())
 
 
+def _with_update_modules(record: GraphRecord) -> GraphRecord:
+    """Scalar arithmetic of a single-tensor update (bias corrections of Python numbers) and the reads of a
+    gradient carry no module: they serve the parameter update that follows, so they get its module."""
+    nodes = list(record.nodes)
+    module, module_type = "", ""
+    for i in range(len(nodes) - 1, -1, -1):
+        node = nodes[i]
+        if node.module_type:
+            module, module_type = node.module, node.module_type
+        elif module_type:
+            nodes[i] = replace(node, module=module, module_type=module_type)
+    return replace(record, nodes=tuple(nodes))
+
+
 def _optimizer_name(slot: int, slots: set[int]) -> str:
     return "optimizer" if slots == {0} else f"optimizer {slot + 1}"
 
@@ -107,7 +121,8 @@ def segment_graph_records(segments: Sequence[Segment], steps: Sequence[Segmented
         if name in names.values():
             name = f"{name} (graph {k + 1})"
         names[id(gm)] = name
-        records.append(graph_record_from_times(gm, per_step, len(segments) + k, name, GraphKind.SEGMENT))
+        record = graph_record_from_times(gm, per_step, len(segments) + k, name, GraphKind.SEGMENT)
+        records.append(_with_update_modules(record))
     records.append(host_graph_record(segments, steps, len(segments) + len(optimizer_graphs), names, slots))
     return records
 

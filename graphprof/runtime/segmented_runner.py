@@ -92,5 +92,13 @@ class SegmentedRunner:
 
     def recompile_notes(self) -> list[dict[str, Any]]:
         """Every compile after the first call: when, what, why and what it cost (seconds)."""
-        return [{"call": call, "graphs": span.what, "reason": span.reason,
-                 "compile_time_s": (span.end_ns - span.start_ns) / 1e9} for call, span in self.recompiles]
+        notes: list[dict[str, Any]] = []
+        for call, span in self.recompiles:
+            seconds = (span.end_ns - span.start_ns) / 1e9
+            if span.backward_of_previous and notes and notes[-1]["call"] == call:
+                notes[-1]["graphs"] += f", {span.what}"  # one recompile: its forward and its backward
+                notes[-1]["compile_time_s"] += seconds
+                continue
+            notes.append({"call": call, "graphs": span.what, "reason": span.reason or "a new backward",
+                          "compile_time_s": seconds})
+        return notes
