@@ -5,6 +5,8 @@ and a deliberately hostile deep MLP of tiny ops:
 
 * overhead.py: fidelity (graph / eager), probe overhead, coverage, idle
   schedule cost, segmented capture (GPT), torch.profiler / eager;
+* segmented.py: segments with and without probes / eager, on the GPT step
+  with a logged loss and a Hugging Face BERT + AdamW step;
 * capture_cost.py: graphprof's capture against torch.compile(aot_eager);
 * agreement.py: per-op-type time against torch.profiler, top 5 types;
 * analyze_scale.py: `graphprof analyze` / `graphprof report` on 10,000 and
@@ -24,7 +26,7 @@ import time
 
 import torch
 
-from benchmarks import agreement, analyze_scale, capture_cost, overhead
+from benchmarks import agreement, analyze_scale, capture_cost, overhead, segmented
 
 WORKLOADS = ("resnet", "gpt", "tiny-mlp")
 TARGETS = {"resnet": 1.02, "gpt": 1.05, "tiny-mlp": 1.15}
@@ -53,6 +55,8 @@ def run(quick: bool) -> str:
         lines.append(f"- {r.workload}: overhead {r.overhead:.3f} (target <= {TARGETS[r.workload]}: "
                      f"{_mark(r.overhead <= TARGETS[r.workload])}), fidelity {r.fidelity:.3f} (<= 1.03: "
                      f"{_mark(r.fidelity <= 1.03)}), coverage {r.coverage:.3f} (>= 0.97: {_mark(r.coverage >= 0.97)})")
+    lines += ["", "## Segmented capture (capture=\"dynamo\") on steps that log with .item()", "",
+              segmented.markdown([segmented.measure(w, rounds=rounds // 2) for w in segmented.WORKLOADS])]
     lines += ["", "## Capture cost against torch.compile(backend=\"aot_eager\")", "",
               "| workload | graphprof capture | aot_eager compile | ratio |", "|---|---|---|---|"]
     for w in WORKLOADS:
