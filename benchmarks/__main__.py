@@ -7,10 +7,14 @@ and a deliberately hostile deep MLP of tiny ops:
   schedule cost, segmented capture (GPT), torch.profiler / eager;
 * segmented.py: segments with and without probes / eager, on the GPT step
   with a logged loss and a Hugging Face BERT + AdamW step;
+* real_loops.py: probes / eager on a scheduler inside and outside the step and
+  gradient accumulation with a counter (demo GPT);
 * capture_cost.py: graphprof's capture against torch.compile(aot_eager);
 * agreement.py: per-op-type time against torch.profiler, top 5 types;
-* analyze_scale.py: `graphprof analyze` / `graphprof report` on 10,000 and
-  100,000-node profiles, bytes per node.
+* coverage_threads.py: coverage step by step at 1 and 2 torch threads;
+* analyze_scale.py: bytes per node of 10,000 and 100,000-node profiles;
+* cli_scale.py: analyze, report, diff and every export of those profiles,
+  one process each: wall and CPU time, peak RSS.
 
 Writes the report to stdout and to benchmarks/results.md. Use ``--quick`` for
 fewer rounds (numbers get noisier).
@@ -26,7 +30,16 @@ import time
 
 import torch
 
-from benchmarks import agreement, analyze_scale, capture_cost, overhead, segmented
+from benchmarks import (
+    agreement,
+    analyze_scale,
+    capture_cost,
+    cli_scale,
+    coverage_threads,
+    overhead,
+    real_loops,
+    segmented,
+)
 
 WORKLOADS = ("resnet", "gpt", "tiny-mlp")
 TARGETS = {"resnet": 1.02, "gpt": 1.05, "tiny-mlp": 1.15}
@@ -55,6 +68,8 @@ def run(quick: bool) -> str:
         lines.append(f"- {r.workload}: overhead {r.overhead:.3f} (target <= {TARGETS[r.workload]}: "
                      f"{_mark(r.overhead <= TARGETS[r.workload])}), fidelity {r.fidelity:.3f} (<= 1.03: "
                      f"{_mark(r.fidelity <= 1.03)}), coverage {r.coverage:.3f} (>= 0.97: {_mark(r.coverage >= 0.97)})")
+    lines += ["", "## Real training loops on the demo GPT (probes / eager, interleaved)", "",
+              real_loops.markdown([real_loops.measure(loop, rounds=8 if quick else 20) for loop in real_loops.LOOPS])]
     lines += ["", "## Segmented capture (capture=\"dynamo\") on steps that log with .item()", "",
               segmented.markdown([segmented.measure(w, rounds=rounds // 2) for w in segmented.WORKLOADS])]
     lines += ["", "## Capture cost against torch.compile(backend=\"aot_eager\")", "",
@@ -70,13 +85,22 @@ def run(quick: bool) -> str:
             lines.append(f"| {w} | {a.op_type} | {a.graphprof_s * 1e6:.0f} us | {a.torch_profiler_s * 1e6:.0f} us | "
                          f"{a.ratio:.3f} ({_mark(abs(a.ratio - 1) <= 0.10)}) |")
     lines.append(f"\ntorch.profiler's measured cost per recorded event: {per_event * 1e9:.0f} ns.")
-    lines += ["", "## Analyzer scale (whole command, interpreter start included)", "",
-              "| nodes | bytes/node/step (5 steps) | bytes/node (1 step) | analyze | report |", "|---|---|---|---|---|"]
+    lines += ["", "## Coverage step by step (node times of step k / wall time of step k), 1 and 2 torch threads", "",
+              coverage_threads.markdown([coverage_threads.measure(w, t, steps=10 if quick else 20)
+                                         for w in WORKLOADS for t in (1, 2)])]
+    lines += ["", "## Profile file size", "", "| nodes | bytes/node/step (5 steps) | bytes/node (1 step) |", "|---|---|---|"]
     with tempfile.TemporaryDirectory() as directory:
         for nodes in (10_000, 100_000):
-            s = analyze_scale.measure(nodes, 5, 2 if quick else 5, directory)
-            lines.append(f"| {nodes} | {s.bytes_per_node_step:.1f} | {s.bytes_per_node_one_step:.1f} | "
-                         f"{s.analyze_median_s:.2f} s | {s.report_median_s:.2f} s |")
+            _, one = analyze_scale.file_size(analyze_scale.synthetic_profile(nodes, 1), directory, "one.json")
+            _, five = analyze_scale.file_size(analyze_scale.synthetic_profile(nodes, 5), directory, "five.json")
+            lines.append(f"| {nodes} | {five / nodes / 5:.1f} | {one / nodes:.1f} |")
+        lines += ["", "## Commands on large profiles (one process each, interpreter start included)", "",
+                  "Wall and CPU (user + sys) time, median of runs; peak RSS of the process. Targets: 1.5 s at "
+                  "100,000 nodes; analyze, report and diff of 1,000,000 nodes in 15 s and 4 GiB "
+                  "(`python -m benchmarks.cli_scale --nodes 1000000 --no-exports`).", ""]
+        rows = [r for nodes in (10_000, 100_000)
+                for r in cli_scale.measure(nodes, directory, 1 if quick else 3)]
+        lines.append(cli_scale.markdown(rows))
     lines.append(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}.")
     return "\n".join(lines) + "\n"
 

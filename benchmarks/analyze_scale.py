@@ -112,7 +112,7 @@ class ScaleResult:
     report_median_s: float
 
 
-def _file_size(profile: Profile, directory: str, name: str) -> tuple[str, int]:
+def file_size(profile: Profile, directory: str, name: str) -> tuple[str, int]:
     path = os.path.join(directory, name)
     profile.save(path)
     return path, os.path.getsize(path)
@@ -120,8 +120,8 @@ def _file_size(profile: Profile, directory: str, name: str) -> tuple[str, int]:
 
 def measure(nodes: int, steps: int, repeat: int, directory: str) -> ScaleResult:
     """Write the profiles, time the analyze command ``repeat`` times."""
-    _, one_step_size = _file_size(synthetic_profile(nodes, 1), directory, f"scale_{nodes}_1.json")
-    path, size = _file_size(synthetic_profile(nodes, steps), directory, f"scale_{nodes}_{steps}.json")
+    _, one_step_size = file_size(synthetic_profile(nodes, 1), directory, f"scale_{nodes}_1.json")
+    path, size = file_size(synthetic_profile(nodes, steps), directory, f"scale_{nodes}_{steps}.json")
     times, cpu_times, report_times = [], [], []
     command = [sys.executable, "-m", "graphprof", "analyze", path, "-t", "20"]
     report = [sys.executable, "-m", "graphprof", "report", path, "--peak-gflops", "100", "--peak-gbs", "20"]

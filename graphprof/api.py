@@ -25,14 +25,17 @@ class Profile(model.Profile):
         aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
         min_time: float | None = None, max_time: float | None = None, stat: str = "median",
         print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
-        clock: str = "auto",
+        clock: str = "auto", width: int | None = None, wide: bool = False,
+        columns: str | Iterable[str] | None = None,
     ) -> str:
         """The summary and the ``top`` rows (0 = all) as text; the options of ``graphprof analyze``.
 
         Same names and meanings as the command's flags (``type`` and ``phase``
         take one value or a list; ``min_time``/``max_time`` are seconds), e.g.
         ``profile.table(5, aggregate_by="type")`` or
-        ``profile.table(type="convolution", order_by="+flops", format="json")``.
+        ``profile.table(type="convolution", order_by="+flops", format="json")``. The text fits
+        ``width`` characters (default: COLUMNS, the terminal, else 120); ``wide=True`` or
+        ``columns="time,name,flops"`` (or "all") print more.
         A bad value raises ValueError with one sentence.
         """
         from graphprof.analysis.options import make_options
@@ -43,23 +46,38 @@ class Profile(model.Profile):
             top, type=type, name=name, module=module, input_dtype=input_dtype, phase=phase,
             aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by, min_time=min_time,
             max_time=max_time, stat=stat, print_only=print_only, format=format,
-            module_depth=module_depth, clock=clock,
+            module_depth=module_depth, clock=clock, width=width, wide=wide, columns=columns,
         )
         return render_table(build_table(self, options))
 
     def report(self, top: int = 10, stat: str = "median", peaks: dict[str, float] | None = None,
-               module_depth: int = 2) -> str:
-        """The bottleneck report as text: summary, findings, roofline, critical path, breakdowns.
+               module_depth: int = 2, *, tokens_per_step: float | None = None,
+               samples_per_step: float | None = None) -> str:
+        """The bottleneck report as text: summary, utilisation, findings, roofline, critical path, breakdowns.
 
-        ``peaks`` (``{"flops_per_s": ..., "bytes_per_s": ...}``) override the
-        ones recorded in the profile's meta by ``graphprof calibrate``.
+        ``peaks`` (``{"flops_per_s": ...}``, optionally ``"bytes_per_s"``)
+        are the user's: MFU/HFU are shown against them next to the peaks
+        recorded in the profile's meta by ``graphprof calibrate``, and they
+        replace those in the roofline. ``tokens_per_step``/``samples_per_step``
+        say what one step processes, for throughput (they override the
+        ones recorded in the profile).
         """
         from graphprof.analysis.report import build_report
-        from graphprof.analysis.roofline import Peaks
+        from graphprof.analysis.utilisation import given_peaks
+        from graphprof.profile.step_facts import Workload
         from graphprof.render.report_text import render_report
 
-        given = Peaks(peaks["flops_per_s"], peaks["bytes_per_s"]) if peaks else None
-        return render_report(build_report(self, given, stat=stat, top=top, module_depth=module_depth))
+        flops = peaks.get("flops_per_s") if peaks else None
+        given = given_peaks(self, flops, peaks.get("bytes_per_s") if peaks else None)
+        return render_report(build_report(self, given, stat=stat, top=top, module_depth=module_depth,
+                                          peak_flops_per_s=flops,
+                                          workload=Workload(tokens_per_step, samples_per_step)))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich view: summary, MFU/HFU, findings and top nodes, from the HTML report's parts."""
+        from graphprof.render.notebook import notebook_html
+
+        return notebook_html(self)
 
     def memory_summary(self, graph_id: int = 0, top: int = 10) -> str:
         """The modelled memory peak of graph ``graph_id`` as text.
@@ -78,7 +96,7 @@ class Profile(model.Profile):
     def export(self, path: str | os.PathLike[str], format: str | None = None, **options: Any) -> str:
         """Write this profile to ``path`` in the format its name implies; returns the format's name.
 
-        ``.trace.json``/``.json`` Chrome/Perfetto trace, ``.dot``/``.svg`` annotated
+        ``.trace.json``/``.json`` Chrome/Perfetto trace (``.trace.json.gz`` gzip-compressed), ``.dot``/``.svg`` annotated
         graph, ``.graphml``, ``.nodelink.json``, ``.folded`` flame-graph stacks,
         ``.html`` report, ``memory.svg`` memory timeline; ``format`` overrides the
         name. Options: ``stat``, ``module_level`` (None = automatic), ``hide_views``,

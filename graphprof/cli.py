@@ -8,10 +8,14 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from graphprof.profile.serialize import ProfileError
+from graphprof.render.escape import terminal_line, terminal_text
 
 if TYPE_CHECKING:
     from graphprof.analysis.options import TableOptions
@@ -23,18 +27,33 @@ class UsageError(Exception):
     """A mistake the user can fix; printed as one line, exit status 2."""
 
 
+def emit(text: str) -> None:
+    """Print command output: every name in it reached the terminal through ``terminal_text``."""
+    print(terminal_text(text))
+
+
+def note(text: str) -> None:
+    """One line on stderr (``graphprof: ...``); a path or name in it cannot break the line."""
+    print(terminal_line(text), file=sys.stderr)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line on stderr and exit status 2, like every user error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, terminal_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from graphprof.demo.run import run_demo
 
-    print(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
+    emit(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
     return 0
+
+
+#: MegEngine's --print-only device|host: the table alone, on that clock ("auto" is the device
+#: clock when one was recorded, and the host clock on a CPU).
+_MEGENGINE_PRINT_ONLY = {"device": "auto", "host": "host"}
 
 
 def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
@@ -49,7 +68,8 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
     g.add_argument("--type", dest="types", action="append", metavar="T",
                    help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
-    g.add_argument("--name", metavar="REGEX", help="keep nodes whose name matches (re.search)")
+    g.add_argument("--name", "--opr-name", metavar="REGEX",
+                   help="keep nodes whose name matches (re.search; --opr-name is MegEngine's spelling)")
     g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
     g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
     g.add_argument("--phase", dest="phases", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
@@ -64,20 +84,37 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
     g.add_argument("--stat", default="median", choices=STATS, help="statistic over profiled steps (default median)")
     g.add_argument("--clock", default="auto", choices=CLOCKS, help="host or device time (auto: device when recorded)")
-    g.add_argument("--print-only", choices=PRINT_ONLY, help="print only the summary or only the table")
+    g.add_argument("--show-host", dest="clock", action="store_const", const="host",
+                   help="MegEngine's spelling of --clock host")
+    g.add_argument("--print-only", choices=(*PRINT_ONLY, *_MEGENGINE_PRINT_ONLY),
+                   help="print only the summary or only the table (MegEngine's device and host: the table "
+                        "on that clock)")
     g.add_argument("--format", default="simple", metavar="FMT",
                    help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
+    g.add_argument("--wiki", "--confluence", dest="format", action="store_const", const="orgtbl",
+                   help="MegEngine's wiki table: --format orgtbl")
+    g.add_argument("--columns", metavar="COL,...",
+                   help="print these columns in this order (keys or aliases as --order-by takes; 'all' for every "
+                        "one); also the fields of --format json/csv")
+    g.add_argument("--wide", action="store_true",
+                   help="every default column, names unclipped, whatever the width")
+    g.add_argument("--width", type=int, metavar="N",
+                   help="fit the table to N characters (default: COLUMNS, else the terminal, else 120)")
 
 
 def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
     """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
     from graphprof.analysis.options import make_options
 
+    print_only, clock = args.print_only, args.clock
+    if print_only in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
+        print_only, clock = "table", _MEGENGINE_PRINT_ONLY[print_only]
     return make_options(
         args.top, type=args.types, name=args.name, module=args.module, input_dtype=args.input_dtype,
         phase=args.phases, aggregate=args.aggregate, aggregate_by=args.aggregate_by, order_by=args.order_by,
-        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=args.print_only,
-        format=args.format, module_depth=args.module_depth, clock=args.clock,
+        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=print_only,
+        format=args.format, module_depth=args.module_depth, clock=clock, width=args.width, wide=args.wide,
+        columns=args.columns,
     )
 
 
@@ -85,7 +122,10 @@ def load_for_analysis(path: str) -> "Profile":
     """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
     from graphprof.profile.serialize import load_profile, require_samples
 
-    profile = load_profile(path)
+    from graphprof.progress import stage
+
+    with stage(f"loading {terminal_line(path)}"):
+        profile = load_profile(path)
     require_samples(profile, path)
     return profile
 
@@ -108,20 +148,44 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         result = build_table(profile, options)
     finally:
         gc.unfreeze()
-    print(render_table(result))
+    emit(render_table(result))
     if result.note and options.format in DATA_FORMATS:
-        print(f"graphprof: note: {result.note}", file=sys.stderr)  # keep stdout machine-readable
+        note(f"graphprof: note: {result.note}")  # keep stdout machine-readable
     return 0
+
+
+def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> None:
+    """UsageError when ``output`` is (a link to) one of ``inputs``: the command would replace its own input."""
+    for path in inputs:
+        try:
+            same = os.path.samefile(path, output)
+        except OSError:  # either does not exist (yet): they cannot be the same file
+            continue
+        if same:
+            raise UsageError(f"{output} is the input profile {path}; writing {what} there would replace it, "
+                             "so choose another output file")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.profile.serialize import load_profile
+    from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
 
-    profile = load_profile(args.profile)
-    written = export_profile(profile, args.output, format=args.format, stat=args.stat,
-                             module_level=args.module_level, hide_views=args.hide_views)
-    print(f"graphprof: wrote {args.output} ({written})", file=sys.stderr)
+    _refuse_overwriting_input(args.output, [args.profile], "its export")
+    with stage(f"loading {terminal_line(args.profile)}"):
+        profile = load_profile(args.profile)
+    with stage(f"writing {terminal_line(args.output)}"):
+        written = export_profile(profile, args.output, format=args.format, stat=args.stat,
+                                 module_level=args.module_level, hide_views=args.hide_views)
+    size = ""
+    if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
+        from graphprof.render.chrome_trace import bytes_per_node_step
+        from graphprof.render.units import format_bytes
+
+        nbytes = os.path.getsize(args.output)
+        per = bytes_per_node_step(profile, nbytes)
+        size = f", {format_bytes(nbytes)}" + (f", {per:.0f} bytes per node per step" if per is not None else "")
+    note(f"graphprof: wrote {args.output} ({written}{size})")
     return 0
 
 
@@ -166,10 +230,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         result = diff(before, after, options, order_by=args.order_by, fail_if_slower=threshold)
     finally:
         gc.unfreeze()
-    print(render_diff(result))
+    emit(render_diff(result))
     if result.gate is not None and options.format in DATA_FORMATS:  # keep stdout machine-readable
-        print(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}",
-              file=sys.stderr)
+        note(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}")
     return 1 if result.gate is not None and result.gate.regressed else 0
 
 
@@ -195,28 +258,40 @@ def _add_diff_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_cmd_diff)
 
 
-def _peaks_from_args(args: argparse.Namespace) -> "Peaks | None":
-    """Peaks given on the command line (GFLOP/s and GB/s), or None for the profile's own."""
-    from graphprof.analysis.roofline import Peaks
+def _peaks_from_args(args: argparse.Namespace, profile: "Profile") -> "Peaks | None":
+    """Roofline peaks given on the command line (GFLOP/s, GB/s), or None for the profile's own.
 
-    if args.peak_gflops is None and args.peak_gbs is None:
-        return None
-    if args.peak_gflops is None or args.peak_gbs is None:
-        raise UsageError("--peak-gflops and --peak-gbs go together")
-    if args.peak_gflops <= 0 or args.peak_gbs <= 0:
-        raise UsageError("peaks must be positive")
-    return Peaks(args.peak_gflops * 1e9, args.peak_gbs * 1e9)
+    ``--peak-gflops`` alone (a datasheet figure, for MFU) keeps the profile's bandwidth.
+    """
+    from graphprof.analysis.utilisation import given_peaks
+
+    if args.peak_gbs is not None and args.peak_gflops is None:
+        raise UsageError("--peak-gbs needs --peak-gflops with it")
+    for flag, value in (("--peak-gflops", args.peak_gflops), ("--peak-gbs", args.peak_gbs)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} must be positive")
+    scale = lambda v: None if v is None else v * 1e9  # noqa: E731
+    return given_peaks(profile, scale(args.peak_gflops), scale(args.peak_gbs))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from graphprof.analysis.report import build_report
+    from graphprof.profile.step_facts import Workload
     from graphprof.render.report_text import render_report
 
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    from graphprof.progress import stage
+
+    workload = Workload(args.tokens_per_step, args.samples_per_step)  # ValueError: one sentence
     profile = load_for_analysis(args.profile)
-    print(render_report(build_report(profile, _peaks_from_args(args), stat=args.stat, top=args.top,
-                                     module_depth=args.module_depth)))
+    peaks = _peaks_from_args(args, profile)
+    with stage(f"analysing {profile.node_count} nodes"):
+        text = render_report(build_report(profile, peaks, stat=args.stat, top=args.top,
+                                          module_depth=args.module_depth,
+                                          peak_flops_per_s=None if args.peak_gflops is None else args.peak_gflops * 1e9,
+                                          workload=workload))
+    emit(text)
     return 0
 
 
@@ -224,10 +299,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from graphprof.profile.merge import merge_profiles
     from graphprof.profile.serialize import load_profile
 
+    _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
     merged.save(args.output)
     ranks = len(merged.meta.extra["distributed"]["ranks"])
-    print(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}", file=sys.stderr)
+    note(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}")
     return 0
 
 
@@ -244,20 +320,29 @@ def _add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from graphprof.runtime.calibrate import cache_path, calibrate, load_cached
+    from graphprof.runtime.calibrate import cache_path, calibrate, find_calibration
 
-    peaks = load_cached(args.device) if args.show else calibrate(args.device)
-    if peaks is None:
-        raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
-    for key, value in sorted(peaks.items()):
-        unit = "B/s" if key.startswith("bytes") else "FLOP/s"
-        print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
+    for threads in args.threads or [None]:
+        if args.show:
+            found = find_calibration(args.device, threads)
+            if found is None:
+                raise UsageError(f"no calibration cached for {args.device}; run `graphprof calibrate` first")
+            peaks, measured = found.peaks, found.threads
+        else:
+            peaks, measured = calibrate(args.device, threads=threads), threads
+        if args.device == "cpu" and measured:
+            print(f"with {measured} thread(s):")
+        for key, value in sorted(peaks.items()):
+            unit = "B/s" if key.startswith("bytes") else "FLOP/s"
+            print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
     print(f"cached in {cache_path()}; profiles taken from now on record these peaks")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (they appear only on a terminal anyway)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="profile a built-in training step on CPU and print the report")
@@ -280,14 +365,23 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("-t", "--top", type=int, default=10, help="rows per section (default 10)")
     report.add_argument("--stat", default="median", choices=("median", "mean", "min", "max"))
     report.add_argument("--module-depth", type=int, default=2, help="module tree depth of the breakdown")
-    report.add_argument("--peak-gflops", type=float, help="device peak GFLOP/s (instead of the profile's)")
-    report.add_argument("--peak-gbs", type=float, help="device peak memory bandwidth in GB/s")
+    report.add_argument("--peak-gflops", type=float,
+                        help="device peak GFLOP/s (a datasheet figure): MFU/HFU against it next to the calibrated "
+                             "peak, and the roofline's compute roof")
+    report.add_argument("--peak-gbs", type=float, help="device peak memory bandwidth in GB/s (with --peak-gflops)")
+    report.add_argument("--tokens-per-step", type=float, metavar="N",
+                        help="tokens one step processes (e.g. batch x sequence length): tokens/s in the report")
+    report.add_argument("--samples-per-step", type=float, metavar="N",
+                        help="samples one step processes (the batch size): samples/s in the report")
     report.set_defaults(func=_cmd_report)
 
     calibrate = sub.add_parser("calibrate", help="measure and cache this device's peak FLOP/s and bandwidth")
     calibrate.add_argument("--device", default="cpu",
                            help="device to measure: cpu (default) or this machine's accelerator (cuda, xpu, ...)")
     calibrate.add_argument("--show", action="store_true", help="print the cached figures, measure nothing")
+    calibrate.add_argument("--threads", type=int, nargs="+", metavar="N",
+                           help="CPU thread counts to measure with, each cached apart (default: torch's current "
+                                "count); profiles use the entry of their own count, else the nearest")
     calibrate.set_defaults(func=_cmd_calibrate)
     _add_export_parser(sub)
     _add_merge_parser(sub)
@@ -295,16 +389,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _closed_pipe() -> int:
+    """Exit quietly after the reader of stdout went away (``graphprof analyze p.json | head -1``).
+
+    Python would report the failed flush of stdout at exit; pointing stdout at
+    /dev/null first makes that flush succeed silently.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command: 0 on success, 1 when ``diff``'s gate fires, 2 on bad input, 130 on Ctrl-C."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from graphprof.progress import set_quiet
+
+    set_quiet(args.quiet)
     try:
-        return int(args.func(args))
-    except (ProfileError, UsageError, ValueError, OSError) as exc:
-        print(f"graphprof: error: {exc}", file=sys.stderr)
-        return 2
+        status = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return status
     except BrokenPipeError:
-        return 0
+        return _closed_pipe()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            return _closed_pipe()
+        note(f"graphprof: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return 2
+    except (ProfileError, UsageError, ValueError) as exc:
+        note(f"graphprof: error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        # Files are written through a temporary file and a rename, so nothing is half-written;
+        # 128 + SIGINT is what a shell reports for a command stopped by Ctrl-C.
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

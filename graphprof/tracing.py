@@ -32,6 +32,7 @@ from graphprof.capture.inputs import guards_hold
 from graphprof.capture.state import StateIndex
 from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED, is_number_input
 from graphprof.passes.instrument import Clock
+from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
 from graphprof.runtime.device_clock import TIMINGS, DeviceClock
 from graphprof.runtime.runner import Runner
@@ -63,6 +64,25 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
             except TypeError:
                 parts.append((type(leaf), id(leaf)))
     return tuple(parts), leaves
+
+
+def _signature_change(old: Hashable, new: Hashable) -> str:
+    """One phrase naming the first argument whose shape, type or value differs from the last signature."""
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a == b:
+                continue
+            if i == 1:
+                return f"grad mode changed to {'enabled' if b else 'disabled'}"
+            if i > 1:
+                return f"argument {i - 2} (flattened) changed from {_short(a)} to {_short(b)}"
+            break
+    return "the arguments' structure changed"
+
+
+def _short(part: Any) -> str:
+    text = repr(part)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _baked(value: Any) -> Any:
@@ -117,7 +137,7 @@ class TracedFunction:
                  on_profile_ready: Callable[[Profile], Any] | None = None,
                  max_steps: int = DEFAULT_MAX_STEPS, sample_rate: int = 0,
                  peaks: dict[str, float] | None = None, timing: str = "pipelined",
-                 device_clock: DeviceClock | None = None) -> None:
+                 device_clock: DeviceClock | None = None, eager_calls: int = 1) -> None:
         if timing not in TIMINGS:
             raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
         if sample_rate < 0:
@@ -132,6 +152,8 @@ class TracedFunction:
             raise ValueError(f"capture must be one of {', '.join(_CAPTURE_MODES)}, not {capture!r}")
         if cache_size < 1:
             raise ValueError("cache_size must be at least 1")
+        if eager_calls < 1:
+            raise ValueError("eager_calls must be at least 1 (the first call always runs eagerly)")
         functools.update_wrapper(self, fn)
         if not hasattr(self, "__name__"):  # a module or other callable object
             self.__name__ = type(fn).__name__
@@ -160,6 +182,9 @@ class TracedFunction:
         self._segmented: SegmentedRunner | None = None
         self._runner: Runner | None = None  # the runner of the last call
         self._cycles: list[Profile] = []
+        #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
+        self.eager_calls = eager_calls
+        self._eager_s: list[float] = []
 
     def _action(self, call: int) -> Action:
         if not self.profiling:
@@ -177,8 +202,10 @@ class TracedFunction:
         start = self._clock()
         call = self._calls
         self._calls += 1
-        if call == 0:
-            return self._fn(*args, **kwargs)
+        if call < self.eager_calls:
+            result = self._fn(*args, **kwargs)
+            self._eager_s.append((self._clock() - start) * 1e-9)
+            return result
         key, leaves = _signature(args, kwargs)
         if self._storm is not None or self._segmented is not None or self.capture == "dynamo":
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
@@ -211,13 +238,14 @@ class TracedFunction:
         """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)."""
         paths = self._graphs.get(key)
         if not paths:
-            return None, ("its input signature is new" if self._graphs else "it runs for the first time")
+            if not self._graphs:
+                return None, "it runs for the first time"
+            return None, _signature_change(next(reversed(self._graphs)), key)
         reason = ""
         for runner, baked in list(paths):
             now = _guard_values(runner.captured.state)
-            if baked != now:
+            if baked != now:  # kept: a loop that switches train/eval modes comes back to it
                 reason = _what_changed(baked, now, runner.captured.state)
-                paths.remove((runner, baked))  # that value is gone for good: this graph would never run again
                 continue
             mismatch = runner.captured.entry_mismatch()
             if mismatch is not None:
@@ -268,7 +296,7 @@ class TracedFunction:
             log.info("graphprof: %s: capturing again because %s", self.__name__, reason)
         runner = WholeStepRunner.capture(
             self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
-            profiling=self.profiling, scheduled=self.schedule is not None, sample_rate=self.sample_rate,
+            profiling=self.profiling, sample_rate=self.sample_rate,
             timing=self.timing, device_clock=self._device_clock)
         self.captures += 1
         paths = self._graphs.setdefault(key, [])
@@ -288,8 +316,9 @@ class TracedFunction:
             self.on_profile_ready(profile)
 
     def _profile_of(self, runner: Runner, cycle: int | None = None) -> Profile:
-        return assemble_profile(self.__name__, runner.recorded_steps(), clock=self._clock, peaks=self.peaks,
-                                schedule=self.schedule, cycle=cycle)
+        profile = assemble_profile(self.__name__, runner.recorded_steps(), clock=self._clock, peaks=self.peaks,
+                                   schedule=self.schedule, cycle=cycle)
+        return with_eager_times(profile, self._eager_s, first_is_cold=True) if self._eager_s else profile
 
     # -- results ------------------------------------------------------------------
     def get_profile(self, all: bool = False) -> Any:
@@ -315,7 +344,7 @@ class TracedFunction:
         if runner is None or not runner.recorded():
             raise RuntimeError(
                 f"no profiled step yet for {self.__name__}: call 1 runs eagerly, call 2 captures the graph, "
-                "call 3 measures kernel workspace and calls from 4 on are profiled (with profiling=True)"
+                "(measuring kernel workspace too) and calls from 3 on are profiled (with profiling=True)"
             )
         profile = self._profile_of(runner)
         return [profile] if all else profile
@@ -326,6 +355,7 @@ class TracedFunction:
         self._runner = None
         self._calls = 0
         self._cycles.clear()
+        self._eager_s.clear()
         self._segmented = None
         self.captures = 0
         self._captures_in_a_row = 0

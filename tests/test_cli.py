@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import graphprof
 from graphprof.cli import main
+from tests.data.make_small_profile import build
 from tests.profile.test_serialize import small_profile
 
 
@@ -17,6 +22,8 @@ def test_demo_profiles_a_real_resnet_step_and_saves_it(tmp_path, capsys) -> None
     text = capsys.readouterr().out
     assert "resnet training step on CPU" in text and "roofline of the top 5 nodes" in text
     assert "critical path" in text and "findings" in text and "by module" in text
+    assert "utilisation against peak" in text and "MFU (calibrated)" in text and "samples/s (16 samples per step)" in text
+    assert "eager vs graph: eager step" in text  # measured on an eager twin beside each traced call
     profile = graphprof.load(out)
     assert len(profile.steps) == 2 and profile.node_count > 100
     assert {"layer1.0.conv1", "fc"} <= {n.module for _, n in profile.iter_nodes()}
@@ -78,7 +85,7 @@ def test_analyze_bad_option_values_exit_2_with_one_line(tmp_path) -> None:
     small_profile().save(str(path))
     for args, phrase in (
         (["--name", "("], "not a valid regular expression"),
-        (["--order-by", "memory"], "'bytes_moved'"),
+        (["--columns", "time,bogus"], "no column 'bogus'"),
         (["--order-by", "bogus"], "cannot order by 'bogus'"),
         (["--format", "xlsx"], "--format 'xlsx' is unknown"),
         (["--module-depth", "2"], "only applies with --aggregate-by module"),
@@ -112,3 +119,39 @@ def test_analyze_reads_a_json_dumped_profile(tmp_path, capsys) -> None:
     assert main(["analyze", str(path), "--aggregate-by", "type", "--format", "csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("rank,label,calls,time_s") and len(rows) == 3
+
+
+def test_megengine_documented_command_runs(tmp_path: Path) -> None:
+    """MegEngine's own example, with its spellings: memory, --opr-name, --print-only device."""
+    path = tmp_path / "p.json"
+    build().save(str(path))
+    proc = subprocess.run([sys.executable, "-m", "graphprof", "analyze", str(path), "-t", "5", "--order-by", "memory",
+                           "--min-time", "1e-6", "--type", "MatrixMul", "--opr-name", "^mm", "--print-only", "device"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "ordered by bytes_moved descending" in proc.stdout and "mm_" in proc.stdout
+
+
+@pytest.mark.parametrize("columns", ["100", "60"])
+def test_tables_fit_the_terminal_width(tmp_path: Path, columns: str) -> None:
+    path = tmp_path / "p.json"
+    build().save(str(path))
+    env = {**os.environ, "COLUMNS": columns}
+    for extra in ([], ["--aggregate-by", "module"], ["--format", "github"], ["--order-by", "bytes_read"]):
+        proc = subprocess.run([sys.executable, "-m", "graphprof", "analyze", str(path), "-t", "0", *extra],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert max(len(line) for line in proc.stdout.splitlines()) <= int(columns), extra
+
+
+def test_tables_are_120_columns_when_not_a_terminal(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    build().save(str(path))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    narrow = subprocess.run([sys.executable, "-m", "graphprof", "analyze", str(path), "-t", "0"],
+                            capture_output=True, text=True, env=env).stdout
+    wide = subprocess.run([sys.executable, "-m", "graphprof", "analyze", str(path), "-t", "0", "--wide"],
+                          capture_output=True, text=True, env=env).stdout
+    assert max(len(line) for line in narrow.splitlines()) <= 120
+    assert max(len(line) for line in wide.splitlines()) > 120  # every column: in shapes, memory, ...
+    assert "out shapes" in wide and "out shapes" not in narrow

@@ -17,7 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, OneCycleLR, ReduceLROnPlateau
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR, LambdaLR, LinearLR, OneCycleLR, ReduceLROnPlateau, SequentialLR,
+)
 
 import graphprof
 from graphprof.capture.errors import CaptureError
@@ -149,6 +151,19 @@ def test_a_lambda_warmup_scheduler_stepped_inside_the_step() -> None:
     assert "host.LambdaLR.step" in ops  # the scheduler is a timed node of the replay
 
 
+def test_a_foreach_adamw_counts_its_step_once_during_capture() -> None:
+    """make_fx propagates one-element "constants" by running ops on them again: Adam's step count."""
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01, foreach=True)
+        sched = LambdaLR(opt, _warmup())
+        return Loop(_adamw_step(model, opt, sched), model, opt, sched)
+
+    fn, loop = run_both(make)
+    _assert_whole_step(fn, captures=1)
+    assert all(state["step"].item() == CALLS for state in loop.opt.state.values())
+
+
 # -- (b) the same scheduler stepped outside the step ---------------------------------------------
 def test_b_scheduler_stepped_outside_the_step_does_not_recapture() -> None:
     def make() -> Loop:
@@ -161,14 +176,16 @@ def test_b_scheduler_stepped_outside_the_step_does_not_recapture() -> None:
         warnings.simplefilter("error")
         fn, _ = run_both(make)
     _assert_whole_step(fn, captures=1)
-    assert len(fn.get_profile().steps) == CALLS - 3
+    assert len(fn.get_profile().steps) == CALLS - 2  # every call after the eager one and the capture
 
 
 # -- (c) CosineAnnealingLR, OneCycleLR (and the metric-reading ReduceLROnPlateau) inside -------------
 @pytest.mark.parametrize("make_sched", [
     lambda opt: CosineAnnealingLR(opt, T_max=5),
     lambda opt: OneCycleLR(opt, max_lr=0.05, total_steps=CALLS + 2),
-], ids=["cosine", "one-cycle"])
+    lambda opt: SequentialLR(opt, [LinearLR(opt, start_factor=0.1, total_iters=3), CosineAnnealingLR(opt, T_max=4)],
+                             milestones=[3]),
+], ids=["cosine", "one-cycle", "sequential"])
 def test_c_builtin_schedulers_stepped_inside(make_sched: Callable[[torch.optim.Optimizer], Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -407,3 +424,90 @@ def test_clock_reads_in_the_step_are_read_again_on_every_replay() -> None:
     assert all(d > 0 for d in increments)
     assert len(set(increments[2:])) == len(increments[2:])  # measured on every replay, not a constant
     assert fn.captures == 1
+
+
+# -- re-capture storms ------------------------------------------------------------------------
+def test_recapture_storm_warns_once_naming_what_changed_and_keeps_profiling() -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def step(x: torch.Tensor, y: torch.Tensor, tag: str) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    fn = graphprof.trace(step)
+    with pytest.warns(UserWarning) as caught:
+        for i in range(12):
+            fn(*_batch(i), f"batch-{i}")  # a new string every call: a new signature every call
+    storms = [str(w.message) for w in caught if "in a row" in str(w.message)]
+    assert len(storms) == 1, storms
+    assert "argument 2 (flattened) changed from" in storms[0] and "batch-" in storms[0]
+    assert fn.capture_mode == "segments" and fn.get_profile().steps  # still profiled
+
+
+def test_train_and_eval_modes_keep_one_graph_each() -> None:
+    def make() -> Loop:
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.2), nn.Linear(16, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def after(i: int) -> None:
+            model.train(i % 2 == 1)  # evaluate-mode steps between training steps
+
+        return Loop(step, model, opt, after=after)
+
+    fn, _ = run_both(make)
+    _assert_whole_step(fn, captures=2)
+
+
+# -- output the step writes ---------------------------------------------------------------------
+def test_print_and_logging_in_the_step_write_on_every_replay(capsys: pytest.CaptureFixture[str],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import sys
+
+    log = logging.getLogger("tests.real_loops")
+
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        box = {"n": 0}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            box["n"] += 1
+            if box["n"] % 3 == 0:
+                print("step", box["n"], "loss", loss.item(), file=sys.stdout)
+            log.info("loss %s at step %d", loss.item(), box["n"])
+            return loss
+
+        return Loop(step, model, opt, python=lambda: box["n"])
+
+    with caplog.at_level(logging.INFO, logger="tests.real_loops"):
+        torch.manual_seed(0)
+        eager = make()
+        for i in range(CALLS):
+            eager.step(*eager.inputs(i))
+        eager_out, eager_log = capsys.readouterr().out, [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        torch.manual_seed(0)
+        traced = make()
+        fn = graphprof.trace(traced.step)
+        for i in range(CALLS):
+            fn(*traced.inputs(i))
+        traced_out, traced_log = capsys.readouterr().out, [r.getMessage() for r in caplog.records]
+    assert traced_out == eager_out and eager_out.count("\n") == CALLS // 3
+    assert [m for m in traced_log if m.startswith("loss")] == eager_log and len(eager_log) == CALLS
+    _assert_whole_step(fn, captures=2)

@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from graphprof.analysis.eager import eager_overhead as measure_eager_overhead
 from graphprof.analysis.roofline import OVERHEAD_RATIO, Bound, Peaks, RooflinePoint, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
@@ -109,6 +110,8 @@ def device_copies(ctx: AdvisorContext) -> list[Finding]:
     """Copies between host and device inside the step."""
     hits = []
     for g, n in ctx.nodes():
+        if not n.attrs:  # no devices recorded: not a cross-device copy
+            continue
         devices = _attrs(n).get("devices", "")
         if n.type in ("_to_copy", "copy_", "to") and "," in devices and len(set(devices.split(","))) > 1:
             hits.append((g, n))
@@ -131,6 +134,8 @@ def float64_work(ctx: AdvisorContext) -> list[Finding]:
 def slow_convolution(ctx: AdvisorContext) -> list[Finding]:
     findings = []
     for g, n in ctx.nodes():
+        if not n.attrs and n.type not in SLOW_CONV_TYPES:  # only a recorded backend can make other ops slow
+            continue
         backend = _attrs(n).get("conv_backend", "")
         slow = n.type in SLOW_CONV_TYPES or (backend in SLOW_CONV_BACKENDS and _attrs(n).get("fast_conv_available"))
         if slow and ctx.share(ctx.time(g, n)) >= MIN_SHARE / 4:
@@ -301,9 +306,35 @@ def recompiles(ctx: AdvisorContext) -> list[Finding]:
         (), ())]
 
 
+def eager_overhead(ctx: AdvisorContext) -> list[Finding]:
+    """Python, module-call and autograd bookkeeping of the eager step that the replayed graph does not pay.
+
+    Both times are measured (``analysis/eager.py``): warm eager calls of the
+    user's function against the profiled replays less their probes. Quiet
+    without warm eager calls or when the gap is within noise.
+    """
+    found = measure_eager_overhead(ctx.profile)
+    if found is None or not found.significant:
+        return []
+    share = found.share
+    return [Finding(
+        "eager-overhead", Severity.HIGH if share >= 0.2 else Severity.MEDIUM,
+        f"eager execution takes {found.speedup:.2f}x the replayed graph's step time "
+        f"({found.eager_s * 1e3:.3g} ms vs {found.replay_s * 1e3:.3g} ms, {found.stat} of {found.eager_calls} warm "
+        f"eager call(s) and {found.replay_steps} replay(s)): {100 * share:.0f}% of the eager step is Python, "
+        "module-call and autograd bookkeeping",
+        found.overhead_s,
+        "the static graph runs the same ops without it: torch.compile the step (on CUDA mode=\"reduce-overhead\" "
+        "adds CUDA graphs) to remove it in training; else fewer, larger modules and no per-step Python work "
+        "(logging, data reshaping) inside the step",
+        (), (),
+    )]
+
+
 RULES: tuple[Callable[[AdvisorContext], list[Finding]], ...] = (
     host_sync, device_copies, float64_work, slow_convolution, dispatch_bound_runs,
-    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound, recompiles,
+    layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound, eager_overhead,
+    recompiles,
 )
 _ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 

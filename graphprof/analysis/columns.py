@@ -6,6 +6,14 @@ A column key is the attribute of a table entry and row (``time_s``,
 column, so a new numeric column (say, from the memory pass) is orderable by
 adding one line here.
 
+Aliases carry the vocabulary users bring (README, "Names from other tools"):
+MegEngine's profile_analyze (``computation``, ``memory`` = bytes of inputs
+and outputs = ``bytes_moved``, ``opr_id``) and torch.profiler's
+``key_averages()`` (``self_cpu_time_total``, ``cpu_memory_usage``,
+``count``, the ``cuda_*``/``device_*`` names ...). One exception is kept on
+purpose: ``flops`` is a count, as in key_averages, where MegEngine's
+``flops`` column is a rate (``flop_per_s`` here).
+
 Ordering never fails on missing values (MegEngine's profile_analyze crashed
 sorting FLOPs when some ops had none, and sorting by shapes): unknown values
 (``None``, shown as N/A) come last in either direction, text sorts as text,
@@ -36,28 +44,35 @@ class Column:
     orderable: bool = True
 
 
+#: torch.profiler's key_averages() time names. Nodes here are single aten ops with no
+#: children, so self and total time are one figure; the clock (host or device) is --clock's.
+_TORCH_TIME = tuple(f"{self_}{dev}_time{total}" for self_ in ("", "self_") for dev in ("cpu", "cuda", "device", "xpu")
+                    for total in ("", "_total"))
+#: key_averages() memory names: bytes the op allocates (modelled; what it keeps, as torch counts it).
+_TORCH_MEMORY = tuple(f"{self_}{dev}_memory_usage" for self_ in ("", "self_") for dev in ("cpu", "cuda", "device", "xpu"))
+
 COLUMNS: tuple[Column, ...] = (
-    Column("time_s", "self time", unit="s", aliases=("time", "self_time", "self")),
+    Column("time_s", "self time", unit="s", aliases=("time", "self_time", "self", *_TORCH_TIME)),
     Column("percent", "%", unit="%", aliases=("pct", "ratio")),
-    Column("cumulative_percent", "cum %", unit="%", orderable=False),
+    Column("cumulative_percent", "cum %", unit="%", orderable=False, aliases=("cumulative", "cum")),
     Column("calls", "calls", unit="count", aliases=("count",)),
     Column("id", "id", unit="id", aliases=("opr_id", "node_id")),
     Column("flops", "FLOPs", unit="FLOP", aliases=("computation", "flop")),
     Column("flop_per_s", "FLOP/s", unit="FLOP/s", aliases=("flop_rate", "flop/s", "flops_per_s")),
-    Column("bytes_moved", "bytes", unit="B", aliases=("bytes",)),
+    Column("bytes_moved", "bytes", unit="B", aliases=("bytes", "memory")),
     Column("bytes_read", "read", unit="B", aliases=("read",)),
     Column("bytes_written", "written", unit="B", aliases=("written",)),
     Column("bandwidth_bytes_per_s", "B/s", unit="B/s", aliases=("bandwidth", "bw")),
     Column("intensity_flop_per_byte", "FLOP/B", unit="FLOP/B", aliases=("intensity", "arithmetic_intensity")),
-    Column("allocated_bytes", "alloc", unit="B", aliases=("allocated", "alloc")),
+    Column("allocated_bytes", "alloc", unit="B", aliases=("allocated", "alloc", *_TORCH_MEMORY)),
     Column("freed_bytes", "freed", unit="B", aliases=("freed",)),
     Column("live_bytes", "live", unit="B", aliases=("live",)),
-    Column("name", "node", TEXT),
-    Column("type", "type", TEXT),
+    Column("name", "node", TEXT, aliases=("opr_name", "node")),
+    Column("type", "type", TEXT, aliases=("key", "opr_type")),
     Column("op", "op", TEXT),
     Column("module", "module", TEXT),
     Column("module_type", "module type", TEXT),
-    Column("source", "source", TEXT),
+    Column("source", "source", TEXT, aliases=("stack",)),
     Column("phase", "phase", TEXT),
     Column("scope", "scope", TEXT),
     Column("graph", "graph", TEXT),
@@ -69,12 +84,34 @@ MEMORY_KEYS = ("allocated_bytes", "freed_bytes", "live_bytes")
 _LOOKUP: dict[str, Column] = {**{a: c for c in COLUMNS for a in c.aliases}, **BY_KEY}
 #: Names other tools use that mean something else here; the error says what to use.
 _HINTS = {
-    "memory": "MegEngine's 'memory' (bytes of inputs and outputs) is 'bytes_moved' here; "
-              "modelled memory is 'allocated_bytes', 'freed_bytes' and 'live_bytes'",
-    "cpu_time_total": "torch.profiler's 'cpu_time_total' is 'time' here",
-    "self_cpu_time_total": "torch.profiler's 'self_cpu_time_total' is 'time' here",
     "cumulative_percent": "the cumulative share depends on the order, so it cannot be the order",
 }
+
+
+def find_column(name: str) -> Column | None:
+    """The column a key or alias names (case-insensitive), or None."""
+    return _LOOKUP.get(name.strip().lower())
+
+
+def resolve_columns(names: Sequence[str]) -> tuple[str, ...]:
+    """Column keys of ``--columns`` names (aliases allowed; ``all`` = every column), in order, once each."""
+    keys: list[str] = []
+    for name in names:
+        if name.strip().lower() == "all":
+            picked = [c.key for c in COLUMNS]
+        else:
+            column = find_column(name)
+            if column is None:
+                raise TableOptionError(f"--columns: no column {name!r}; {unknown_column(name.strip().lower())}")
+            picked = [column.key]
+        keys += [k for k in picked if k not in keys]
+    return tuple(keys)
+
+
+def unknown_column(name: str, what: str = "choose one of") -> str:
+    """Why ``name`` is not a column, with the closest spelling: one sentence's tail."""
+    close = get_close_matches(name, list(_LOOKUP), n=1)
+    return f"did you mean '{_LOOKUP[close[0]].key}'?" if close else f"{what} {', '.join(c.key for c in COLUMNS)}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +136,7 @@ def parse_order_by(spec: str) -> OrderBy:
     text = spec.strip()
     ascending = text.startswith("+")
     name = text.lstrip("+-").strip().lower()
-    column = _LOOKUP.get(name)
+    column = find_column(name)
     if column is None or not column.orderable:
         hint = _HINTS.get(name)
         if hint is None:

@@ -15,10 +15,13 @@ ordering edges for in-place writes included.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import networkx as nx
 
-from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
+from graphprof.analysis.dataflow import EdgeKind, edge_arrays, node_samples_s
+from graphprof.analysis.frame import node_frame
+from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, Profile
 
 
@@ -79,9 +82,48 @@ def longest_path(dag: nx.DiGraph, weight: str = "time_s") -> tuple[list[int], fl
     return path, best[end]
 
 
+def _longest_in_order(times: Sequence[float], preds: list[list[int]]) -> tuple[list[int], float]:
+    """``longest_path`` over positions whose edges all point forward (so position order is topological)."""
+    best: list[float] = []
+    prev: list[int] = []
+    for n, w in enumerate(times):
+        parent, parent_len = -1, 0.0
+        for p in preds[n]:
+            if parent < 0 or best[p] > parent_len:
+                parent, parent_len = p, best[p]
+        best.append(parent_len + float(w or 0.0))
+        prev.append(parent)
+    if not best:
+        return [], 0.0
+    end = max(range(len(best)), key=best.__getitem__)  # max() keeps the first of equals
+    path = [end]
+    while prev[path[-1]] >= 0:
+        path.append(prev[path[-1]])
+    path.reverse()
+    return path, best[end]
+
+
+def _record_path(graph: GraphRecord, times: Sequence[float], stat: str) -> CriticalPath:
+    """The critical path of a graph record from its edge arrays: no networkx graph is built."""
+    edges = edge_arrays(graph)
+    path, length = _longest_in_order(times, edges.predecessors(len(times)))
+    serial = sum(float(t or 0.0) for t in times)
+    data = set(edges.data)
+    kinds = tuple(EdgeKind.DATA if e in data else EdgeKind.ORDER for e in zip(path, path[1:]))
+    nodes = graph.nodes
+    return CriticalPath(
+        graph_id=graph.id, stat=stat, nodes=tuple(nodes[i].id for i in path), edge_kinds=kinds,
+        length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
+    )
+
+
 def critical_path(graph: GraphRecord | nx.DiGraph, stat: str = "median") -> CriticalPath:
     """The critical path of a graph record (or of a dataflow graph built from one)."""
-    dag = graph if isinstance(graph, nx.DiGraph) else dataflow_graph(graph, stat=stat, attributes=False)
+    if isinstance(graph, GraphRecord):
+        fn = stat_fn(stat)
+        return _record_path(graph, [fn(node_samples_s(n)) for n in graph.nodes],
+                            stat)
+    dag = graph
     path, length = longest_path(dag)
     serial = sum(float(t or 0.0) for _, t in dag.nodes(data="time_s"))
     kinds = tuple(dag.edges[a, b]["kind"] for a, b in zip(path, path[1:]))
@@ -98,4 +140,11 @@ def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath
     Graphs of a step run one after another, so a step's critical path is the
     concatenation of these and its length their sum.
     """
-    return tuple(critical_path(g, stat=stat) for g in profile.graphs)
+    times = node_frame(profile).times(stat, "node")
+    out = []
+    start = 0
+    for graph in profile.graphs:
+        end = start + len(graph.nodes)
+        out.append(_record_path(graph, times[start:end], stat))
+        start = end
+    return tuple(out)

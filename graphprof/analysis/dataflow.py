@@ -88,69 +88,110 @@ def node_time_s(node: NodeRecord, stat: str = "median") -> float:
     return stat_fn(stat)(node_samples_s(node))
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        root = self.parent.setdefault(x, x)
-        while root != self.parent[root]:
-            root = self.parent[root]
-        while x != root:  # path compression
-            self.parent[x], x = root, self.parent[x]
-        return root
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
+def _find(parent: list[int], x: int) -> int:
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:  # path compression
+        parent[x], x = root, parent[x]
+    return root
 
 
-def _positions(graph: GraphRecord) -> dict[int, int]:
-    return {node.id: i for i, node in enumerate(graph.nodes)}
+@dataclass(frozen=True)
+class EdgeArrays:
+    """A graph's dataflow edges as (source, destination) positions in execution order.
+
+    Why positions and plain lists: the critical path of a 100,000-node graph
+    needs only these, and building a networkx graph (or one record per edge)
+    of that size took seconds. ``data`` come first in node order, ``order``
+    after them; every edge points forward (source position < destination).
+    """
+
+    data: list[tuple[int, int]]
+    order: list[tuple[int, int]]
+
+    def predecessors(self, size: int) -> list[list[int]]:
+        """The sources of each position's incoming edges, data edges first, each kind in edge order."""
+        preds: list[list[int]] = [[] for _ in range(size)]
+        for src, dst in self.data:
+            preds[dst].append(src)
+        for src, dst in self.order:
+            preds[dst].append(src)
+        return preds
+
+
+def edge_arrays(graph: GraphRecord) -> EdgeArrays:
+    """DATA and ORDER edges of ``graph`` (rules 1 to 3 above) in positions; see ``data_edges``, ``order_edges``."""
+    nodes = graph.nodes
+    pos = {node.id: i for i, node in enumerate(nodes)}
+    get = pos.get
+    # Each node's distinct producers that run before it, in input order.
+    sources: list[list[int]] = []
+    data: list[tuple[int, int]] = []
+    for i, node in enumerate(nodes):
+        srcs = []
+        inputs = node.inputs
+        for src in (inputs if len(inputs) < 2 else dict.fromkeys(inputs)):
+            p = get(src)
+            if p is not None and p < i:
+                srcs.append(p)
+                data.append((p, i))
+        sources.append(srcs)
+    writes = [is_inplace_write(node) for node in nodes]
+    ids = [node.id for node in nodes]
+    parent = list(range(len(nodes)))
+    for i, node in enumerate(nodes):
+        if sources[i] and (writes[i] or node.is_view or node.type == "getitem"):
+            for p in sources[i]:
+                ra, rb = _find(parent, i), _find(parent, p)
+                if ra != rb:  # the root is the member with the smallest id, so classes are named by it
+                    if ids[ra] > ids[rb]:
+                        parent[ra] = rb
+                    else:
+                        parent[rb] = ra
+    # Only a class with a writer gets ORDER edges (a writer belongs to the class of what it writes):
+    # readers of the other classes need not be listed.
+    written = {ids[_find(parent, i)] for i, srcs in enumerate(sources) if srcs and writes[i]}
+    readers: dict[int, list[int]] = {}
+    for i, srcs in enumerate(sources) if written else ():  # execution order, so each list is sorted
+        if srcs:
+            for cls in {ids[_find(parent, p)] for p in srcs}:
+                if cls not in written:
+                    continue
+                chain = readers.get(cls)
+                if chain is None:
+                    readers[cls] = [i]
+                else:
+                    chain.append(i)
+    data_set = set(data)
+    found: dict[tuple[int, int], None] = {}
+    for chain in readers.values():
+        since_write: list[int] = []
+        last_writer = -1
+        for i in chain:
+            if last_writer >= 0:
+                found[(last_writer, i)] = None
+            if writes[i]:
+                for reader in since_write:
+                    found[(reader, i)] = None
+                since_write = []
+                last_writer = i
+            else:
+                since_write.append(i)
+    order = [e for e in found if e[0] != e[1] and e not in data_set]
+    return EdgeArrays(data, order)
 
 
 def data_edges(graph: GraphRecord) -> tuple[DataflowEdge, ...]:
     """Producer → consumer edges from ``NodeRecord.inputs`` (forward in execution order only)."""
-    pos = _positions(graph)
-    edges: list[DataflowEdge] = []
-    for i, node in enumerate(graph.nodes):
-        for src in dict.fromkeys(node.inputs):
-            if src in pos and pos[src] < i:
-                edges.append(DataflowEdge(src, node.id, EdgeKind.DATA))
-    return tuple(edges)
+    nodes = graph.nodes
+    return tuple(DataflowEdge(nodes[s].id, nodes[d].id, EdgeKind.DATA) for s, d in edge_arrays(graph).data)
 
 
 def order_edges(graph: GraphRecord) -> tuple[DataflowEdge, ...]:
     """ORDER edges that in-place writes require (rules 2 and 3 above), data edges excluded."""
-    pos = _positions(graph)
-    uf = _UnionFind()
-    for node in graph.nodes:
-        if _aliases_inputs(node):
-            for src in node.inputs:
-                if src in pos and pos[src] < pos[node.id]:
-                    uf.union(node.id, src)
-    readers: dict[int, list[NodeRecord]] = {}
-    for node in graph.nodes:  # execution order, so each list is sorted
-        classes = {uf.find(src) for src in node.inputs if src in pos and pos[src] < pos[node.id]}
-        for cls in classes:
-            readers.setdefault(cls, []).append(node)
-    data = {(e.src, e.dst) for e in data_edges(graph)}
-    found: dict[tuple[int, int], None] = {}
-    for chain in readers.values():
-        since_write: list[int] = []
-        last_writer: int | None = None
-        for node in chain:
-            if last_writer is not None:
-                found[(last_writer, node.id)] = None
-            if is_inplace_write(node):
-                for reader in since_write:
-                    found[(reader, node.id)] = None
-                since_write = []
-                last_writer = node.id
-            else:
-                since_write.append(node.id)
-    return tuple(DataflowEdge(s, d, EdgeKind.ORDER) for (s, d) in found if s != d and (s, d) not in data)
+    nodes = graph.nodes
+    return tuple(DataflowEdge(nodes[s].id, nodes[d].id, EdgeKind.ORDER) for s, d in edge_arrays(graph).order)
 
 
 def _node_attributes(graph: GraphRecord, position: int, node: NodeRecord, stat: str) -> dict[str, Any]:
@@ -188,7 +229,10 @@ def dataflow_graph(graph: GraphRecord, stat: str = "median", attributes: bool = 
     else:  # what path algorithms need, several times faster on 100,000-node graphs
         dag.add_nodes_from((node.id, {"position": i, "time_s": node_time_s(node, stat)})
                            for i, node in enumerate(graph.nodes))
-    dag.add_edges_from((e.src, e.dst, {"kind": e.kind}) for e in data_edges(graph) + order_edges(graph))
+    edges = edge_arrays(graph)
+    nodes = graph.nodes
+    dag.add_edges_from((nodes[s].id, nodes[d].id, {"kind": EdgeKind.DATA}) for s, d in edges.data)
+    dag.add_edges_from((nodes[s].id, nodes[d].id, {"kind": EdgeKind.ORDER}) for s, d in edges.order)
     return dag
 
 

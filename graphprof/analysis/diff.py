@@ -31,15 +31,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from graphprof.analysis.entries import ratio
-from graphprof.analysis.filters import NodePairs, flat_nodes, node_times, resolve_clock, select, why_empty
+from graphprof.analysis.filters import NodePairs, flat_nodes, resolve_clock, select, why_empty
+from graphprof.analysis.frame import node_frame
 from graphprof.analysis.match import MatchKind, match_profiles
 from graphprof.analysis.options import TableOptionError, TableOptions, make_options
 from graphprof.analysis.regression import RegressionGate, StepComparison, compare_steps, regression_gate
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
 
 #: ``--order-by`` keys of a diff and their aliases. ``time`` and ``flops`` order by absolute change.
 ORDER_KEYS: dict[str, tuple[str, ...]] = {
@@ -114,12 +115,21 @@ class NodeDiff:
         return (self.before.flops if self.before else None) != (self.after.flops if self.after else None)
 
 
+_NODE_DIFF_FIELDS = tuple(f.name for f in fields(NodeDiff))
+_new = object.__new__
+
+
 def _node_diff(status: MatchKind, graph: str, a: NodeRecord | None, b: NodeRecord | None,
                ta: float | None, tb: float | None, position: int) -> NodeDiff:
+    """A NodeDiff built without the frozen dataclass's __init__ (one object.__setattr__ per field):
+    a diff of two 100,000-node profiles builds 100,000 of them. It has no __post_init__ to skip."""
     fa = a.flops if a is not None else 0
     fb = b.flops if b is not None else 0
-    return NodeDiff(status, graph, a, b, ta, tb, (tb or 0.0) - (ta or 0.0), ratio(tb, ta), _flops_delta(fa, fb),
-                    position)
+    out = _new(NodeDiff)
+    out.__dict__.update(zip(_NODE_DIFF_FIELDS, (
+        status, graph, a, b, ta, tb, (tb or 0.0) - (ta or 0.0), ratio(tb, ta),
+        None if fa is None or fb is None else fb - fa, position)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -276,11 +286,48 @@ _FOLD: dict[str, Callable[[Sequence[float]], float]] = {
 }
 
 
-def _buckets(key_of: Callable[[GraphRecord, NodeRecord], str], pairs: NodePairs,
-             keep: Sequence[int]) -> dict[str, list[int]]:
+def _group_keys(by: str, module_depth: int | None, pairs: NodePairs) -> Sequence[str]:
+    """``group_key_fn(by, module_depth)`` of every node of ``pairs``, computed once per distinct value.
+
+    Why: a diff groups two 100,000-node profiles six ways; a function call per
+    node and grouping was most of its time.
+    """
+    if by == "all":
+        return ["all"] * len(pairs)
+    if by in ("type", "module", "source", "scope", "phase") and not (by == "module" and module_depth):
+        if by == "phase":
+            values = {p: p.value for p in Phase}  # Enum.value is a property: slow over every node
+            return [values[n.phase] for _, n in pairs]
+        return [getattr(n, by) for _, n in pairs]
+    if by == "graph":
+        return [g.name for g, _ in pairs]
+    key_of = group_key_fn(by, module_depth)
+    if by == "shape":
+        labels: dict[tuple[str, Any], str] = {}
+        out = []
+        for g, n in pairs:
+            k = (n.type, n.in_shapes)
+            label = labels.get(k)
+            if label is None:
+                label = labels[k] = key_of(g, n)
+            out.append(label)
+        return out
+    if by == "module":
+        paths: dict[str, str] = {}
+        out = []
+        for g, n in pairs:
+            label = paths.get(n.module)
+            if label is None:
+                label = paths[n.module] = key_of(g, n)
+            out.append(label)
+        return out
+    return [key_of(g, n) for g, n in pairs]
+
+
+def _buckets(keys: Sequence[str], keep: Sequence[int]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i in keep:
-        key = key_of(*pairs[i])
+        key = keys[i]
         bucket = out.get(key)
         if bucket is None:
             out[key] = [i]
@@ -296,15 +343,18 @@ def aggregate_diff(by: str, pairs_a: NodePairs, pairs_b: NodePairs, ta: Sequence
 
     A side without nodes in a group has 0 time and 0 FLOPs there, not unknown ones.
     """
-    key_of = group_key_fn(by, module_depth)
-    ba, bb = _buckets(key_of, pairs_a, keep_a), _buckets(key_of, pairs_b, keep_b)
+    group_key_fn(by, module_depth)  # an unsupported grouping fails here, with its sentence
+    ba = _buckets(_group_keys(by, module_depth, pairs_a), keep_a)
+    bb = _buckets(_group_keys(by, module_depth, pairs_b), keep_b)
+    column_a, column_b = [n.flops for _, n in pairs_a], [n.flops for _, n in pairs_b]
 
     fold = _FOLD[fn]
 
     def folded(bucket: list[int], pairs: NodePairs, times: Sequence[float]) -> tuple[float, float | None]:
         if not bucket:
             return 0.0, 0
-        flops = [f for f in (pairs[i][1].flops for i in bucket) if f is not None]  # unknown ones left out
+        column = column_a if pairs is pairs_a else column_b
+        flops = [f for f in map(column.__getitem__, bucket) if f is not None]  # unknown ones left out
         folded_flops = (sum(flops) if fn == "sum" else fold(flops)) if flops else None  # int sums stay exact
         return fold([times[i] for i in bucket]), folded_flops
 
@@ -378,7 +428,7 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
     order = parse_diff_order(order_by)
     clock = _clock(a, b, options.clock)
     pairs_a, pairs_b = flat_nodes(a), flat_nodes(b)
-    ta, tb = node_times(pairs_a, options.stat, clock), node_times(pairs_b, options.stat, clock)
+    ta, tb = node_frame(a).times(options.stat, clock), node_frame(b).times(options.stat, clock)
     keep_a, keep_b = select(pairs_a, options, ta), select(pairs_b, options, tb)
     nodes, counts, names, shared = _pair_nodes(a, b, ta, tb, set(keep_a), set(keep_b))
     if not shared:

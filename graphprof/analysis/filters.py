@@ -9,19 +9,17 @@ the reason (and a suggestion when a ``--type`` names no op in the profile).
 from __future__ import annotations
 
 from difflib import get_close_matches
-from typing import Callable, Sequence
+from typing import Callable
 
-from graphprof.analysis.options import TableOptionError, TableOptions, normalize_dtype, normalize_type
+from graphprof.analysis.frame import NodePairs, node_frame
+from graphprof.analysis.options import TableOptionError, TableOptions, expand_type, normalize_dtype, normalize_type
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 
 
-NodePairs = list[tuple[GraphRecord, NodeRecord]]
-
-
 def flat_nodes(profile: Profile) -> NodePairs:
-    """Every (graph, node) in execution order, as a list (indexed by the table code)."""
-    return [(g, n) for g in profile.graphs for n in g.nodes]
+    """Every (graph, node) in execution order, as a list (indexed by the table code); shared, do not modify."""
+    return node_frame(profile).pairs
 
 
 def resolve_clock(profile: Profile, clock: str) -> str:
@@ -35,21 +33,9 @@ def resolve_clock(profile: Profile, clock: str) -> str:
     return clock
 
 
-def _median(xs: Sequence[float]) -> float:
-    """``statistics.median`` (same result), without its overhead: it runs once per node."""
-    n = len(xs)
-    if n == 1:
-        return xs[0]
-    if n == 0:
-        return 0.0
-    s = sorted(xs)
-    half = n // 2
-    return s[half] if n % 2 else (s[half - 1] + s[half]) / 2
-
-
 def node_times(pairs: NodePairs, stat: str, clock: str) -> list[float]:
     """Each node's time (seconds) under ``stat`` across profiled steps, in the order of ``pairs``."""
-    fn = _median if stat == "median" else stat_fn(stat)
+    fn = stat_fn(stat)
     if clock == "device":
         return [fn(n.device_time_s) for _, n in pairs]
     return [fn(n.host_time_s) for _, n in pairs]
@@ -63,7 +49,7 @@ def op_names(node: NodeRecord) -> tuple[str, ...]:
 
 def type_matcher(types: tuple[str, ...]) -> Callable[[NodeRecord], bool]:
     """A predicate true for nodes whose type, op packet or op overload is one of ``types``."""
-    wanted = {normalize_type(t) for t in types}
+    wanted = {name for t in types for name in expand_type(t)}
     cache: dict[tuple[str, str], bool] = {}
 
     def match(node: NodeRecord) -> bool:
@@ -120,7 +106,7 @@ def why_empty(profile: Profile, options: TableOptions) -> str:
     if options.types:
         known = {name for _, n in profile.iter_nodes() for name in op_names(n)}
         for t in options.types:
-            if normalize_type(t) not in known:
+            if known.isdisjoint(expand_type(t)):
                 close = similar_types(profile, normalize_type(t))
                 hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
                 parts.append(f"no node has type {t!r}{hint}")

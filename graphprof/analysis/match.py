@@ -130,7 +130,9 @@ def _gap_pairs(before: Sequence[NodeRecord], after: Sequence[NodeRecord],
 def match_nodes(before: GraphRecord, after: GraphRecord) -> list[NodePair]:
     """Every node of both graphs, paired by the rule of this module's docstring, in execution order."""
     a, b = before.nodes, after.nodes
-    ka, kb = _interned([exact_key(n) for n in a], [exact_key(n) for n in b])
+    # exact_key, inlined: this runs over every node of both profiles.
+    ka, kb = _interned([(n.op, n.module, n.phase, n.in_shapes) for n in a],
+                       [(n.op, n.module, n.phase, n.in_shapes) for n in b])
     if ka == kb:
         return [(i, i, MatchKind.MATCHED) for i in range(len(a))]
     pairs: list[NodePair] = []

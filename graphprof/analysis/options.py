@@ -20,6 +20,8 @@ PRINT_ONLY = ("summary", "table")
 CLOCKS = ("auto", "host", "device")
 #: Formats handled by graphprof itself; every other name is a tabulate table format.
 DATA_FORMATS = ("csv", "json")
+#: Narrowest table width accepted: the rank, time and share columns, and a name.
+MIN_WIDTH = 40
 
 _DTYPE_ALIASES = {
     "float": "float32", "half": "float16", "double": "float64", "long": "int64", "int": "int32",
@@ -42,6 +44,32 @@ def normalize_dtype(name: str) -> str:
 def normalize_type(name: str) -> str:
     """``aten::addmm`` (torch.profiler's spelling) becomes ``aten.addmm``; others are kept."""
     return name.strip().replace("::", ".")
+
+
+#: MegEngine operator classes (``--type ConvolutionForward`` in its docs) and the aten op
+#: types that do the same work. Elemwise and Reduce cover too many ops to name here.
+MEGENGINE_TYPES: dict[str, tuple[str, ...]] = {
+    "ConvolutionForward": ("convolution",),
+    "ConvBiasForward": ("convolution",),
+    "ConvolutionBackwardData": ("convolution_backward",),
+    "ConvolutionBackwardFilter": ("convolution_backward",),
+    "MatrixMul": ("mm", "addmm", "matmul"),
+    "BatchedMatrixMul": ("bmm", "baddbmm"),
+    "PoolingForward": ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"),
+    "PoolingBackward": ("max_pool2d_with_indices_backward", "avg_pool2d_backward",
+                        "_adaptive_avg_pool2d_backward"),
+    "BNForward": ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training"),
+    "BNBackward": ("native_batch_norm_backward",),
+    "Concat": ("cat",),
+    "Dimshuffle": ("permute", "transpose", "t"),
+    "Copy": ("copy_", "_to_copy", "clone"),
+}
+
+
+def expand_type(name: str) -> tuple[str, ...]:
+    """The op type spellings ``--type name`` selects: itself, or the aten types of a MegEngine class."""
+    key = normalize_type(name)
+    return MEGENGINE_TYPES.get(key, (key,))
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,12 @@ class TableOptions:
     format: str = "simple"
     module_depth: int | None = None
     clock: str = "auto"
+    #: Console layout: ``width`` in characters (None: the terminal's, COLUMNS, else 120),
+    #: ``wide`` prints every default column unclipped, ``columns`` names the columns
+    #: (keys or aliases, "all" for every one); json/csv print ``columns`` too.
+    width: int | None = None
+    wide: bool = False
+    columns: tuple[str, ...] = ()
     _compiled: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
@@ -124,6 +158,12 @@ class TableOptions:
         from graphprof.analysis.columns import parse_order_by
 
         parse_order_by(self.order_by)
+        if self.width is not None and (isinstance(self.width, bool) or not isinstance(self.width, int)
+                                       or self.width < MIN_WIDTH):
+            raise TableOptionError(f"--width must be a whole number >= {MIN_WIDTH}, not {self.width!r}")
+        from graphprof.analysis.columns import resolve_columns
+
+        resolve_columns(self.columns)
         if not isinstance(self.format, str) or not self.format:
             raise TableOptionError(f"--format must be a format name, not {self.format!r}")
         return self  # the format name itself is checked by the renderer, which knows the formats
@@ -149,15 +189,21 @@ def make_options(
     aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
     min_time: float | None = None, max_time: float | None = None, stat: str = "median",
     print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
-    clock: str = "auto",
+    clock: str = "auto", width: int | None = None, wide: bool = False, columns: str | Iterable[str] | None = None,
 ) -> TableOptions:
     """TableOptions from the keyword names the CLI uses (``type``, ``phase``, ``min_time`` ...), validated."""
     return TableOptions(
         top=top, types=_as_tuple(type), name=name, module=module, input_dtype=input_dtype,
         phases=_as_tuple(phase), aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by,
         min_time_s=min_time, max_time_s=max_time, stat=stat, print_only=print_only, format=format,
-        module_depth=module_depth, clock=clock,
+        module_depth=module_depth, clock=clock, width=width, wide=bool(wide), columns=_column_list(columns),
     ).validate()
+
+
+def _column_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"time,name, flops"`` or a list of names -> a tuple of stripped names."""
+    parts = value.split(",") if isinstance(value, str) else (value or ())
+    return tuple(p.strip() for p in parts if p.strip())
 
 
 def with_changes(options: TableOptions, **changes: Any) -> TableOptions:

@@ -8,17 +8,23 @@ and the advisor's findings); ``render.report_text`` prints it.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Mapping
 
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
-from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, classify, peaks_from_meta, roofline
+from graphprof.analysis.eager import EagerOverhead, eager_overhead
+from graphprof.analysis.frame import node_frame
+from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline
 from graphprof.analysis.stats import stat_fn
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
+from graphprof.analysis.utilisation import UtilisationReport, utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.serialize import _gc_paused
+from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
 
@@ -66,18 +72,42 @@ class Report:
     distributed: DistributedAnalysis | None = None
     #: Host vs device time, when the profile has device times (an accelerator run).
     host_device: HostDeviceTimes | None = None
+    #: MFU/HFU per step and phase, and throughput (None without model FLOPs or steps).
+    utilisation: UtilisationReport | None = None
+    #: Warm eager calls against the replayed graph (None without recorded eager calls).
+    eager: EagerOverhead | None = None
 
 
 def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "median", top: int = 10,
-                 module_depth: int = 2) -> Report:
-    """Analyse ``profile`` for the report; ``peaks`` default to those in its meta."""
+                 module_depth: int = 2, peak_flops_per_s: float | None = None,
+                 workload: Workload | None = None) -> Report:
+    """Analyse ``profile`` for the report; ``peaks`` default to those in its meta.
+
+    MFU/HFU are given against the profile's peak and against the user's:
+    ``peak_flops_per_s``, else the FLOP peak of ``peaks`` when given.
+    ``workload`` overrides the tokens/samples per step recorded in the profile.
+    """
+    # The analyses allocate millions of short-lived objects and no cycles; without a pause every
+    # full collection walks the whole loaded profile again (a second of a 100,000-node report).
+    with _gc_paused():
+        return _build_report(profile, peaks, stat, top, module_depth, peak_flops_per_s, workload)
+
+
+def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, module_depth: int,
+                  peak_flops_per_s: float | None, workload: Workload | None) -> Report:
+    given_flops = peak_flops_per_s if peak_flops_per_s is not None else (peaks.flops_per_s if peaks else None)
     peaks = peaks or peaks_from_meta(profile)
     points = _points(profile, peaks, stat)
     by_key = {(p.graph_id, p.node_id): p for p in points}
     time_by_bound: dict[Bound, float] = {}
     for p in points:
         time_by_bound[p.bound] = time_by_bound.get(p.bound, 0.0) + p.time_s
-    ranked = sorted(profile.iter_nodes(), key=lambda gn: by_key[(gn[0].id, gn[1].id)].time_s, reverse=True)
+    # nlargest is sorted(..., reverse=True)[:top], ties included, without sorting every node.
+    def time_of(gn: tuple[GraphRecord, NodeRecord]) -> float:
+        return by_key[(gn[0].id, gn[1].id)].time_s
+
+    pairs = node_frame(profile).pairs
+    ranked = heapq.nlargest(top, pairs, key=time_of) if top > 0 else sorted(pairs, key=time_of, reverse=True)
     host_device = _host_device(profile, stat)
     host_of = stat_fn(stat) if host_device is not None else None
     rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)], host_of(n.host_time_s) if host_of else None)
@@ -93,15 +123,13 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
         time_by_bound_s=time_by_bound, critical=critical_paths(profile, stat=stat) if profile.graphs else (),
         breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, points)),
         distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
+        utilisation=utilisation(profile, given_flops, stat, workload), eager=eager_overhead(profile, stat),
     )
 
 
 def _points(profile: Profile, peaks: Peaks | None, stat: str) -> list[RooflinePoint]:
     """Roofline points on the device clock where nodes have device times (host time is only dispatch there)."""
-    if not any(n.device_time_s for _, n in profile.iter_nodes()):
-        return roofline(profile, peaks, stat)
-    fn = stat_fn(stat)
-    return [classify(n, fn(n.device_time_s or n.host_time_s), peaks, g.id) for g, n in profile.iter_nodes()]
+    return roofline(profile, peaks, stat)  # per node: device time where recorded, else host time
 
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:

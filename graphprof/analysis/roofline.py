@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import Mapping
 
-from graphprof.analysis.stats import stat_fn
+from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import NodeRecord, Profile
 
 OVERHEAD_RATIO = 0.1
@@ -110,7 +110,7 @@ def classify(node: NodeRecord, time_s: float, peaks: Peaks | None, graph_id: int
 def roofline(profile: Profile, peaks: Peaks | None = None, stat: str = "median") -> list[RooflinePoint]:
     """A RooflinePoint for every node of every graph (views and free ops included)."""
     peaks = peaks or peaks_from_meta(profile)
-    fn = stat_fn(stat)
+    frame = node_frame(profile)
     # On an accelerator the device time is the op's time; host time is only its dispatch.
-    return [classify(node, fn(node.device_time_s or node.host_time_s), peaks, graph.id)
-            for graph, node in profile.iter_nodes()]
+    times = frame.times(stat, "node")
+    return [classify(node, t, peaks, graph.id) for (graph, node), t in zip(frame.pairs, times)]

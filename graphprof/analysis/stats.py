@@ -14,7 +14,15 @@ StatFn = Callable[[Sequence[float]], float]
 
 
 def _median(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else 0.0
+    """``statistics.median`` (same result) without its overhead: it runs once per node of a profile."""
+    n = len(xs)
+    if n == 1:
+        return xs[0]
+    if n == 0:
+        return 0.0
+    s = sorted(xs)
+    half = n // 2
+    return s[half] if n % 2 else (s[half - 1] + s[half]) / 2
 
 
 def _mean(xs: Sequence[float]) -> float:

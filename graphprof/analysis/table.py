@@ -18,9 +18,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from graphprof.analysis.aggregate import aggregate
-from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by
+from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by, resolve_columns
 from graphprof.analysis.entries import NodeEntry
-from graphprof.analysis.filters import NodePairs, flat_nodes, node_times, resolve_clock, select, why_empty
+from graphprof.analysis.filters import NodePairs, resolve_clock, select, why_empty
+from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.options import TableOptions, make_options
 from graphprof.analysis.summary import Summary, summarize
 from graphprof.profile.model import Profile
@@ -94,7 +95,10 @@ class TableResult:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """Row fields that carry data in this table (memory ones only when recorded)."""
+        """The row fields ``--columns`` names, in its order; by default every field that carries
+        data in this table (memory ones only when recorded)."""
+        if self.options.columns:
+            return resolve_columns(self.options.columns)
         return tuple(k for k in ROW_FIELDS if self.has_memory or k not in MEMORY_KEYS)
 
 
@@ -107,11 +111,12 @@ def _node_entries(pairs: NodePairs, times: list[float], indices: list[int], tota
     return [NodeEntry(pairs[i][0], pairs[i][1], times[i], total, i) for i in indices]
 
 
-def _ordered(pairs: NodePairs, times: list[float], indices: list[int], options: TableOptions,
+def _ordered(frame: NodeFrame, times: list[float], indices: list[int], options: TableOptions,
              order: OrderBy, total: float) -> tuple[list[Any], int]:
     """The entries to print, in order, and how many rows there were before the ``top`` cut."""
+    pairs = frame.pairs
     if options.aggregated:
-        groups = aggregate(_node_entries(pairs, times, indices, total), options, total)
+        groups = aggregate(frame, times, indices, options, total)
         ordered = order_entries(groups, order)
         return (ordered[: options.top] if options.top else ordered), len(groups)
     if order.column.key in ("time_s", "percent"):
@@ -138,13 +143,15 @@ def build_table(profile: Profile, options: TableOptions | None = None, **kwargs:
         options.validate()
     order = parse_order_by(options.order_by)
     clock = resolve_clock(profile, options.clock)
-    pairs = flat_nodes(profile)
-    times = node_times(pairs, options.stat, clock)
-    summary = summarize(profile, pairs, times, options.stat, clock)
+    frame = node_frame(profile)
+    pairs = frame.pairs
+    times = frame.times(options.stat, clock)
+    summary = frame.memo(("summary", options.stat, clock),
+                         lambda: summarize(profile, pairs, times, options.stat, clock))
     total = summary.total_time_s
     indices = select(pairs, options, times)
     note = why_empty(profile, options) if not indices and pairs else None
-    shown, total_rows = _ordered(pairs, times, indices, options, order, total)
+    shown, total_rows = _ordered(frame, times, indices, options, order, total)
     rows = []
     cumulative = 0.0
     for rank, entry in enumerate(shown, start=1):

@@ -7,6 +7,10 @@ outside the graph would be frozen at the capture call's value:
   ``_ns`` forms, ``process_time()``) called by the user's code become input
   scalars: graph nodes that read the clock when the replay reaches them, so
   ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager;
+* **output**: ``print(...)`` and ``logging`` calls made by the user's code
+  print now and leave a host node that prints again, with that call's
+  values, on every replay (values read from tensors are slots filled at run
+  time; a tensor or an object that is not a number or a string refuses);
 * **random numbers** drawn with ``random`` (module functions and
   ``random.Random`` instances) or numpy's legacy global ``numpy.random``
   functions refuse the capture (``DataDependentError`` naming the line): a
@@ -20,16 +24,19 @@ patched and are not detected: the README says so.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
+import logging
 import random
 import sys
 import time
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
-from graphprof.capture.inputs import input_scalar
+from graphprof.capture.inputs import _build, _effect_node, _real, _template, input_scalar
 from graphprof.capture.scalars import DataDependentError
 
 _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
@@ -46,12 +53,18 @@ def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool]) -> b
     return frame is not None and not library(frame.f_code.co_filename)
 
 
+def _opaque(value: Any) -> bool:
+    """Objects an output call passes along unchanged: the logger itself, a stream (``file=sys.stderr``)."""
+    return isinstance(value, logging.Logger) or callable(getattr(value, "write", None))
+
+
 class HostSources:
     """Patches clocks and random sources for the length of one capture."""
 
     def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any], source: Callable[[], str],
-                 library: Callable[[str], bool]) -> None:
+                 library: Callable[[str], bool], node_of: Callable[[torch.Tensor], Any]) -> None:
         self.graph = graph
+        self.node_of = node_of
         self.record = record
         self.source = source
         self.library = library
@@ -68,6 +81,8 @@ class HostSources:
             for name in _RANDOM_CORE:
                 if hasattr(random.Random, name):
                     self._patch(undo, random.Random, name, self._refuse(f"random.Random.{name}", method=True))
+            self._patch(undo, builtins, "print", self._echo("print", ()))
+            self._patch(undo, logging.Logger, "_log", self._echo("logging", (logging.__file__,)))
             numpy_random = sys.modules.get("numpy.random")
             if numpy_random is not None:
                 legacy = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
@@ -98,6 +113,32 @@ class HostSources:
                                 sources.source())
 
         return clock
+
+    def _echo(self, what: str, skip_files: tuple[str, ...]) -> Callable[[Any], Any]:
+        sources = self
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def echo(*args: Any, **kwargs: Any) -> Any:
+                if not _from_user(skip_files, sources.library):
+                    return original(*args, **kwargs)
+                where = sources.source()
+                template, slots = _template((args, kwargs), sources.node_of, what, lambda _: f" at {where}",
+                                            opaque=_opaque)
+                real_args, real_kwargs = _real((args, kwargs))
+                with _disable_current_modes(), torch._C.DisableTorchFunction():
+                    result = original(*real_args, **real_kwargs)
+
+                def replay(values: tuple) -> None:
+                    call_args, call_kwargs = _build(template, values)
+                    original(*call_args, **call_kwargs)
+
+                _effect_node(sources.graph, what, replay, slots, sources.record())
+                return result
+
+            return echo
+
+        return wrap
 
     def _refuse(self, what: str, method: bool = False) -> Callable[[Any], Any]:
         sources = self

@@ -347,11 +347,16 @@ class _Slot:
 
 
 def _template(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
-              source: Callable[[str], str]) -> tuple[Any, list[Any]]:
-    """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible."""
+              source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False) -> tuple[Any, list[Any]]:
+    """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
+
+    ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
+    """
     slots: list[Any] = []
 
     def walk(v: Any) -> Any:
+        if opaque(v):
+            return v
         if isinstance(v, TracedScalar):
             slots.append(v.node)
             return _Slot(len(slots) - 1)

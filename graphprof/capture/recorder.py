@@ -33,7 +33,7 @@ from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
-from graphprof.capture.snapshot import WriteLog
+from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
     GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
 )
@@ -148,7 +148,8 @@ class CaptureRecorder:
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
-        self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library)
+        self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
+                                        self.tensor_node)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
@@ -221,8 +222,18 @@ class CaptureRecorder:
         self.write_log.before_write(func, args, kwargs, self._is_preexisting)
         record = self.context(args)
         before = self._last_node()
+        small = written_small_tensors(func, args, kwargs, self._is_preexisting)
+        originals = []
+        if small:
+            with _disable_current_modes(), torch.no_grad():
+                originals = [t.detach().clone() for t in small]
         try:
             out = func(*args, **kwargs)
+            if small:  # make_fx may have run it twice on them (constant propagation): run it once, for real
+                with _disable_current_modes(), torch.no_grad():
+                    for t, original in zip(small, originals):
+                        t.copy_(original)
+                    func(*args, **kwargs)
         except RuntimeError as exc:
             if "get value out of a tracing tensor" in str(exc):
                 raise DataDependentError(

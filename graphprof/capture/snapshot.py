@@ -17,6 +17,35 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 
+#: Ops that write arguments their schema does not mark as written (no ``Tensor(a!)``), by
+#: schema name (every overload): the written arguments, and the boolean argument that says
+#: whether they are written (None: always). ``benchmarks/undeclared_writes.py`` finds them by
+#: running the ops the cost table knows on sample inputs and comparing every argument before
+#: and after. In training mode the
+#: batch-norm family updates the running statistics in place; without this entry a failed
+#: capture left them updated and ``capture="auto"``'s fallback updated them again.
+UNDECLARED_WRITES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "aten::native_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::_batch_norm_impl_index": (("running_mean", "running_var"), "training"),
+    "aten::cudnn_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::miopen_batch_norm": (("running_mean", "running_var"), "training"),
+    "aten::instance_norm": (("running_mean", "running_var"), "use_input_stats"),
+    "aten::batch_norm_update_stats": (("running_mean", "running_var"), None),
+    # oneDNN's RNN backward reuses its forward workspace as scratch: a tensor of the step
+    # itself, never user state, but listed so the log's knowledge matches what the op does.
+    "aten::mkldnn_rnn_layer_backward": (("workspace",), None),
+}
+
+
+def _arguments(schema: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's argument values by schema name (positional or keyword; defaults not filled in)."""
+    values = dict(kwargs)
+    for argument, value in zip((a for a in schema.arguments if not a.kwarg_only), args):
+        values[argument.name] = value
+    return values
+
+
 class WriteLog:
     """Originals of everything a capture overwrote, restorable in place."""
 
@@ -33,12 +62,19 @@ class WriteLog:
     def before_write(self, func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> None:
         """Copy every pre-existing tensor argument ``func`` writes to, once."""
         schema = getattr(func, "_schema", None)
-        if schema is None or not schema.is_mutable:
+        if schema is None:
             return
-        for i, argument in enumerate(schema.arguments):
-            if argument.alias_info is None or not argument.alias_info.is_write:
-                continue
-            value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
+        undeclared = UNDECLARED_WRITES.get(schema.name)
+        if not schema.is_mutable and undeclared is None:
+            return
+        values = _arguments(schema, args, kwargs)
+        written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if undeclared is not None:
+            names, condition = undeclared
+            if condition is None or values.get(condition, False):
+                written.extend(names)
+        for name in written:
+            value = values.get(name)
             targets = value if isinstance(value, (list, tuple)) else [value]
             for t in targets:
                 if isinstance(t, torch.Tensor) and id(t) not in self._tensors and is_preexisting(t):
@@ -53,3 +89,25 @@ class WriteLog:
         for param, grad in self._grads.values():
             param.grad = grad
         torch.set_rng_state(self._rng_state)
+
+
+def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> list[torch.Tensor]:
+    """Every pre-existing tensor ``func`` writes to, when one of them has a single element; else none.
+
+    make_fx's tracer propagates "constants" (tensors of at most one element)
+    by running the op on them once more: an in-place op on such a tensor from
+    before the step (Adam's step count, a one-unit bias) would be applied
+    twice during the capture call, and a foreach op with it to its whole list.
+    """
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    found: list[torch.Tensor] = []
+    for i, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
+        for t in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(t, torch.Tensor) and is_preexisting(t):
+                found.append(t)
+    return found if any(t.numel() <= 1 for t in found) else []

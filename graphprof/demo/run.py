@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import graphprof
 from graphprof.demo.steps import gpt_adamw_step, resnet_sgd_step
+from graphprof.profile.step_facts import with_eager_times, with_workload
 from graphprof.runtime.calibrate import calibrate, load_cached
 
 
@@ -21,11 +24,23 @@ def run_demo(model: str = "resnet", steps: int = 5, top: int = 15, output: str |
     if load_cached("cpu") is None:
         calibrate("cpu")
         notes.append("measured this CPU's peaks once for the roofline (cached; see `graphprof calibrate`)")
-    demo = resnet_sgd_step() if model == "resnet" else gpt_adamw_step()
+    factory = resnet_sgd_step if model == "resnet" else gpt_adamw_step
+    demo = factory()
+    # An identical twin trains eagerly, one eager step right before each traced call, so both are
+    # timed under the same machine load; the twin's first call is cold (creates optimizer state).
+    twin = factory()
+    eager_s = []
     step = graphprof.trace(demo.step_fn, profiling=True)
-    for i in range(steps + 3):  # call 1 eager, call 2 captures, call 3 measures kernel workspace, then profiled steps
+    for i in range(steps + 2):  # call 1 eager, call 2 captures (and measures kernel workspace), then profiled steps
+        start = time.perf_counter()
+        twin.step_fn(*twin.make_inputs(i))
+        eager_s.append(time.perf_counter() - start)
         loss = step(*demo.make_inputs(i))
-    profile = step.get_profile()
+    x = demo.make_inputs(0)[0]
+    tokens = x.numel() if model == "gpt" else None
+    # The cold first call, then the eager calls beside profiled steps (not those beside capture).
+    profile = with_workload(with_eager_times(step.get_profile(), eager_s[:1] + eager_s[2:], first_is_cold=True),
+                            tokens_per_step=tokens, samples_per_step=x.shape[0])
     if output:
         profile.save(output)
         notes.append(f"profile saved to {output}; try `graphprof analyze {output} -t 20` or "

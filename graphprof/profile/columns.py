@@ -32,6 +32,7 @@ import itertools
 from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable
 
+from graphprof.profile import schema
 from graphprof.profile.model import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase
 
 TICKS_PER_S = 10_000_000_000  # 0.1 ns: below any clock we read
@@ -40,7 +41,7 @@ SHAPE_FIELDS = ("in_shapes", "out_shapes")
 DTYPE_FIELDS = ("in_dtypes", "out_dtypes")
 INT_FIELDS = ("flops", "bytes_read", "bytes_written")
 TIME_FIELDS = ("host_time_s", "device_time_s")
-_KNOWN = {"id", "name", "inputs", "is_view", "memory", *STRING_FIELDS, *SHAPE_FIELDS, *DTYPE_FIELDS,
+_KNOWN = {"id", "name", "inputs", "is_view", "memory", "attrs", *STRING_FIELDS, *SHAPE_FIELDS, *DTYPE_FIELDS,
           *INT_FIELDS, *TIME_FIELDS}
 NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
 NODE_DEFAULTS: dict[str, Any] = {
@@ -49,8 +50,7 @@ NODE_DEFAULTS: dict[str, Any] = {
 _new = object.__new__
 
 
-class ColumnError(ValueError):
-    """A malformed column; the message names what is wrong, the caller adds where."""
+ColumnError = schema.SchemaError  # a malformed column; the message names what is wrong, the caller adds where
 
 
 # -- writing --------------------------------------------------------------------
@@ -131,6 +131,8 @@ def graph_to_json(graph: GraphRecord) -> dict[str, Any]:
             cols[name] = [dtypes(getattr(n, name)) for n in nodes]
     if any(n.is_view for n in nodes):
         cols["is_view"] = [int(n.is_view) for n in nodes]
+    if any(n.attrs for n in nodes):
+        cols["attrs"] = [[list(p) for p in n.attrs] for n in nodes]
     for name in INT_FIELDS:
         values = [getattr(n, name) for n in nodes]
         if any(v is not None for v in values):
@@ -181,24 +183,22 @@ def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> lis
 
 
 def _shape_ok(shape: Any) -> bool:
-    return shape is None or (isinstance(shape, list) and all(type(d) is int for d in shape))
+    return shape is None or (isinstance(shape, list) and all(
+        type(d) is int and 0 <= d <= schema.INT64_MAX for d in shape))
 
 
 def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[float, ...]]:
     _check(isinstance(raw, dict), f"{what} must be an object")
     tps = raw.get("ticks_per_s")
-    _check(type(tps) is int and tps > 0, f"{what}.ticks_per_s must be a positive integer")
+    _check(type(tps) is int and 0 < tps <= schema.MAX_TICKS_PER_S, f"{what}.ticks_per_s must be a positive integer")
     if "by_step" in raw:
-        steps = raw["by_step"]
-        _check(isinstance(steps, list), f"{what}.by_step must be a list")
-        cols = [_list_of(s, n, (int,), f"{what}.by_step[{i}]") for i, s in enumerate(steps)]
+        cols = schema.ticks(raw["by_step"], tps, f"{what}.by_step", n)
         if not cols:
             return [()] * n
         seconds = [[t / tps for t in col] for col in cols]  # t / tps is exact to the tick; t * (1 / tps) is not
         return list(zip(*seconds))
     rows = _list_of(raw.get("by_node"), n, (list,), f"{what}.by_node")
-    for row in rows:
-        _check(set(map(type, row)) <= {int}, f"{what}.by_node holds a non-integer tick")
+    schema.ticks(rows, tps, f"{what}.by_node")  # ragged: one list per node, of any length
     return [tuple([t / tps for t in row]) for row in rows]
 
 
@@ -207,7 +207,7 @@ def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
     per_field: dict[str, list[Any]] = {}
     present: list[bool] | None = None
     if "present" in raw:
-        present = [bool(v) for v in _list_of(raw["present"], n, (int,), f"{what}.present")]
+        present = [bool(v) for v in schema.ints(raw["present"], schema.FLAG, f"{what}.present", n)]
     for f in fields(MemoryRecord):
         if f.name not in raw:
             continue
@@ -223,8 +223,10 @@ def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
             for v in values:
                 _check(v is None or (len(v) == len(keys) and set(map(type, v)) <= {int}),
                        f"{what}.{f.name}.values holds a malformed entry")
+            schema.ints(list(itertools.chain.from_iterable(filter(None, values))), schema.BYTES,
+                        f"{what}.{f.name}.values")
         else:
-            per_field[f.name] = _list_of(col, n, (int, float, str, type(None)), f"{what}.{f.name}")
+            per_field[f.name] = schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True)
             if present is None:
                 present = [v is not None for v in col]
     _check(present is not None, f"{what} has no field to tell which nodes have a record")
@@ -281,7 +283,8 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     _check(isinstance(cols, dict), "columns must be an object")
     _check("name" in cols, "columns has no 'name'")
     values: dict[str, Any] = {}
-    values["id"] = _list_of(cols["id"], n, (int,), "columns.id") if "id" in cols else range(n)
+    values["id"] = schema.ints(cols["id"], schema.ID, "columns.id", n) if "id" in cols else range(n)
+    _check("id" not in cols or len(set(values["id"])) == n, "columns.id holds the same id twice")
     values["name"] = _list_of(cols["name"], n, (str,), "columns.name")
     for name in STRING_FIELDS:
         if name in cols:
@@ -298,6 +301,9 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
         for row in rows:
             _check(set(map(type, row)) <= {int}, "columns.inputs holds a non-integer")
         values["inputs"] = [tuple(map(i.__sub__, row)) for i, row in zip(values["id"], rows)]
+        known = values["id"] if "id" not in cols else set(values["id"])
+        _check(all(map(known.__contains__, itertools.chain.from_iterable(values["inputs"]))),
+               "columns.inputs refers to a node the graph does not have")
     for name in SHAPE_FIELDS:
         if name in cols:
             values[name] = _indices(cols[name], n, shape_sets, f"columns.{name}")
@@ -306,9 +312,11 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
             values[name] = _indices(cols[name], n, dtype_sets, f"columns.{name}")
     if "is_view" in cols:
         values["is_view"] = [bool(v) for v in _list_of(cols["is_view"], n, (int, bool), "columns.is_view")]
+    if "attrs" in cols:
+        values["attrs"] = schema.pairs(cols["attrs"], "columns.attrs", n)
     for name in INT_FIELDS:
         if name in cols:
-            values[name] = _list_of(cols[name], n, (int, type(None)), f"columns.{name}")
+            values[name] = schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True)
     if "memory" in cols:
         values["memory"] = _memory_from_json(cols["memory"], n, "columns.memory")
     for name in TIME_FIELDS:
@@ -325,5 +333,5 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     except ValueError:
         raise ColumnError(f"kind {raw.get('kind')!r} is unknown") from None
     gid = raw.get("id", index)
-    _check(type(gid) is int, "id must be an integer")
-    return GraphRecord(id=gid, name=str(raw.get("name", "")), kind=kind, nodes=tuple(nodes))
+    schema.one_int(gid, schema.ID, "id")
+    return GraphRecord(id=gid, name=schema.string(raw.get("name", ""), "name"), kind=kind, nodes=tuple(nodes))

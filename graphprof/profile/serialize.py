@@ -35,7 +35,9 @@ from graphprof.profile.model import (
     ProfileMeta,
     StepRecord,
 )
-from graphprof.profile.columns import ColumnError, graph_from_json, graph_to_json
+from graphprof.profile import schema
+from graphprof.profile.columns import graph_from_json, graph_to_json
+from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
 _TIME_DIGITS = 10  # 0.1 ns: below any clock we read
 
@@ -79,56 +81,65 @@ def _graph_memory_to_json(graph: GraphRecord, out: dict[str, Any]) -> dict[str, 
     return out
 
 
-def _int(value: Any, what: str) -> int:
-    _expect(type(value) is int, f"{what} must be an integer")
-    return value
-
-
 def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str) -> GraphRecord:
-    """``graph`` with the memory peak and allocator samples its JSON object holds."""
+    """``graph`` with the memory peak and allocator samples its JSON object holds (SchemaError if malformed)."""
     peak = graph.memory_peak
     if raw.get("memory_peak") is not None:
-        p = raw["memory_peak"]
-        _expect(isinstance(p, dict), f"{where}.memory_peak must be an object")
-        cats = p.get("by_category_bytes", {})
-        _expect(isinstance(cats, dict), f"{where}.memory_peak.by_category_bytes must be an object")
+        p = schema.mapping(raw["memory_peak"], f"{where}.memory_peak")
+        cats = schema.count_map(p.get("by_category_bytes", {}), f"{where}.memory_peak.by_category_bytes")
         rows = p.get("largest_tensors", [])
-        _expect(isinstance(rows, list) and all(
-            isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and type(r[1]) is int
-            and isinstance(r[2], str) and type(r[3]) is int for r in rows),
+        schema.check(isinstance(rows, list) and all(
+            isinstance(r, list) and len(r) == 4 and type(r[0]) is str and type(r[1]) is int
+            and schema.INT64_MIN <= r[1] <= schema.INT64_MAX and type(r[2]) is str and type(r[3]) is int
+            and schema.INT64_MIN <= r[3] <= schema.INT64_MAX for r in rows),
             f"{where}.memory_peak.largest_tensors must hold [name, bytes, category, node id] rows")
         peak = MemoryPeak(
-            node_id=_int(p.get("node_id"), f"{where}.memory_peak.node_id"),
-            live_bytes=_int(p.get("live_bytes"), f"{where}.memory_peak.live_bytes"),
-            by_category_bytes={str(k): _int(v, f"{where}.memory_peak.by_category_bytes") for k, v in cats.items()},
+            node_id=schema.one_int(p.get("node_id"), ID, f"{where}.memory_peak.node_id"),
+            live_bytes=schema.one_int(p.get("live_bytes"), BYTES, f"{where}.memory_peak.live_bytes"),
+            by_category_bytes=dict(cats),
             largest_tensors=tuple(PeakTensor(*r) for r in rows),
-            start_bytes=_int(p.get("start_bytes", 0), f"{where}.memory_peak.start_bytes"),
-            allocated_bytes=_int(p.get("allocated_bytes", 0), f"{where}.memory_peak.allocated_bytes"),
+            start_bytes=schema.one_int(p.get("start_bytes", 0), BYTES, f"{where}.memory_peak.start_bytes"),
+            allocated_bytes=schema.one_int(p.get("allocated_bytes", 0), BYTES, f"{where}.memory_peak.allocated_bytes"),
         )
     samples = graph.device_memory
     if raw.get("device_memory") is not None:
-        d = raw["device_memory"]
-        _expect(isinstance(d, dict) and all(isinstance(d.get(f), list) for f in _DEVICE_MEMORY_FIELDS)
-                and len({len(d[f]) for f in _DEVICE_MEMORY_FIELDS}) == 1
-                and all(type(v) is int for f in _DEVICE_MEMORY_FIELDS for v in d[f]),
-                f"{where}.device_memory must hold equally long integer lists {', '.join(_DEVICE_MEMORY_FIELDS)}")
-        samples = tuple(DeviceMemorySample(*row) for row in zip(*(d[f] for f in _DEVICE_MEMORY_FIELDS)))
+        d = schema.mapping(raw["device_memory"], f"{where}.device_memory")
+        columns = [schema.ints(d.get(f), ID if f in ("step", "node_id") else BYTES, f"{where}.device_memory.{f}")
+                   for f in _DEVICE_MEMORY_FIELDS]
+        schema.check(len(set(map(len, columns))) == 1, f"{where}.device_memory's lists must be equally long")
+        samples = tuple(DeviceMemorySample(*row) for row in zip(*columns))
     if peak is graph.memory_peak and samples is graph.device_memory:
         return graph
     return replace(graph, memory_peak=peak, device_memory=samples)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename."""
+    """Write ``profile`` to ``path`` atomically: a temporary file, then a rename.
+
+    A symbolic link at ``path`` stays a link (its target is replaced); the file
+    gets the mode the umask gives an ordinary new file, not mkstemp's 0600; an
+    error names ``path``, never the temporary file.
+    """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)
+    directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise ProfileError(f"cannot write {path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(profile_to_document(profile), f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -136,126 +147,126 @@ def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
 
 
 # -- reading --------------------------------------------------------------------
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ProfileError(f"not a valid graphprof profile: {what}")
-
-
-def _number(value: Any, what: str) -> float:
-    _expect(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
-            f"{what} must be a finite number")
-    return float(value)
+_META_SPECS: dict[str, Any] = {
+    **{f.name: str for f in fields(ProfileMeta) if f.type in ("str", str)},
+    "probe_cost_s": schema.SECONDS,
+    "peaks": schema.rate_map,
+    "extra": schema.mapping,
+}
 
 
 def _shape_list(value: Any, what: str) -> tuple[tuple[int, ...] | None, ...]:
-    _expect(isinstance(value, list), f"{what} must be a list")
-    out: list[tuple[int, ...] | None] = []
-    for shape in value:
-        if shape is None:
-            out.append(None)
-            continue
-        _expect(isinstance(shape, list) and all(isinstance(d, int) for d in shape), f"{what} must hold lists of ints")
-        out.append(tuple(shape))
-    return tuple(out)
+    schema.check(isinstance(value, list) and all(
+        s is None or (isinstance(s, list) and all(type(d) is int and 0 <= d <= schema.INT64_MAX for d in s))
+        for s in value), f"{what} must be a list of shapes (lists of non-negative integers)")
+    return tuple(tuple(s) if s is not None else None for s in value)
 
 
 def _node_from_dict(raw: Any, where: str) -> NodeRecord:
-    _expect(isinstance(raw, dict), f"{where} must be an object")
+    """A node of the readable layout (one object per node); SchemaError names what is wrong."""
+    schema.mapping(raw, where)
     for key in ("id", "name", "op", "type"):
-        _expect(key in raw, f"{where} has no '{key}'")
-    _expect(isinstance(raw["id"], int), f"{where}.id must be an integer")
+        schema.check(key in raw, f"{where} has no '{key}'")
+    kwargs: dict[str, Any] = {"id": schema.one_int(raw["id"], ID, f"{where}.id")}
     for key in ("name", "op", "type", "module", "module_type", "source", "scope"):
         if key in raw:
-            _expect(isinstance(raw[key], str), f"{where}.{key} must be a string")
-    kwargs: dict[str, Any] = {k: raw[k] for k in ("id", "name", "op", "type", "module", "module_type", "source", "scope") if k in raw}
+            kwargs[key] = schema.string(raw[key], f"{where}.{key}")
     if "inputs" in raw:
-        _expect(isinstance(raw["inputs"], list) and all(isinstance(i, int) for i in raw["inputs"]), f"{where}.inputs must be a list of ints")
-        kwargs["inputs"] = tuple(raw["inputs"])
+        kwargs["inputs"] = tuple(schema.ints(raw["inputs"], ID, f"{where}.inputs"))
     for key in ("in_shapes", "out_shapes"):
         if key in raw:
             kwargs[key] = _shape_list(raw[key], f"{where}.{key}")
     for key in ("in_dtypes", "out_dtypes"):
         if key in raw:
-            _expect(isinstance(raw[key], list) and all(d is None or isinstance(d, str) for d in raw[key]), f"{where}.{key} must be a list of strings")
+            schema.check(isinstance(raw[key], list) and all(d is None or type(d) is str for d in raw[key]),
+                         f"{where}.{key} must be a list of strings")
             kwargs[key] = tuple(raw[key])
     if "phase" in raw:
-        try:
-            kwargs["phase"] = Phase(raw["phase"])
-        except ValueError:
-            raise ProfileError(f"not a valid graphprof profile: {where}.phase {raw['phase']!r} is unknown") from None
+        schema.check(type(raw["phase"]) is str and raw["phase"] in Phase._value2member_map_,
+                     f"{where}.phase {raw['phase']!r:.40} is unknown")
+        kwargs["phase"] = Phase(raw["phase"])
     if "is_view" in raw:
-        _expect(isinstance(raw["is_view"], bool), f"{where}.is_view must be true or false")
+        schema.check(type(raw["is_view"]) is bool, f"{where}.is_view must be true or false")
         kwargs["is_view"] = raw["is_view"]
     for key in ("flops", "bytes_read", "bytes_written"):
-        if key in raw and raw[key] is not None:
-            _expect(isinstance(raw[key], int) and not isinstance(raw[key], bool), f"{where}.{key} must be an integer or null")
-            kwargs[key] = raw[key]
+        if raw.get(key) is not None:
+            kwargs[key] = schema.one_int(raw[key], COUNT, f"{where}.{key}")
     if raw.get("memory") is not None:
-        mem = raw["memory"]
-        _expect(isinstance(mem, dict), f"{where}.memory must be an object")
-        cats = mem.get("live_by_category_bytes", {})
-        _expect(isinstance(cats, dict), f"{where}.memory.live_by_category_bytes must be an object")
+        mem = schema.mapping(raw["memory"], f"{where}.memory")
+        cats = schema.count_map(mem.get("live_by_category_bytes", {}), f"{where}.memory.live_by_category_bytes")
         kwargs["memory"] = MemoryRecord(
-            allocated_bytes=int(_number(mem.get("allocated_bytes", 0), f"{where}.memory.allocated_bytes")),
-            freed_bytes=int(_number(mem.get("freed_bytes", 0), f"{where}.memory.freed_bytes")),
-            live_bytes=int(_number(mem.get("live_bytes", 0), f"{where}.memory.live_bytes")),
-            live_by_category_bytes={str(k): int(_number(v, f"{where}.memory")) for k, v in cats.items()},
-        )
+            **{f.name: schema.one_int(mem.get(f.name, 0), BYTES, f"{where}.memory.{f.name}")
+               for f in fields(MemoryRecord) if f.name != "live_by_category_bytes"},
+            live_by_category_bytes=dict(cats))
     for key in ("host_time_s", "device_time_s"):
         if key in raw:
-            _expect(isinstance(raw[key], list), f"{where}.{key} must be a list")
-            kwargs[key] = tuple(_number(t, f"{where}.{key}") for t in raw[key])
+            kwargs[key] = tuple(schema.floats(raw[key], schema.SAMPLE_SECONDS, f"{where}.{key}"))
+    if "attrs" in raw:
+        kwargs["attrs"] = schema.pairs([raw["attrs"]], f"{where}.attrs", 1)[0]
     return NodeRecord(**kwargs)
 
 
+def _graph_from_nodes(g: dict[str, Any], gi: int) -> GraphRecord:
+    """A graph of the readable layout."""
+    kind = g.get("kind", "step")
+    schema.check(type(kind) is str and kind in GraphKind._value2member_map_, f"kind {kind!r:.40} is unknown")
+    nodes_raw = g.get("nodes", [])
+    schema.check(isinstance(nodes_raw, list), "nodes must be a list")
+    nodes = tuple(_node_from_dict(n, f"nodes[{ni}]") for ni, n in enumerate(nodes_raw))
+    schema.check(len({n.id for n in nodes}) == len(nodes), "nodes hold the same id twice")
+    known = {n.id for n in nodes}
+    schema.check(all(i in known for n in nodes for i in n.inputs), "a node's inputs refer to a node the graph does not have")
+    return GraphRecord(id=schema.one_int(g.get("id", gi), ID, "id"), name=schema.string(g.get("name", ""), "name"),
+                       kind=GraphKind(kind), nodes=nodes)
+
+
+def _steps_from_json(raw: Any) -> tuple[StepRecord, ...]:
+    schema.check(isinstance(raw, list), "steps must be a list")
+    steps = []
+    for i, s in enumerate(raw):
+        schema.check(isinstance(s, dict), f"steps[{i}] must be an object")
+        steps.append(StepRecord(
+            index=schema.one_int(s.get("index"), ID, f"steps[{i}].index"),
+            wall_time_s=schema.one_float(s.get("wall_time_s", 0.0), schema.SECONDS, f"steps[{i}].wall_time_s"),
+            graph_time_s=schema.one_float(s.get("graph_time_s", 0.0), schema.SECONDS, f"steps[{i}].graph_time_s")))
+    return tuple(steps)
+
+
 def profile_from_document(doc: Any, cls: type[Profile] = Profile) -> Profile:
-    """Validate a parsed JSON document and build a Profile (or subclass) from it."""
+    """Validate a parsed JSON document and build a Profile (or subclass) from it.
+
+    Every check is in ``graphprof.profile.schema`` (bounds and types) or next to
+    the code that decodes the value; any failure is one ProfileError sentence.
+    """
     if isinstance(doc, list) or (isinstance(doc, dict) and "traceEvents" in doc):
         raise ProfileError("this looks like a Chrome trace, not a graphprof profile (no 'schema' field)")
-    _expect(isinstance(doc, dict), "the top level must be a JSON object")
-    schema = doc.get("schema")
-    if schema is None:
+    if not isinstance(doc, dict):
+        raise ProfileError("not a valid graphprof profile: the top level must be a JSON object")
+    version = doc.get("schema")
+    if version is None:
         raise ProfileError("not a graphprof profile: it has no 'schema' field")
-    if schema != SCHEMA_ID:
-        if isinstance(schema, str) and schema.startswith("graphprof.profile/"):
-            raise ProfileError(f"unsupported profile schema version {schema!r}; this graphprof reads {SCHEMA_ID!r}")
-        raise ProfileError(f"not a graphprof profile: schema is {schema!r}")
-    meta_raw = doc.get("meta", {})
-    _expect(isinstance(meta_raw, dict), "meta must be an object")
-    known = {f.name for f in fields(ProfileMeta)}
-    meta_kwargs = {k: v for k, v in meta_raw.items() if k in known}
-    for key in ("peaks", "extra"):
-        if key in meta_kwargs:
-            _expect(isinstance(meta_kwargs[key], dict), f"meta.{key} must be an object")
-    meta = ProfileMeta(**meta_kwargs)
-    steps_raw = doc.get("steps", [])
-    _expect(isinstance(steps_raw, list), "steps must be a list")
-    steps = []
-    for i, s in enumerate(steps_raw):
-        _expect(isinstance(s, dict) and isinstance(s.get("index"), int), f"steps[{i}] must have an integer index")
-        steps.append(StepRecord(index=s["index"], wall_time_s=_number(s.get("wall_time_s", 0.0), f"steps[{i}].wall_time_s"),
-                                graph_time_s=_number(s.get("graph_time_s", 0.0), f"steps[{i}].graph_time_s")))
-    graphs_raw = doc.get("graphs", [])
-    _expect(isinstance(graphs_raw, list), "graphs must be a list")
-    graphs = []
-    for gi, g in enumerate(graphs_raw):
-        _expect(isinstance(g, dict), f"graphs[{gi}] must be an object")
-        if "columns" in g:
-            try:
-                graphs.append(_graph_memory_from_json(g, graph_from_json(g, gi), f"graphs[{gi}]"))
-            except ColumnError as exc:
-                raise ProfileError(f"not a valid graphprof profile: graphs[{gi}]: {exc}") from None
-            continue
-        try:
-            kind = GraphKind(g.get("kind", "step"))
-        except ValueError:
-            raise ProfileError(f"not a valid graphprof profile: graphs[{gi}].kind {g.get('kind')!r} is unknown") from None
-        nodes_raw = g.get("nodes", [])
-        _expect(isinstance(nodes_raw, list), f"graphs[{gi}].nodes must be a list")
-        nodes = tuple(_node_from_dict(n, f"graphs[{gi}].nodes[{ni}]") for ni, n in enumerate(nodes_raw))
-        graphs.append(_graph_memory_from_json(
-            g, GraphRecord(id=int(g.get("id", gi)), name=str(g.get("name", "")), kind=kind, nodes=nodes), f"graphs[{gi}]"))
-    return cls(meta=meta, steps=tuple(steps), graphs=tuple(graphs))
+    if version != SCHEMA_ID:
+        if isinstance(version, str) and version.startswith("graphprof.profile/"):
+            raise ProfileError(f"unsupported profile schema version {version!r:.60}; this graphprof reads {SCHEMA_ID!r}")
+        raise ProfileError(f"not a graphprof profile: schema is {version!r:.60}")
+    where = ""
+    try:
+        meta_raw = schema.mapping(doc.get("meta", {}), "meta")
+        meta = ProfileMeta(**schema.meta_fields(meta_raw, _META_SPECS))
+        steps = _steps_from_json(doc.get("steps", []))
+        graphs_raw = doc.get("graphs", [])
+        schema.check(isinstance(graphs_raw, list), "graphs must be a list")
+        graphs = []
+        for gi, g in enumerate(graphs_raw):
+            schema.mapping(g, f"graphs[{gi}]")
+            where = f"graphs[{gi}]: "
+            graph = graph_from_json(g, gi) if "columns" in g else _graph_from_nodes(g, gi)
+            where = ""
+            graphs.append(_graph_memory_from_json(g, graph, f"graphs[{gi}]"))
+        schema.check(len({g.id for g in graphs}) == len(graphs), "two graphs have the same id")
+    except SchemaError as exc:
+        raise ProfileError(f"not a valid graphprof profile: {where}{exc}") from None
+    return cls(meta=meta, steps=steps, graphs=tuple(graphs))
 
 
 def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> Profile:

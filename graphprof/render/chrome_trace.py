@@ -44,10 +44,14 @@ _US = 1e6
 CRITICAL_CNAME = "terrible"
 
 
-def _node_args(graph: GraphRecord, node: NodeRecord, time_s: float, step: int, critical: bool,
-               bound: str | None) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "graph": graph.name, "node": node.id, "name": node.name, "op": node.op, "step": step,
+def _static_args(graph: GraphRecord, node: NodeRecord, critical: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The args of a node's events that no step changes, before and after ``step`` (JSON keeps key order).
+
+    Why: a trace repeats each node once per profiled step; formatting its
+    shapes and dtypes once instead of per step is a large share of the export.
+    """
+    head = {"graph": graph.name, "node": node.id, "name": node.name, "op": node.op}
+    tail = {
         "module": node.module, "module_type": node.module_type, "source": node.source,
         "phase": node.phase.value, "scope": node.scope,
         "in_shapes": shapes_text(node.in_shapes, limit=8), "out_shapes": shapes_text(node.out_shapes, limit=8),
@@ -55,6 +59,13 @@ def _node_args(graph: GraphRecord, node: NodeRecord, time_s: float, step: int, c
         "flops": node.flops, "bytes_read": node.bytes_read, "bytes_written": node.bytes_written,
         "critical_path": critical,
     }
+    return head, tail
+
+
+def _node_args(graph: GraphRecord, node: NodeRecord, time_s: float, step: int, critical: bool,
+               bound: str | None, static: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    head, tail = static if static is not None else _static_args(graph, node, critical)
+    args: dict[str, Any] = {**head, "step": step, **tail}
     moved = (node.bytes_read or 0) + (node.bytes_written or 0)
     if time_s > 0:
         if node.flops is not None:
@@ -109,6 +120,7 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
     samples = {(g.id, n.id): node_samples_s(n) for g in profile.graphs for n in g.nodes}
     allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
     n_steps = max([len(s) for s in samples.values()] + [len(profile.steps)], default=0)
+    static: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
     offset_us = 0.0
     for k in range(n_steps):
         step_index = profile.steps[k].index if k < len(profile.steps) else k
@@ -123,11 +135,15 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
                     continue
                 dur_us = times[k] * _US
                 on_path = node.id in cp
+                fixed = static.get((id(graph), id(node)))
+                if fixed is None:
+                    fixed = static[(id(graph), id(node))] = _static_args(graph, node, on_path)
+                phase = fixed[1]["phase"]
                 event = {
-                    "name": node.type, "cat": node.phase.value, "ph": "X", "ts": t_us, "dur": dur_us,
-                    "pid": pid, "tid": tracks[(graph.id, node.phase.value)],
+                    "name": node.type, "cat": phase, "ph": "X", "ts": t_us, "dur": dur_us,
+                    "pid": pid, "tid": tracks[(graph.id, phase)],
                     "args": _node_args(graph, node, times[k], step_index, on_path,
-                                       bound_of(bounds, graph.id, node.id)),
+                                       bound_of(bounds, graph.id, node.id), fixed),
                 }
                 if on_path:
                     event["cname"] = CRITICAL_CNAME
@@ -165,3 +181,18 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
 def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> str:
     """The trace as JSON text."""
     return json.dumps(chrome_trace(profile, stat=stat, bounds=bounds), allow_nan=False, separators=(",", ":"))
+
+
+def node_events(profile: Profile) -> int:
+    """How many node events a trace of ``profile`` holds: one per node per profiled step."""
+    return sum(len(node_samples_s(n)) for _, n in profile.iter_nodes())
+
+
+def bytes_per_node_step(profile: Profile, file_bytes: int) -> float | None:
+    """A trace file's size per node per profiled step (None for a profile without samples).
+
+    The figure to plan with: a trace of N nodes over S steps takes about
+    N x S times this (steps, counters and metadata are included in it).
+    """
+    events = node_events(profile)
+    return file_bytes / events if events else None

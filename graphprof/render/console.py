@@ -4,18 +4,36 @@ Any tabulate table format works (``simple`` by default, ``github`` for
 Markdown, ``fancy_grid`` for MegEngine's look); ``csv`` and ``json`` give raw
 SI numbers through ``graphprof.render.tabular``. Human units (ns..s,
 FLOP..PFLOP, B..GiB) appear only here.
+
+Tables fit the width: ``options.width``, else ``COLUMNS`` or the terminal,
+else 120 characters (``terminal_width``). Columns go by priority (the rank,
+time, share and name always stay), then names, modules, paths and shapes are
+clipped in the middle, the way torch.profiler's table clips its name column.
+``--wide`` prints every default column unclipped; ``--columns`` picks them.
 """
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from graphprof.analysis.columns import BY_KEY
-from graphprof.analysis.options import DATA_FORMATS, TableOptionError
+from graphprof.analysis.columns import BY_KEY, resolve_columns
+from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
-from graphprof.render.units import clip, format_bytes, format_count, format_shapes, format_time, format_value
+from graphprof.render.escape import terminal_line
+from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
 
-_WIDTH = {"name": 26, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24}
+#: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
+_WIDTH = {"name": 32, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24,
+          "label": 30, "type": 28, "graph": 16, "phase": 9, "op": 32}
+#: The least a text column is clipped to before a less important column is dropped instead:
+#: what names the row keeps enough to be recognised.
+_MIN_WIDTH = {"name": 22, "label": 22, "type": 18, "module": 16, "source": 16, "in_shapes": 16}
+_MIN_OTHER = 10
+#: Formats read as markup or data, not in a terminal: printed like --wide.
+_UNFITTED = {"html", "unsafehtml", "latex", "latex_raw", "latex_booktabs", "latex_longtable", "mediawiki",
+             "moinmoin", "textile", "asciidoc", "jira", "tsv", "youtrack"}
 _METRICS = ("flops", "flop_per_s", "bytes_moved", "bandwidth_bytes_per_s", "intensity_flop_per_byte")
 _MEMORY = ("allocated_bytes", "freed_bytes", "live_bytes")
 #: Descriptive columns of an aggregated table, by --aggregate-by (None: one row "all").
@@ -24,6 +42,27 @@ _GROUP_COLUMNS: dict[str | None, tuple[str, ...]] = {
     "shape": ("type", "in_shapes"), "scope": ("scope",), "phase": ("phase",), "graph": ("graph",),
 }
 _NODE_COLUMNS = ("id", "name", "type", "module", "source")
+#: Which columns stay when the terminal is narrow: lower numbers stay longer. The rank, time,
+#: share and the row's name (node, or group) always stay; the rest go from the highest number.
+_PRIORITY = {
+    "time_s": 0, "percent": 0, "name": 1, "type": 2, "cumulative_percent": 3, "calls": 3, "module": 4,
+    "flops": 5, "flop_per_s": 6, "bytes_moved": 7, "bandwidth_bytes_per_s": 8, "source": 9,
+    "in_shapes": 10, "live_bytes": 11, "allocated_bytes": 12, "id": 13, "graph": 13,
+    "intensity_flop_per_byte": 14, "freed_bytes": 15, "module_type": 16, "out_shapes": 17,
+}
+_CORE = 4  # priorities up to here are clipped before they are dropped
+
+
+def terminal_width() -> int:
+    """Columns to fit: ``COLUMNS`` when set, else the terminal's, else 120 (a pipe, a file, CI).
+
+    120 when the output is not a terminal keeps saved and piped tables
+    readable in an editor and a code review without wrapping, where the
+    old full table was about 260 characters wide.
+    """
+    import shutil
+
+    return shutil.get_terminal_size(fallback=(120, 24)).columns
 
 
 def table_formats() -> list[str]:
@@ -39,43 +78,154 @@ def check_format(fmt: str) -> None:
         raise TableOptionError(f"--format {fmt!r} is unknown; choose csv, json or a tabulate format such as simple, github, grid")
 
 
-def _text(row: Row, key: str) -> str:
-    value = getattr(row, key)
-    if key in ("in_shapes", "out_shapes"):
-        return format_shapes(value, limit=None, width=_WIDTH[key])
-    if value is None:
-        text = "*" if key != "id" else "-"  # a group whose nodes differ
-    else:
-        text = str(value) or "-"
-    return clip(text, _WIDTH[key], keep_end=key in ("module", "source")) if key in _WIDTH else text
+@dataclass(frozen=True)
+class _Column:
+    """A printed column: header, cell text at a width (None: natural), and how it may shrink."""
+
+    key: str
+    header: str
+    cell: Callable[[Row, "int | None"], str]
+    priority: int
+    clippable: bool = False
 
 
-def _columns(result: TableResult) -> list[tuple[str, Callable[[Row], str]]]:
-    """(header, cell function) of every printed column, in order."""
+def _text_cell(key: str) -> Callable[[Row, "int | None"], str]:
+    def cell(row: Row, width: int | None) -> str:
+        value = row.label if key == "label" else getattr(row, key)
+        if key in ("in_shapes", "out_shapes"):
+            return format_shapes(value, limit=None, width=width)
+        if value is None:
+            text = "*" if key != "id" else "-"  # a group whose nodes differ
+        else:
+            text = terminal_line(value) or "-"  # a name's newline or escape sequence shows as \n, \x1b
+        return clip_middle(text, width) if width is not None else text
+    return cell
+
+
+def _metric_cell(key: str) -> Callable[[Row, "int | None"], str]:
+    unit = BY_KEY[key].unit
+    if key == "percent":
+        return lambda r, w: f"{r.percent:.1f}"
+    if key == "cumulative_percent":
+        return lambda r, w: f"{r.cumulative_percent:.1f}"
+    return lambda r, w: format_value(getattr(r, key), unit)
+
+
+def _column(key: str, result: TableResult) -> _Column:
     options = result.options
+    if key == "label":
+        return _Column(key, "group", _text_cell(key), 1, clippable=True)
+    column = BY_KEY[key]
+    header = column.title
+    if key == "time_s" and options.aggregated and options.aggregate_fn != "sum":
+        header = f"self time ({options.aggregate_fn})"
+    text = column.kind != "number"
+    return _Column(key, header, _text_cell(key) if text else _metric_cell(key), _PRIORITY.get(key, 18),
+                   clippable=text)
 
-    def metric(key: str) -> tuple[str, Callable[[Row], str]]:
-        column = BY_KEY[key]
-        return column.title, lambda r: format_value(getattr(r, key), column.unit)
 
-    cols: list[tuple[str, Callable[[Row], str]]] = [("#", lambda r: str(r.rank))]
+def _default_keys(result: TableResult) -> list[str]:
+    options = result.options
+    keys: list[str] = []
     if options.aggregated:
-        for key in _GROUP_COLUMNS[options.aggregate_by]:
-            title = "group" if key == "label" else BY_KEY[key].title
-            cols.append((title, (lambda k: lambda r: _text(r, k) if k != "label" else r.label)(key)))
-        cols.append(("calls", lambda r: str(r.calls)))
-    time_title = f"self time ({options.aggregate_fn})" if options.aggregated and options.aggregate_fn != "sum" else "self time"
-    cols += [(time_title, lambda r: format_time(r.time_s)), ("%", lambda r: f"{r.percent:.1f}"),
-             ("cum %", lambda r: f"{r.cumulative_percent:.1f}")]
+        keys += [*_GROUP_COLUMNS[options.aggregate_by], "calls"]
+    keys += ["time_s", "percent", "cumulative_percent"]
     if not options.aggregated:
-        keys = _NODE_COLUMNS if result.summary.graphs < 2 else ("graph", *_NODE_COLUMNS)  # ids are per graph
-        cols += [(BY_KEY[k].title, (lambda k: lambda r: _text(r, k))(k)) for k in keys]
-    cols += [metric(k) for k in _METRICS]
+        keys += _NODE_COLUMNS if result.summary.graphs < 2 else ("graph", *_NODE_COLUMNS)  # ids are per graph
+    keys += _METRICS
     if result.has_memory:
-        cols += [metric(k) for k in _MEMORY]
+        keys += _MEMORY
     if not options.aggregated:
-        cols += [("in shapes", lambda r: _text(r, "in_shapes")), ("out shapes", lambda r: _text(r, "out_shapes"))]
-    return cols
+        keys += ["in_shapes", "out_shapes"]
+    return keys
+
+
+def _essential(result: TableResult) -> set[str]:
+    """Columns never dropped to fit: time, share, what names the row, and the order's column."""
+    order = result.order.column.key
+    if result.options.aggregated:
+        return {"time_s", "percent", order, *(k for k in _GROUP_COLUMNS[result.options.aggregate_by] if k != "module_type")}
+    return {"time_s", "percent", "name", order}
+
+
+def _probe(fmt: str, n: int, cell: int, header: int) -> int:
+    from tabulate import tabulate
+
+    text = tabulate([["x" * cell] * n], headers=["y" * header] * n, tablefmt=fmt, disable_numparse=True)
+    return max(len(line) for line in text.splitlines())
+
+
+def _overhead(fmt: str, n: int) -> int:
+    """Characters a ``fmt`` table of ``n`` columns adds to its cells (separators, borders, padding)."""
+    return _probe(fmt, n, 8, 1) - 8 * n
+
+
+def _header_padding(fmt: str) -> int:
+    """What ``fmt`` adds to a header's length for its column's width (tabulate pads some formats' headers)."""
+    return max(_probe(fmt, 1, 1, 8) - _overhead(fmt, 1) - 8, 0)
+
+
+def _fit(cols: list[_Column], natural: dict[str, int], least: dict[str, int], keep: set[str],
+         fmt: str, width: int) -> tuple[list[_Column], dict[str, int]]:
+    """Fit ``width``: drop minor columns, then clip text columns, then drop core ones too.
+
+    Names stay whole as long as only minor columns (rates, bytes, shapes,
+    ids) pay for it; a core column (``_CORE``) goes only when clipping every
+    text column to its least width is not enough.
+    """
+    shown = list(cols)
+
+    def needed(widths: dict[str, int]) -> int:
+        return sum(widths[c.key] for c in shown) + _overhead(fmt, len(shown) + 1) + natural["#"]
+
+    def drop_until_fits(widths: dict[str, int], most_important: int) -> None:
+        while needed(widths) > width:
+            droppable = [c for c in shown if c.key not in keep and c.priority > most_important]
+            if not droppable:
+                return
+            shown.remove(max(droppable, key=lambda c: (c.priority, shown.index(c))))
+
+    drop_until_fits(natural, _CORE)
+    drop_until_fits(least, -1)
+    widths = {c.key: natural[c.key] for c in shown}
+    excess = needed(widths) - width
+    while excess > 0:
+        candidates = [c for c in shown if c.clippable and widths[c.key] > least[c.key]]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda c: widths[c.key] - least[c.key])
+        widths[widest.key] -= 1
+        excess -= 1
+    return shown, widths
+
+
+def _fitted(options: TableOptions) -> bool:
+    return not options.wide and options.format not in _UNFITTED
+
+
+def _layout(result: TableResult) -> tuple[list[_Column], dict[str, int | None]]:
+    """The columns to print and each one's cell width (None: as long as it is)."""
+    options = result.options
+    explicit = bool(options.columns)
+    keys = list(resolve_columns(options.columns)) if explicit else _default_keys(result)
+    order = result.order.column.key
+    if not explicit and order not in keys:  # ordered by a column not shown by default: show it after the shares
+        keys.insert(keys.index("cumulative_percent") + 1, order)
+    cols = [_column(k, result) for k in keys]
+    if not _fitted(options):
+        return cols, {c.key: None for c in cols}
+    caps = {c.key: _WIDTH.get(c.key) if c.clippable and not explicit else None for c in cols}
+    pad = _header_padding(options.format)
+    natural = {"#": max(1 + pad, len(str(len(result.rows))))}
+    least: dict[str, int] = {}
+    for c in cols:
+        longest = max((len(c.cell(r, caps[c.key])) for r in result.rows), default=0)
+        natural[c.key] = max(len(c.header) + pad, longest)
+        least[c.key] = (max(len(c.header) + pad, min(natural[c.key], _MIN_WIDTH.get(c.key, _MIN_OTHER)))
+                        if c.clippable else natural[c.key])
+    keep = {c.key for c in cols} if explicit else _essential(result)
+    shown, widths = _fit(cols, natural, least, keep, options.format, options.width or terminal_width())
+    return shown, {c.key: widths[c.key] if c.clippable else None for c in shown}
 
 
 def _title(result: TableResult) -> str:
@@ -95,15 +245,18 @@ def _title(result: TableResult) -> str:
 
 
 def render_rows(result: TableResult, fmt: str = "simple") -> str:
-    """The table part: a title line and the rows (or why there are none)."""
+    """The table part: a title line and the rows (or why there are none), fitted to the width."""
     if not result.rows:
         return f"no rows: {result.note}" if result.note else "no rows: the profile has no nodes"
-    cols = _columns(result)
-    body = [[cell(row) for _, cell in cols] for row in result.rows]
+    cols, widths = _layout(result)
+    body = [[str(row.rank), *(c.cell(row, widths[c.key]) for c in cols)] for row in result.rows]
     from tabulate import tabulate
 
-    table = tabulate(body, headers=[h for h, _ in cols], tablefmt=fmt, disable_numparse=True)
-    return _title(result) + "\n" + table
+    table = tabulate(body, headers=["#", *(c.header for c in cols)], tablefmt=fmt, disable_numparse=True)
+    title = _title(result)
+    if _fitted(result.options):
+        title = textwrap.fill(title, result.options.width or terminal_width(), break_on_hyphens=False)
+    return title + "\n" + table
 
 
 def _plural(n: int, noun: str) -> str:
@@ -144,10 +297,15 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
-    """The summary block as a two-column table in ``fmt``."""
+    """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
     from tabulate import tabulate
 
-    return tabulate(summary_items(result), tablefmt=fmt, disable_numparse=True)
+    items = summary_items(result)
+    if _fitted(result.options) and items:
+        label = max(len(k) for k, _ in items)
+        room = max((result.options.width or terminal_width()) - label - _overhead(fmt, 2), 20)
+        items = [(k, textwrap.fill(v, room, break_on_hyphens=False)) for k, v in items]
+    return tabulate(items, tablefmt=fmt, disable_numparse=True)
 
 
 def render_table(result: TableResult) -> str:

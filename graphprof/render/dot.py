@@ -90,11 +90,19 @@ def _node_line(node: ViewNode) -> str:
     return f"{node.key} [{', '.join(attrs)}];"
 
 
+#: Module paths nest at most this deep in clusters; a deeper path's tail is one cluster, so a
+#: hostile 2,000-part path neither recurses past Python's limit nor overwhelms Graphviz.
+MAX_CLUSTER_DEPTH = 24
+
+
 def _cluster_tree(nodes: tuple[ViewNode, ...]) -> dict:
     tree: dict = {"nodes": [], "children": {}}
     for node in nodes:
         branch = tree
-        for name in node.cluster:
+        path = tuple(node.cluster)
+        if len(path) > MAX_CLUSTER_DEPTH:
+            path = (*path[:MAX_CLUSTER_DEPTH - 1], ".".join(path[MAX_CLUSTER_DEPTH - 1:]))
+        for name in path:
             branch = branch["children"].setdefault(name, {"nodes": [], "children": {}})
         branch["nodes"].append(node)
     return tree

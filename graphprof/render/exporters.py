@@ -15,6 +15,7 @@ is one ``ExportError`` sentence.
 
 from __future__ import annotations
 
+import gzip
 import os
 import tempfile
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import Profile
+from graphprof.profile.serialize import _gc_paused
 
 
 class ExportError(ValueError):
@@ -58,7 +60,8 @@ class Exporter:
     suffixes: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
+    def render(self, profile: Profile, options: ExportOptions) -> str | bytes:
+        """The file's content: text (written as UTF-8) or bytes (a compressed format)."""
         raise NotImplementedError
 
 
@@ -69,6 +72,18 @@ class ChromeTraceExporter(Exporter):
         from graphprof.render.chrome_trace import chrome_trace_json
 
         return chrome_trace_json(profile, stat=options.stat, bounds=options.bounds)
+
+
+class ChromeTraceGzExporter(Exporter):
+    name, suffixes = "chrome-gz", (".trace.json.gz", ".json.gz")
+    description = "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)"
+
+    def render(self, profile: Profile, options: ExportOptions) -> bytes:
+        from graphprof.render.chrome_trace import chrome_trace_json
+
+        # mtime=0: the same profile gives the same bytes (no timestamp in the gzip header).
+        return gzip.compress(chrome_trace_json(profile, stat=options.stat, bounds=options.bounds).encode("utf-8"),
+                             compresslevel=6, mtime=0)
 
 
 class DotExporter(Exporter):
@@ -137,7 +152,7 @@ class MemorySvgExporter(Exporter):
 
 
 EXPORTERS: tuple[type[Exporter], ...] = (
-    ChromeTraceExporter, DotExporter, SvgExporter, GraphMLExporter, NodeLinkExporter,
+    ChromeTraceExporter, ChromeTraceGzExporter, DotExporter, SvgExporter, GraphMLExporter, NodeLinkExporter,
     FoldedExporter, HtmlExporter, MemorySvgExporter,
 )
 FORMATS: tuple[str, ...] = tuple(e.name for e in EXPORTERS)
@@ -176,23 +191,33 @@ def check_target(path: str) -> None:
         raise ExportError(f"cannot write {path}: directory {directory} is not writable")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and ``os.replace``."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write ``text`` (str as UTF-8, or bytes as they are) to ``path`` through a temporary file and ``os.replace``.
+
+    A symbolic link at ``path`` stays a link: its target is what gets replaced.
+    """
     check_target(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    display, path = path, os.path.realpath(path)
+    directory = os.path.dirname(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".graphprof-", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an export is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(text)
+        else:
+            # backslashreplace: a lone surrogate a format's own escaping let through (JSON
+            # written with ensure_ascii=False) becomes its \\udXXXX escape, not a failed export.
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace") as f:
+                f.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ExportError(f"cannot write {display}: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -227,5 +252,7 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
         raise ExportError(f"unknown export option(s): {', '.join(sorted(unknown))}")
     opts = replace(ExportOptions(), **options)
     stat_fn(opts.stat)
-    write_atomic(path, exporter.render(profile, with_analysis(profile, opts)))
+    with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
+        text = exporter.render(profile, with_analysis(profile, opts))
+    write_atomic(path, text)
     return exporter.name

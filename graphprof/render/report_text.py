@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import heapq
+
 from tabulate import tabulate
 
-from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.frame import node_frame
 from graphprof.analysis.report import Report
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
 from graphprof.render.distributed_text import render_distributed
+from graphprof.render.utilisation_text import render_eager, render_utilisation
 from graphprof.render.units import clip, share_of, format_bytes, format_count, format_time
 
 _WIDTH = 36
@@ -96,11 +99,17 @@ def _roofline(report: Report) -> str:
 
 def _critical(report: Report) -> list[str]:
     lines = ["critical path (dataflow, weighted by measured time)"]
+    offsets, start = {}, 0
+    for g in report.profile.graphs:
+        offsets.setdefault(g.id, start)
+        start += len(g.nodes)
     for cp in report.critical:
         graph = next(g for g in report.profile.graphs if g.id == cp.graph_id)
         by_id = {n.id: n for n in graph.nodes}
-        # The same per-node time the path was weighted by.
-        heavy = sorted(cp.nodes, key=lambda i: -node_time_s(by_id[i], cp.stat))[:5]
+        position = {n.id: offsets[graph.id] + i for i, n in enumerate(graph.nodes)}
+        times = node_frame(report.profile).times(cp.stat, "node")  # the per-node time the path was weighted by
+        # nsmallest(5) is sorted(...)[:5], ties included.
+        heavy = heapq.nsmallest(5, cp.nodes, key=lambda i: -times[position[i]])
         lines.append(f"  {graph.name}: {len(cp.nodes)} of {len(graph.nodes)} nodes, {format_time(cp.length_s)} of "
                      f"{format_time(cp.serial_s)} serial ({100 * cp.ratio:.0f}%)")
         if heavy:
@@ -141,6 +150,10 @@ def render_report(report: Report) -> str:
         _breakdown("by op type", report.breakdowns["type"]),
         _breakdown("by source line", report.breakdowns["source"]),
     ]
+    extra = [render_utilisation(report.utilisation)] if report.utilisation is not None else []
+    if report.eager is not None:
+        extra.append(render_eager(report.eager))
+    sections[1:1] = extra
     if report.distributed is not None:  # a profile merged from several ranks
         sections.insert(2, render_distributed(report.distributed))
     return "\n\n".join(sections)

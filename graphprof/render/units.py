@@ -83,6 +83,18 @@ def clip(text: str | None, width: int, keep_end: bool = True, empty: str = "") -
     return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
 
 
+def clip_middle(text: str, width: int) -> str:
+    """Cut ``text`` to ``width`` in the middle (``layer3.0…conv2``): both ends of a name or path
+    tell which one it is, as in torch.profiler's name column."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
 def share_of(part: float, whole: float, digits: int = 1) -> str:
     """``part`` as a percentage of ``whole`` (``"12.3%"``), or ``-`` when the whole is 0."""
     return f"{100 * part / whole:.{digits}f}%" if whole > 0 else "-"

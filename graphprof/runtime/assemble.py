@@ -10,9 +10,11 @@ import functools
 import time
 from typing import Any
 
+import torch
+
 from graphprof.api import Profile
 from graphprof.passes.instrument import Clock, probe_cost_ns
-from graphprof.runtime.calibrate import load_cached
+from graphprof.runtime.calibrate import find_calibration
 from graphprof.runtime.collect import build_profile, profile_meta
 from graphprof.runtime.device_clock import profile_device
 from graphprof.runtime.runner import RecordedSteps
@@ -37,7 +39,12 @@ def assemble_profile(name: str, recorded: RecordedSteps, *, clock: Clock, peaks:
     device_type, device_name, device_extra = profile_device(recorded.timeline, recorded.graph_modules)
     extra.update(device_extra)
     if peaks is None:
-        peaks = load_cached(device_type)
+        calibration = find_calibration(device_type)
+        peaks = calibration.peaks if calibration is not None else None
+        threads = torch.get_num_threads()
+        if device_type == "cpu" and calibration is not None and calibration.threads != threads:
+            extra["peaks_note"] = (f"peaks measured with {calibration.threads} threads, the step ran with {threads} "
+                                   f"(run `graphprof calibrate --threads {threads}`)")
     # Probe cost is that of the real host clock; a fake clock (tests) costs nothing.
     probe_cost_s = _probe_cost_s() if clock is time.perf_counter_ns else 0.0
     meta = profile_meta(name, recorded.mode, probe_cost_s, peaks=peaks, device_type=device_type,

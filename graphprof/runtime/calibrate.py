@@ -8,6 +8,12 @@ several large copies (read + write bytes). Results are cached per device
 name, thread count and torch version in the user cache directory, and every
 profile taken afterwards records them in ``meta.peaks``.
 
+Threads: CPU peaks depend on ``torch.get_num_threads()``, so
+``graphprof calibrate --threads 1 4`` measures each count asked for. A
+profile looks up its own thread count; when only other counts were
+measured it takes the nearest one and says so in ``meta.extra
+["peaks_note"]``, rather than dropping the roofline.
+
 On an accelerator (``--device cuda``, or any other torch.accelerator
 backend) the same measurements run on the device, timed on the host around
 ``torch.accelerator.synchronize``; the sizes grow (8192^3 matmuls, 1 GiB
@@ -16,12 +22,14 @@ copies) so that launch and synchronisation latency stay in the noise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import tempfile
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 
@@ -37,11 +45,19 @@ def cache_path() -> str:
     return os.path.join(base, "graphprof", "peaks.json")
 
 
-def device_key(device: str = "cpu") -> str:
-    """What a calibration is valid for: device type and name, threads, torch version."""
+@dataclass(frozen=True)
+class Calibration:
+    """Cached peaks and the CPU thread count they were measured with (0 on an accelerator)."""
+
+    peaks: dict[str, float]
+    threads: int
+
+
+def device_key(device: str = "cpu", threads: int | None = None) -> str:
+    """What a calibration is valid for: device type and name, threads (default: now), torch version."""
     if device == "cpu":
         name = platform.processor() or platform.machine()
-        threads = torch.get_num_threads()
+        threads = threads or torch.get_num_threads()
     else:
         name = device_name(device)
         threads = 0
@@ -74,10 +90,29 @@ def _best_time_s(fn: Callable[[], object], repeats: int, sync: Callable[[], None
     return best
 
 
+@contextlib.contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` CPU threads (None: as set), restoring the count afterwards."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def measure_peaks(device: str = "cpu", matmul_n: int | None = None, copy_mib: int | None = None,
-                  repeats: int = 5) -> dict[str, float]:
+                  repeats: int = 5, threads: int | None = None) -> dict[str, float]:
     """Measured peaks: ``flops_per_s`` (float32), ``flops_per_s_<dtype>``, ``bytes_per_s``."""
     check_device(device)
+    if threads is not None and (device != "cpu" or threads < 1):
+        raise ValueError("--threads is a CPU thread count of at least 1")
+    with _threads(threads):
+        return _measure(device, matmul_n, copy_mib, repeats)
+
+
+def _measure(device: str, matmul_n: int | None, copy_mib: int | None, repeats: int) -> dict[str, float]:
     accelerator = device != "cpu"
     matmul_n = matmul_n or (8192 if accelerator else 1024)
     copy_mib = copy_mib or (1024 if accelerator else 256)
@@ -109,30 +144,46 @@ def measure_peaks(device: str = "cpu", matmul_n: int | None = None, copy_mib: in
     return peaks
 
 
-def load_cached(device: str = "cpu") -> dict[str, float] | None:
-    """Cached peaks for this device, or None (never measures)."""
+def _read_cache() -> dict:
     try:
         with open(cache_path(), encoding="utf-8") as f:
             cached = json.load(f)
     except (OSError, ValueError):
-        return None
-    entry = cached.get(device_key(device)) if isinstance(cached, dict) else None
-    return dict(entry) if isinstance(entry, dict) else None
+        return {}
+    return cached if isinstance(cached, dict) else {}
 
 
-def calibrate(device: str = "cpu", **options: int) -> dict[str, float]:
-    """Measure peaks and store them in the cache (atomically); returns them."""
-    peaks = measure_peaks(device, **options)
+def find_calibration(device: str = "cpu", threads: int | None = None) -> Calibration | None:
+    """The cached peaks for ``threads`` (default: now), else for the nearest cached count; never measures."""
+    cached = _read_cache()
+    wanted = device_key(device, threads)
+    prefix, _, rest = wanted.partition("|threads=")
+    count, _, suffix = rest.partition("|")
+    best: tuple[int, int, dict] | None = None
+    for key, entry in cached.items():
+        head, _, tail = key.partition("|threads=")
+        other, _, other_suffix = tail.partition("|")
+        if head != prefix or other_suffix != suffix or not isinstance(entry, dict) or not other.isdigit():
+            continue
+        distance = abs(int(other) - int(count))
+        if best is None or distance < best[0]:
+            best = (distance, int(other), entry)
+    return None if best is None else Calibration(dict(best[2]), best[1])
+
+
+def load_cached(device: str = "cpu", threads: int | None = None) -> dict[str, float] | None:
+    """Cached peaks for this device and thread count (the nearest cached count), or None."""
+    found = find_calibration(device, threads)
+    return found.peaks if found is not None else None
+
+
+def calibrate(device: str = "cpu", threads: int | None = None, **options: int) -> dict[str, float]:
+    """Measure peaks (with ``threads`` CPU threads) and store them in the cache (atomically); returns them."""
+    peaks = measure_peaks(device, threads=threads, **options)
     path = cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        with open(path, encoding="utf-8") as f:
-            cached = json.load(f)
-        if not isinstance(cached, dict):
-            cached = {}
-    except (OSError, ValueError):
-        cached = {}
-    cached[device_key(device)] = peaks
+    cached = _read_cache()
+    cached[device_key(device, threads)] = peaks
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".peaks-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(cached, f, indent=1)

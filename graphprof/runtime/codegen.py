@@ -11,13 +11,17 @@ deleted after their last use, as fx does, so memory behaves the same.
 Only flat graphs of placeholder, get_attr, call_function and output nodes
 (what make_fx and AOTAutograd produce) are compiled; anything else keeps
 fx's own code.
+
+``compile_graph(gm, constants=...)`` binds other tensors in place of some
+``get_attr`` attributes: the workspace measurement (runtime/workspace.py)
+runs the graph on copies of the state it writes, never on the user's.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.fx
@@ -61,11 +65,23 @@ def _target(node: torch.fx.Node) -> Any:
     return target
 
 
-def compile_graph(gm: torch.fx.GraphModule) -> Callable[..., Any]:
-    """A function equivalent to ``gm.forward`` (without ``self``), or ``gm`` if the graph is unusual."""
+def is_compilable(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``compile_graph`` makes its own code for ``gm`` (a flat graph) instead of returning ``gm``."""
+    return all(n.op in _SUPPORTED for n in gm.graph.nodes)
+
+
+def compile_graph(gm: torch.fx.GraphModule, constants: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """A function equivalent to ``gm.forward`` (without ``self``), or ``gm`` if the graph is unusual.
+
+    ``constants`` (attribute name -> value) replaces those ``get_attr``
+    values in the generated code; it needs a graph ``is_compilable`` accepts.
+    """
     nodes = list(gm.graph.nodes)
-    if any(n.op not in _SUPPORTED for n in nodes):
+    if not is_compilable(gm):
+        if constants:
+            raise ValueError("constants can only be replaced in a flat graph")
         return gm
+    constants = constants or {}
     src = _Source()
     last_use: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in nodes:
@@ -82,6 +98,7 @@ def compile_graph(gm: torch.fx.GraphModule) -> Callable[..., Any]:
             value = gm
             for part in node.target.split("."):
                 value = getattr(value, part)
+            value = constants.get(node.target, value)
             body.append(f"    {name} = {src.bind(value, 'a')}")
         elif node.op == "call_function":
             fn = src.bind(_target(node), "f")
@@ -102,6 +119,8 @@ def compile_graph(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     try:
         exec(compile(text, "<graphprof graph>", "exec"), namespace)
     except SyntaxError as exc:  # never expected; keep fx's code rather than fail the user's step
+        if constants:  # fx's code would read the real attributes, not the replacements
+            raise ValueError(f"graph code did not compile ({exc})") from exc
         log.debug("graphprof: codegen fell back to fx (%s)", exc)
         return gm
     fn = namespace["graph"]

@@ -3,9 +3,14 @@
 A ``WholeStepRunner`` owns one captured step (one input signature, one path):
 its plain and instrumented graphs compiled to generated code, the samples of
 the steps it recorded, and the optional device timeline and allocator
-sampler. With profiling, the first replay the schedule does not record runs
-the plain graph under torch.profiler to measure each kernel's workspace
-(runtime/workspace.py): a real step whose timings are not kept.
+sampler.
+
+Everything a replay needs is done inside the capture call, so that no later
+call is spent on it and the first recorded step times the graph alone: both
+graphs are compiled to code (runtime/codegen.py), and with profiling the
+kernel workspace is measured on copies of the state the step writes
+(runtime/workspace.py). Every call after the capture is then a user step
+the schedule may record.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch.fx
+import torch.utils._pytree as pytree
 
 from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
 from graphprof.capture.errors import CaptureError
@@ -20,6 +26,7 @@ from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_c
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.passes.memory import memory
 from graphprof.passes.pipeline import prepare_graph
+from graphprof.progress import stage
 from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_allocator_samples, graph_device_types
 from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.collect import gradient_host_record, graph_record
@@ -27,52 +34,62 @@ from graphprof.runtime.device_clock import DeviceClock, DeviceTimeline, device_t
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action
-from graphprof.runtime.workspace import Workspace, measure_workspace
+from graphprof.runtime.workspace import Workspace, WorkspaceResult, measure_on_copies
 
 
 class WholeStepRunner:
     """One captured signature: its graphs, and the samples recorded on it."""
 
     def __init__(self, captured: CapturedStep, instrumented: torch.fx.GraphModule, clock: Clock,
-                 limit: int | None, profiling: bool, scheduled: bool) -> None:
+                 limit: int | None) -> None:
         self.captured = captured
         self.instrumented = instrumented
         self.samples = SampleBuffer(limit=limit)
         self.sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
         self.timeline: DeviceTimeline | None = None  # device events (graphs on an accelerator)
         self.workspace: dict[str, Workspace] | None = None  # measured kernel scratch per node name
-        self.workspace_tried = not profiling
-        self._scheduled = scheduled  # with a schedule, only a step it does not record measures workspace
+        self.workspace_note = "not measured: profiling=False"  # meta.extra["workspace"]
         self._clock = clock
         self._executables: dict[bool, Callable[..., Any]] = {}
 
     @classmethod
     def capture(cls, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, clock: Clock,
-                limit: int | None, profiling: bool, scheduled: bool, sample_rate: int, timing: str,
+                limit: int | None, profiling: bool, sample_rate: int, timing: str,
                 device_clock: DeviceClock | None) -> "WholeStepRunner":
         """Capture ``fn(*args, **kwargs)`` (this call's result is kept as ``captured.result``).
 
         Raises CaptureError with the user's state as it was before the call.
         """
         try:
-            with refuse_ddp(fn):  # DDP's allreduce waits are not in a make_fx graph: capture/distributed.py
+            with refuse_ddp(fn), stage(f"capturing {name}"):  # DDP's waits are not in a make_fx graph
                 captured = capture_whole_step(fn, args, kwargs)  # restores state on failure
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
         try:
-            prepare_graph(captured.graph_module)
+            with stage(f"annotating {name}'s {len(captured.graph_module.graph.nodes)} nodes"):
+                prepare_graph(captured.graph_module)
             wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
             instrumented = instrument(captured.graph_module, clock)
         except Exception as exc:
             captured.undo()  # the step ran during capture; a fallback must not run it twice
             raise CaptureError.from_exception(name, exc) from exc
-        runner = cls(captured, instrumented, clock, limit, profiling, scheduled)
+        # The capture is committed: the write log's copies of the pre-call state are no longer needed.
+        captured.undo = _nothing_to_undo
+        runner = cls(captured, instrumented, clock, limit)
         device = accelerator_type() if sample_rate else None
         if device is not None and device in graph_device_types(captured.graph_module):
             runner.sampler = AllocatorSampler(sample_rate)
             add_allocator_samples(runner.instrumented, runner.sampler)
         # After the allocator reads, so each device mark sits right after its op.
         runner.timeline = device_timeline(captured.graph_module, runner.instrumented, timing, device_clock)
+        # Generate code now, not inside the first recorded step's time.
+        with stage(f"generating code for {name}"):
+            runner.executable(False)
+            if profiling:
+                runner.executable(True)
+        if profiling:
+            with stage(f"measuring kernel workspace of {name}"):
+                runner._measure_workspace(args, kwargs)
         return runner
 
     @property
@@ -90,8 +107,6 @@ class WholeStepRunner:
     # -- running ------------------------------------------------------------------
     def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
             leaves: list[Any]) -> Any:
-        if not self.workspace_tried and (not self._scheduled or action in (Action.NONE, Action.WARMUP)):
-            return self._measure_workspace(leaves)
         if action is Action.NONE:
             return run_captured(self.captured, self.executable(False), leaves)[0]
         if self.sampler is not None:
@@ -111,24 +126,21 @@ class WholeStepRunner:
             self.timeline.end_step(call)
         return result
 
-    def _measure_workspace(self, leaves: list[Any]) -> Any:
-        """Run this real step's plain graph under torch.profiler; record each node's kernel workspace.
+    def _measure_workspace(self, args: tuple, kwargs: dict) -> None:
+        """Measure each node's kernel workspace on copies of the written state (runtime/workspace.py).
 
-        The step's result is the user's; its timings are not recorded (the
-        profiler slows it down), as with a warm-up step.
+        Runs inside the capture call; the user's tensors are only read. The
+        memory records are recomputed with the figures, or the profile says
+        why there are none.
         """
-        self.workspace_tried = True
         gm = self.captured.graph_module
-        # Drop the previous .grads (as the replay would) before the profiler
-        # starts: freeing memory allocated before profiling makes torch warn.
-        for p in self.captured.clear_grads:
-            p.grad = None
-        result, workspace = measure_workspace(
-            gm, lambda: run_captured(self.captured, self.executable(False), leaves)[0])
-        if workspace is not None:
-            self.workspace = workspace
-            memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in workspace.items()})
-        return result
+        leaves = pytree.tree_leaves((args, kwargs))
+        inputs = [leaves[i] for i in self.captured.input_positions]
+        result: WorkspaceResult = measure_on_copies(gm, inputs, compile_graph)
+        self.workspace_note = result.note
+        if result.by_node is not None:
+            self.workspace = result.by_node
+            memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in result.by_node.items()})
 
     # -- results ------------------------------------------------------------------
     def recorded(self) -> int:
@@ -151,4 +163,9 @@ class WholeStepRunner:
         if host is not None:
             graphs.append(host)
         return RecordedSteps("fx", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
-                             [self.captured.graph_module], self.timeline)
+                             [self.captured.graph_module], self.timeline,
+                             notes={"workspace": self.workspace_note})
+
+
+def _nothing_to_undo() -> None:
+    """A committed capture's ``undo``: its step is the user's now."""

@@ -16,7 +16,7 @@ import pytest
 import graphprof
 from graphprof.analysis.diff import diff, parse_diff_order
 from graphprof.analysis.match import MatchKind, match_graphs
-from graphprof.analysis.regression import NOISE_K, compare_steps, parse_percent, regression_gate
+from graphprof.analysis.regression import compare_steps, parse_percent, regression_gate
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord
 
 Spec = tuple  # (type, module, phase, in_shapes, flops, time_s)
@@ -189,12 +189,13 @@ def test_gate_stays_quiet_when_faster_or_below_the_threshold() -> None:
     assert not gate.regressed and gate.steps.beyond_noise and "within the threshold" in gate.reason
 
 
-def test_gate_noise_margin_is_k_standard_errors_of_the_medians() -> None:
-    before = _walls([1.0, 1.1, 0.9])  # median 1, MAD 0.1
-    after = _walls([2.0, 2.2, 1.8])   # median 2, MAD 0.2
+def test_gate_noise_margin_is_a_student_t_bound_on_the_pooled_noise() -> None:
+    before = _walls([1.0, 1.1, 0.9])  # deviations from the median 0.1, 0.1 (the median's own 0 left out)
+    after = _walls([2.0, 2.2, 1.8])   # deviations 0.2, 0.2
     steps = compare_steps(before, after)
-    se = [1.2533 * 1.4826 * mad / 3 ** 0.5 for mad in (0.1, 0.2)]
-    assert steps.noise_margin_s == pytest.approx(NOISE_K * (se[0] ** 2 + se[1] ** 2) ** 0.5, rel=1e-4)
+    sigma = 1.4826 * 0.15  # MAD of the pooled deviations 0.1, 0.1, 0.2, 0.2
+    t_999_df4 = 7.173
+    assert steps.noise_margin_s == pytest.approx(t_999_df4 * 1.2533 * sigma * (1 / 3 + 1 / 3) ** 0.5, rel=1e-4)
 
 
 def test_gate_with_a_single_step_compares_medians_and_says_noise_is_unknown() -> None:
@@ -316,3 +317,24 @@ def test_segment_like_profiles_match_graph_by_graph() -> None:
     (changed,) = result.changed
     assert changed.graph == "seg0" and changed.node.module == "fc2" and changed.delta_time_s == pytest.approx(7e-6)
     assert result.graph_pairs == (("seg0", "seg0"), ("seg0_bw", "seg0_bw"), ("host", "host"))
+
+
+def test_gate_false_positive_rate_on_identical_code_is_below_one_percent() -> None:
+    """Simulated identical runs (benchmarks/gate_false_positives.py): the gate almost never cries wolf."""
+    from benchmarks.gate_false_positives import false_positive_rate
+
+    for n, sigma, heavy in ((3, 0.05, False), (5, 0.05, False), (5, 0.03, True), (10, 0.10, False)):
+        assert false_positive_rate(3000, n, sigma, heavy, seed=7) < 0.01, (n, sigma, heavy)
+
+
+def test_gate_still_catches_a_real_regression() -> None:
+    import random
+
+    from benchmarks.gate_false_positives import steps
+    from graphprof.analysis.regression import compare_step_times
+
+    rng = random.Random(3)
+    caught = sum(regression_gate(compare_step_times(steps(rng, 5, 0.02, False),
+                                                    [1.2 * t for t in steps(rng, 5, 0.02, False)]), 5).regressed
+                 for _ in range(500))
+    assert caught / 500 > 0.95  # 20% slower, 2% noise, 5 steps a side

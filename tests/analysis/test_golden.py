@@ -92,7 +92,23 @@ CASES: dict[str, list[str]] = {
     "megengine_order_by_memory": ["-t", "5", "--order-by", "bytes_moved", "--min-time", "1e-6", "--type", "mm"],
     "megengine_ascending_flops": ["--order-by", "+flops", "--min-time", "1e-6", "--type", "addmm"],
     "key_averages_by_shape": ["--aggregate-by", "shape", "--order-by", "time", "-t", "10"],
+    # the same commands in MegEngine's and key_averages' own vocabulary
+    "megengine_memory_alias": ["-t", "5", "--order-by", "memory", "--min-time", "1e-6", "--opr-name", "^mm"],
+    "megengine_type_class": ["--order-by", "+computation", "--type", "MatrixMul", "--print-only", "host"],
+    "key_averages_sort_by": ["--order-by", "self_cpu_time_total", "-t", "4", "--print-only", "table"],
+    "key_averages_memory": ["--order-by", "cpu_memory_usage", "-t", "4", "--print-only", "table"],
+    # layout: the width, every column, chosen columns
+    "width_80": ["--width", "80", "-t", "5"],
+    "width_50_aggregated": ["--width", "50", "-t", "5", "--aggregate-by", "module"],
+    "wide": ["--wide", "-t", "5", "--print-only", "table"],
+    "columns_chosen": ["--columns", "time,name,flops,memory,count", "-t", "5", "--print-only", "table"],
 }
+
+
+@pytest.fixture(autouse=True)
+def _terminal_of_120_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables fit the terminal: pin its width so the texts do not depend on where tests run."""
+    monkeypatch.setenv("COLUMNS", "120")
 
 
 def run_case(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -169,7 +169,8 @@ def test_device_clock_is_used_when_recorded() -> None:
     ({"phase": "warmup"}, "--phase 'warmup'"),
     ({"name": "("}, "not a valid regular expression"),
     ({"module": "[a-"}, "not a valid regular expression"),
-    ({"order_by": "memory"}, "is 'bytes_moved' here"),
+    ({"columns": ("time", "bogus")}, "--columns: no column 'bogus'"),
+    ({"width": 10}, "--width must be"),
     ({"order_by": "flopz"}, "did you mean 'flops'"),
     ({"order_by": "cumulative_percent"}, "depends on the order"),
     ({"order_by": ""}, "needs a column name"),
@@ -187,3 +188,28 @@ def test_bad_option_values_are_one_sentence(kwargs: dict, message: str) -> None:
 def test_options_object_and_keywords_agree(small: Profile) -> None:
     options = TableOptions(top=4, types=("mm",), order_by="+flops").validate()
     assert build_table(small, options) == build_table(small, top=4, type="mm", order_by="+flops")
+
+
+@pytest.mark.parametrize("alias,key", [
+    ("memory", "bytes_moved"), ("computation", "flops"), ("opr_id", "id"), ("flops", "flops"),
+    ("self_cpu_time_total", "time_s"), ("cpu_time_total", "time_s"), ("self_cuda_time_total", "time_s"),
+    ("device_time_total", "time_s"), ("cpu_memory_usage", "allocated_bytes"),
+    ("self_cpu_memory_usage", "allocated_bytes"), ("self_device_memory_usage", "allocated_bytes"),
+    ("count", "calls"), ("CPU_TIME_TOTAL", "time_s"),
+])
+def test_megengine_and_key_averages_names_order_the_table(small: Profile, alias: str, key: str) -> None:
+    result = build_table(small, top=5, order_by=alias)
+    assert result.order.column.key == key
+    assert result.rows == build_table(small, top=5, order_by=key).rows
+
+
+def test_megengine_operator_classes_select_their_aten_ops(small: Profile) -> None:
+    by_class = build_table(small, top=0, type="MatrixMul")
+    by_name = build_table(small, top=0, type=["mm", "addmm", "matmul"])
+    assert by_class.rows and by_class.rows == by_name.rows
+
+
+def test_columns_pick_json_fields_in_order(small: Profile) -> None:
+    result = build_table(small, top=2, columns="time, name,memory,count")
+    assert result.columns == ("time_s", "name", "bytes_moved", "calls")
+

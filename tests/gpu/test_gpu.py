@@ -1,8 +1,9 @@
 """On a real accelerator: device times of a training step, one sync per step, overhead, agreement.
 
 Every test here is marked ``gpu`` and skipped without a torch.accelerator
-device. They have not run on a real device in this project yet (no GPU was
-available while they were written); they state what the device path must do.
+device. They ran on an NVIDIA H100 (torch 2.11, CUDA 13) on 2026-11-23 and
+passed, except that the pipelined-overhead bound (1.25) failed once at 1.254
+and passed on the next run: it sits close to what that machine measures.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def test_profile_is_read_only() -> None:
     (b'{"schema": "graphprof.profile/99"}', "unsupported profile schema version"),
     (b'{"hello": 1}', "no 'schema' field"),
     (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0}]}]}', "has no 'name'"),
-    (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0, "name": "a", "op": "b", "type": "c", "host_time_s": ["x"]}]}]}', "finite number"),
+    (b'{"schema": "graphprof.profile/1", "graphs": [{"nodes": [{"id": 0, "name": "a", "op": "b", "type": "c", "host_time_s": ["x"]}]}]}', "host_time_s must hold numbers"),
 ])
 def test_bad_files_give_one_sentence(tmp_path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.json"
@@ -87,8 +87,9 @@ def test_save_is_atomic_and_keeps_old_file_on_failure(tmp_path, monkeypatch) -> 
         raise OSError("disk full")
 
     monkeypatch.setattr(ser.json, "dump", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(ProfileError, match=r"cannot write .*p\.json: disk full") as info:
         save_profile(small_profile(), path)
+    assert ".graphprof-" not in str(info.value)  # the error names the file, not the temporary one
     assert path.read_text() == "previous"
     assert os.listdir(tmp_path) == ["p.json"]  # no temporary file left behind
     with pytest.raises(ProfileError, match="does not exist"):

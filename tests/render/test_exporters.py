@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -21,7 +22,7 @@ from tests.render.export_profiles import empty_profile, real_profile, synthetic_
 
 HAS_DOT = shutil.which("dot") is not None
 HAS_MEMORY_SVG = importlib.util.find_spec("graphprof.render.memory_svg") is not None
-FILE_FOR = {"chrome": "p.trace.json", "dot": "p.dot", "svg": "p.svg", "graphml": "p.graphml", "nodelink": "p.nodelink.json",
+FILE_FOR = {"chrome": "p.trace.json", "chrome-gz": "p.trace.json.gz", "dot": "p.dot", "svg": "p.svg", "graphml": "p.graphml", "nodelink": "p.nodelink.json",
             "folded": "p.folded", "html": "p.html", "memory-svg": "step.memory.svg"}
 
 
@@ -42,7 +43,7 @@ def test_the_longest_matching_ending_wins(filename: str, name: str) -> None:
 def test_format_overrides_the_name_and_unknown_ones_are_named() -> None:
     assert exporter_for("report.txt", "html").name == "html"
     assert exporter_for("x.svg", "memory-svg").name == "memory-svg"
-    with pytest.raises(ExportError, match="unknown export format 'pdf'; choose one of chrome, dot"):
+    with pytest.raises(ExportError, match="unknown export format 'pdf'; choose one of chrome, chrome-gz, dot"):
         exporter_for("x.pdf", "pdf")
     with pytest.raises(ExportError, match="cannot tell the format of x.pdf"):
         exporter_for("x.pdf")
@@ -66,9 +67,10 @@ def test_every_exporter_runs_on_an_empty_and_a_real_profile(fmt: str, which: str
     profile = empty_profile() if which == "empty" else real
     path = tmp_path / FILE_FOR[fmt]
     assert profile_export(profile, path) == fmt
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if fmt == "chrome-gz" else data).decode("utf-8")
     assert text.strip() or (fmt == "folded" and which == "empty")  # no nodes, no stacks
-    if fmt in ("chrome", "nodelink"):
+    if fmt in ("chrome", "chrome-gz", "nodelink"):
         json.loads(text)
     if fmt in ("svg", "memory-svg", "graphml", "html"):
         assert text.lstrip().startswith("<")

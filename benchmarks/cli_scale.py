@@ -1,0 +1,132 @@
+"""Every command that reads a saved profile, on large synthetic profiles: time and peak memory.
+
+For each size it writes two synthetic profiles (``analyze_scale``'s
+transformer-shaped generator, seeds 0 and 1: same graph, different times)
+and runs, each as its own process with the interpreter start counted,
+
+* ``graphprof analyze FILE -t 20``, ``graphprof report FILE`` and
+  ``graphprof diff FILE FILE2``;
+* ``graphprof export FILE -o OUT`` for every export format (unless
+  ``--no-exports``).
+
+Per command: the median wall time, the median CPU time (user + sys, which a
+loaded machine disturbs less than wall time) and the peak resident memory
+(``ru_maxrss`` of that process, from ``os.wait4``). Targets: every command
+at most 1.5 s at 100,000 nodes; analyze, report and diff at 1,000,000 nodes
+at most 15 s and 4 GiB.
+
+Usage: python -m benchmarks.cli_scale [--nodes 10000 100000] [--repeat 3] [--no-exports] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from benchmarks.analyze_scale import synthetic_profile
+
+#: Export formats and the file name each is written to.
+EXPORTS = (("chrome", "out.trace.json"), ("dot", "out.dot"), ("graphml", "out.graphml"),
+           ("nodelink", "out.nodelink.json"), ("folded", "out.folded"), ("html", "out.html"),
+           ("memory-svg", "out.memory.svg"))
+WALL_TARGET_100K_S = 1.5
+WALL_TARGET_1M_S = 15.0
+RSS_TARGET_1M_BYTES = 4 * 2**30
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    nodes: int
+    command: str
+    wall_median_s: float
+    cpu_median_s: float
+    peak_rss_bytes: int
+
+
+def run_once(argv: list[str]) -> tuple[float, float, int]:
+    """Wall time, CPU time (user + sys) and peak RSS in bytes of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    if proc.returncode not in (0, 1):  # diff exits 1 only for a failed regression gate, never asked for here
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err.strip()}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024  # ru_maxrss is KiB on Linux
+
+
+def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps: int = 5,
+            commands: tuple[str, ...] | None = None) -> list[CommandResult]:
+    """Write the two profiles of ``nodes`` nodes and time each command ``repeat`` times."""
+    first, second = os.path.join(directory, f"cli_{nodes}_a.json"), os.path.join(directory, f"cli_{nodes}_b.json")
+    synthetic_profile(nodes, steps, seed=0).save(first)
+    synthetic_profile(nodes, steps, seed=1).save(second)
+    gp = [sys.executable, "-m", "graphprof"]
+    plan: dict[str, list[str]] = {
+        "analyze": [*gp, "analyze", first, "-t", "20"],
+        "report": [*gp, "report", first],
+        "diff": [*gp, "diff", first, second],
+    }
+    if exports:
+        for name, filename in EXPORTS:
+            plan[f"export {name}"] = [*gp, "export", first, "-o", os.path.join(directory, filename)]
+    results = []
+    for name, argv in plan.items():
+        if commands is not None and name not in commands:
+            continue
+        runs = [run_once(argv) for _ in range(repeat)]
+        results.append(CommandResult(nodes, name, statistics.median(r[0] for r in runs),
+                                     statistics.median(r[1] for r in runs), max(r[2] for r in runs)))
+    for path in (first, second):
+        os.remove(path)
+    return results
+
+
+def target_note(r: CommandResult) -> str:
+    """Whether a row meets its target ('-' where the issue sets none)."""
+    if r.nodes == 100_000:
+        return "met" if r.wall_median_s <= WALL_TARGET_100K_S else "MISSED"
+    if r.nodes == 1_000_000 and r.command in ("analyze", "report", "diff"):
+        ok = r.wall_median_s <= WALL_TARGET_1M_S and r.peak_rss_bytes <= RSS_TARGET_1M_BYTES
+        return "met" if ok else "MISSED"
+    return "-"
+
+
+def markdown(results: list[CommandResult]) -> str:
+    lines = ["| nodes | command | wall (median) | CPU (median) | peak RSS | target |", "|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.nodes} | {r.command} | {r.wall_median_s:.2f} s | {r.cpu_median_s:.2f} s | "
+                     f"{r.peak_rss_bytes / 2**20:.0f} MiB | {target_note(r)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps per profile (default 5)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each command (default 3)")
+    parser.add_argument("--no-exports", action="store_true", help="only analyze, report and diff")
+    parser.add_argument("--only", nargs="+", metavar="COMMAND", help="only these commands ('export chrome' ...)")
+    args = parser.parse_args(argv)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    results: list[CommandResult] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for nodes in args.nodes:
+            rows = measure(nodes, directory, args.repeat, exports=not args.no_exports, steps=args.steps,
+                           commands=tuple(args.only) if args.only else None)
+            results += rows
+            print(markdown(rows), flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

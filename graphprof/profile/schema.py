@@ -1,0 +1,179 @@
+"""What every value of a loaded profile must be: its type and its range, in one table.
+
+Why bounds and not only types: JSON integers are unbounded and JSON floats
+reach 1e308, so a type check alone lets through a tick of 10**400 (which
+overflows the float conversion), a FLOP count no float holds, or step
+times whose sum overflows ``math.fsum``. Every number a profile holds is
+therefore bounded here, once, at load; analysis and rendering may then add,
+convert and print without guarding each use.
+
+Checks run once per column with C-level passes (``set(map(type, ...))``,
+``min``, ``max``), never per cell with Python objects, so validating a
+million-node profile costs a few of the loader's list passes.
+
+The bounds are far beyond anything a profile records and far inside what
+floats and 64-bit integers hold:
+
+* counts (bytes moved, FLOPs): integers in [0, 2**63); modelled memory figures
+  in [-2**63, 2**63);
+* ids and step indices: integers in [-2**63, 2**63);
+* times: seconds in [-1e9, 1e9] (31 years; negative only for per-node samples,
+  where two clocks' skew can make one), so a sum of a million of them is exact
+  enough and far from overflow;
+* peaks and rates: finite, in [0, 1e30].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_SECONDS = 1e9
+MAX_RATE = 1e30
+MAX_TICKS_PER_S = 10**15  # a femtosecond tick; the writer uses 10**10
+
+
+class SchemaError(ValueError):
+    """A value that does not meet the schema; the message names it, the caller adds where."""
+
+
+@dataclass(frozen=True)
+class IntSpec:
+    """Integers in [lo, hi]; ``what`` finishes the sentence "... must hold ..."."""
+
+    lo: int
+    hi: int
+    what: str
+
+
+@dataclass(frozen=True)
+class FloatSpec:
+    """Finite numbers (JSON integers or floats) in [lo, hi]."""
+
+    lo: float
+    hi: float
+    what: str
+
+
+COUNT = IntSpec(0, INT64_MAX, "integers from 0 to 2**63-1")
+#: Modelled memory figures: running sums of the memory model, so a modelling error can make
+#: one negative; that is shown as is rather than a reason to refuse the file.
+BYTES = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
+ID = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
+FLAG = IntSpec(0, 1, "0 or 1")
+SECONDS = FloatSpec(0.0, MAX_SECONDS, "times from 0 to 1e9 seconds")
+SAMPLE_SECONDS = FloatSpec(-MAX_SECONDS, MAX_SECONDS, "times from -1e9 to 1e9 seconds")
+RATE = FloatSpec(0.0, MAX_RATE, "finite numbers from 0 to 1e30")
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise SchemaError(what)
+
+
+def ints(values: Any, spec: IntSpec, what: str, n: int | None = None, nullable: bool = False) -> list[Any]:
+    """``values`` when it is a list (of ``n`` items) of integers meeting ``spec`` (or null)."""
+    check(isinstance(values, list) and (n is None or len(values) == n),
+          f"{what} must be a list" + (f" of {n} values" if n is not None else ""))
+    types = set(map(type, values))
+    allowed = {int, type(None)} if nullable else {int}
+    check(types <= allowed, f"{what} holds a value of the wrong type")
+    nums = [v for v in values if v is not None] if type(None) in types else values
+    if nums:
+        check(min(nums) >= spec.lo and max(nums) <= spec.hi, f"{what} must hold {spec.what}")
+    return values
+
+
+def one_int(value: Any, spec: IntSpec, what: str) -> int:
+    check(type(value) is int, f"{what} must be an integer")
+    check(spec.lo <= value <= spec.hi, f"{what} must be one of the {spec.what}")
+    return value
+
+
+def floats(values: Any, spec: FloatSpec, what: str) -> list[float]:
+    """``values`` (a list of JSON numbers meeting ``spec``) as floats."""
+    check(isinstance(values, list), f"{what} must be a list")
+    check(set(map(type, values)) <= {int, float}, f"{what} must hold numbers")
+    if values:
+        # A float comparison with an int too large for a float is still exact in Python;
+        # NaN fails both comparisons, so one min/max pass rejects NaN, infinities and range.
+        lo, hi = min(values), max(values)
+        check(lo >= spec.lo and hi <= spec.hi and not any(v != v for v in values), f"{what} must hold {spec.what}")
+    return [float(v) for v in values]
+
+
+def one_float(value: Any, spec: FloatSpec, what: str) -> float:
+    check(type(value) in (int, float), f"{what} must be a number")
+    check(spec.lo <= value <= spec.hi, f"{what} must be one of the {spec.what}")
+    return float(value)
+
+
+def string(value: Any, what: str) -> str:
+    check(type(value) is str, f"{what} must be a string")
+    return value
+
+
+def strings(values: Any, what: str, n: int | None = None) -> list[str]:
+    check(isinstance(values, list) and (n is None or len(values) == n),
+          f"{what} must be a list" + (f" of {n} values" if n is not None else ""))
+    check(set(map(type, values)) <= {str}, f"{what} must hold strings")
+    return values
+
+
+def mapping(value: Any, what: str) -> dict[str, Any]:
+    check(isinstance(value, dict), f"{what} must be an object")
+    return value
+
+
+def count_map(value: Any, what: str) -> dict[str, int]:
+    """A JSON object of modelled byte figures keyed by name."""
+    mapping(value, what)
+    ints(list(value.values()), BYTES, what)
+    return value
+
+
+def rate_map(value: Any, what: str) -> dict[str, float]:
+    """A JSON object of finite non-negative rates (peaks) keyed by name."""
+    mapping(value, what)
+    return dict(zip(value, floats(list(value.values()), RATE, what)))
+
+
+def ticks(rows: Any, ticks_per_s: int, what: str, n: int | None = None) -> list[list[int]]:
+    """``rows``: a list of tick lists (each of ``n`` ticks) whose seconds meet SAMPLE_SECONDS."""
+    check(isinstance(rows, list), f"{what} must be a list")
+    limit = int(MAX_SECONDS * ticks_per_s)
+    for i, row in enumerate(rows):
+        check(isinstance(row, list) and (n is None or len(row) == n), f"{what}[{i}] must be a list of {n} values")
+        check(set(map(type, row)) <= {int}, f"{what} holds a tick of the wrong type")
+        if row:
+            check(min(row) >= -limit and max(row) <= limit, f"{what} must hold ticks of -1e9 to 1e9 seconds")
+    return rows
+
+
+def pairs(values: Any, what: str, n: int) -> list[tuple[tuple[str, str], ...]]:
+    """A column of [[key, value], ...] string pairs (op attributes) as tuples."""
+    check(isinstance(values, list) and len(values) == n, f"{what} must be a list of {n} values")
+    out = []
+    for row in values:
+        check(isinstance(row, list) and all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is str for p in row),
+            f"{what} must hold lists of [key, value] string pairs")
+        out.append(tuple(tuple(p) for p in row) if row else ())
+    return out
+
+
+def meta_fields(raw: Mapping[str, Any], specs: Mapping[str, Any]) -> dict[str, Any]:
+    """The known fields of a meta object, each checked against its spec (str, FloatSpec or a checker)."""
+    out: dict[str, Any] = {}
+    for key, spec in specs.items():
+        if key not in raw:
+            continue
+        value, what = raw[key], f"meta.{key}"
+        if spec is str:
+            out[key] = string(value, what)
+        elif isinstance(spec, FloatSpec):
+            out[key] = one_float(value, spec, what)
+        else:
+            out[key] = spec(value, what)
+    return out

@@ -1,0 +1,89 @@
+"""A profile shown in a Jupyter notebook: ``Profile._repr_html_``.
+
+Made from the HTML report's own parts (``render.html``): the summary cards,
+the advisor's findings and the top-nodes table, plus MFU/HFU and the eager
+comparison as cards. What differs from the report is only what a notebook
+needs:
+
+- one ``<div class="graphprof-nb">``, no document, no script (notebook
+  front ends drop or sandbox scripts in untrusted outputs, and every number
+  is in the markup anyway);
+- the report's stylesheet scoped to that div, so showing a profile never
+  restyles the notebook around it;
+- every name escaped, as in the report (``render.escape``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from graphprof.analysis.critical_path import critical_paths
+from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.eager import eager_overhead
+from graphprof.analysis.utilisation import utilisation
+from graphprof.profile.model import Profile
+from graphprof.render.escape import html_text
+from graphprof.render.exporters import ExportOptions, with_analysis
+from graphprof.render.html import _card, _findings, _summary, _top_nodes
+from graphprof.render.html_assets import CSS
+from graphprof.render.units import format_count, format_time
+
+ROOT_CLASS = "graphprof-nb"
+#: The report's rules a notebook view uses; the page-level ones (body, header, nav, footer) stay out.
+_KEPT_SELECTORS = (".cards", ".card", ".note", "table", "th", "td", "tr.crit", ".scroll", ".finding", "code")
+
+
+def scoped_css(css: str = CSS) -> str:
+    """The report's stylesheet, limited to the notebook view's rules and scoped under its root div."""
+    variables = re.search(r":root\s*{([^}]*)}", css)
+    out = [f".{ROOT_CLASS} {{{variables.group(1) if variables else ''} color: var(--fg); "
+           "font: 13px/1.45 system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; }"]
+    for selectors, body in re.findall(r"(?m)^([^@:{}\n][^{}\n]*)\{([^}]*)\}", css):
+        parts = [s.strip() for s in selectors.split(",")]
+        if all(p.startswith(_KEPT_SELECTORS) for p in parts):
+            out.append(", ".join(f".{ROOT_CLASS} {p}" for p in parts) + f" {{{body}}}")
+    out.append(f".{ROOT_CLASS} h4 {{ margin: 12px 0 4px; font-size: 14px; }}")
+    return "\n".join(out)
+
+
+def _utilisation_cards(profile: Profile, stat: str) -> str:
+    cards = []
+    u = utilisation(profile, stat=stat)
+    if u is not None and u.peaks:
+        peak = u.peaks[0]
+        dtype = f" {peak.dtype}" if peak.dtype else ""
+        cards.append(_card(f"MFU ({peak.source} peak)", f"{100 * (u.step.mfu(peak) or 0):.1f}%",
+                           f"HFU {100 * (u.step.hfu(peak) or 0):.1f}%; peak {format_count(peak.flops_per_s, 'FLOP/s')}{dtype}"))
+    elif u is not None:
+        cards.append(_card("model FLOP/s", format_count(u.step.model_flop_per_s, "FLOP/s"),
+                           "no peak recorded: run graphprof calibrate for MFU"))
+    if u is not None and u.tokens_per_s is not None:
+        cards.append(_card("tokens/s", format_count(u.tokens_per_s, ""), f"{u.workload.tokens_per_step:g} per step"))
+    if u is not None and u.samples_per_s is not None:
+        cards.append(_card("samples/s", format_count(u.samples_per_s, ""), f"{u.workload.samples_per_step:g} per step"))
+    e = eager_overhead(profile, stat)
+    if e is not None:
+        verdict = f"{100 * e.share:.0f}% of the eager step" if e.significant else "no gap beyond noise"
+        cards.append(_card("eager step vs graph", f"{format_time(e.eager_s)} vs {format_time(e.replay_s)}", verdict))
+    return '<div class="cards">' + "".join(cards) + "</div>" if cards else ""
+
+
+def notebook_html(profile: Profile, stat: str = "median") -> str:
+    """The notebook view of ``profile``: one scoped ``<div>``, summary, utilisation, findings, top nodes."""
+    meta = profile.meta
+    title = f"graphprof profile: {meta.function or 'profile'}"
+    device = " ".join(x for x in (meta.device_type, meta.device_name) if x)
+    sub = f"{meta.capture} capture on {device or 'unknown device'} · {len(profile.steps)} profiled steps, {stat} shown"
+    if not profile.graphs or not profile.steps:
+        body = '<p class="note">No profiled step: nothing to show yet.</p>'
+    else:
+        options = with_analysis(profile, ExportOptions(stat=stat))
+        timed = [(g, n, node_time_s(n, stat)) for g, n in profile.iter_nodes()]
+        total = sum(t for _, _, t in timed)
+        paths = critical_paths(profile, stat=stat)
+        critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
+        body = (_summary(profile, timed, total, paths, stat) + _utilisation_cards(profile, stat)
+                + "<h4>Advisor findings</h4>" + _findings(options.findings or ())
+                + "<h4>Top nodes</h4>" + _top_nodes(timed, total, critical, options.bounds))
+    return (f'<div class="{ROOT_CLASS}"><style>{scoped_css()}</style>'
+            f"<h4>{html_text(title)}</h4><p class=\"note\">{html_text(sub)}</p>{body}</div>")

@@ -1,0 +1,118 @@
+"""Every call after the capture is the user's: three calls give one recorded step.
+
+The capture call compiles the graphs and measures kernel workspace on copies
+(runtime/workspace.py), so nothing is left for later calls to do but run the
+step; outputs, state and random streams stay those of eager execution.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+import graphprof
+from graphprof.analysis.steps import step_stats
+from graphprof.demo.steps import resnet_sgd_step
+from graphprof.runtime.codegen import compile_graph
+from tests.helpers import assert_same_state, run_eager, run_traced
+
+
+def _conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.LazyLinear(4)).eval()
+
+
+def test_three_calls_of_an_inference_function_give_one_recorded_step() -> None:
+    model = _conv_net()
+    x = torch.randn(2, 3, 12, 12)
+    expected = model(x).detach()
+
+    @graphprof.trace(profiling=True)
+    def infer(inp):
+        with torch.no_grad():
+            return model(inp)
+
+    outs = [infer(x) for _ in range(3)]
+    assert all(torch.equal(o, expected) for o in outs)  # outputs unchanged
+    prof = infer.get_profile()
+    assert [s.index for s in prof.steps] == [2]
+    assert prof.meta.extra["workspace"] == "measured"
+    assert any(n.memory is not None and n.memory.workspace_allocated_bytes for n in prof.graphs[0].nodes)
+
+
+def test_three_calls_of_a_train_step_give_one_recorded_step_and_equal_state() -> None:
+    eager, traced = resnet_sgd_step(batch_size=2, image_size=16), resnet_sgd_step(batch_size=2, image_size=16)
+    losses = run_eager(eager, 3)
+    traced_losses, fn = run_traced(traced, 3, profiling=True)
+    assert all(torch.equal(a, b) for a, b in zip(losses, traced_losses))
+    assert_same_state(eager, traced)  # running statistics included: the measurement ran on copies
+    prof = fn.get_profile()
+    assert [s.index for s in prof.steps] == [2]
+    graph = prof.graphs[0]
+    assert graph.memory_peak.allocated_bytes == sum(
+        n.memory.allocated_bytes + n.memory.workspace_allocated_bytes for n in graph.nodes if n.memory is not None)
+
+
+def test_random_streams_are_untouched_by_the_measurement() -> None:
+    torch.manual_seed(3)
+    gen = torch.Generator().manual_seed(7)
+
+    def step(x):
+        return torch.nn.functional.dropout(x, 0.5) + torch.rand(x.shape, generator=gen)
+
+    eager_gen_state, eager = gen.get_state(), []
+    torch.manual_seed(3)
+    for _ in range(4):
+        eager.append(step(torch.ones(8)))
+    gen.set_state(eager_gen_state)
+    torch.manual_seed(3)
+    traced = graphprof.trace(step, profiling=True)
+    outs = [traced(torch.ones(8)) for _ in range(4)]
+    assert all(torch.equal(a, b) for a, b in zip(eager, outs))
+    assert len(traced.get_profile().steps) == 2
+
+
+def test_under_a_users_profiler_the_profile_says_workspace_was_not_measured() -> None:
+    model = nn.Linear(4, 2)
+    fn = graphprof.trace(lambda x: model(x).sum(), profiling=True)
+    with profile(activities=[ProfilerActivity.CPU]):
+        for _ in range(3):
+            fn(torch.ones(2, 4))
+    note = fn.get_profile().meta.extra["workspace"]
+    assert note.startswith("not measured:") and "profiler" in note
+
+
+def test_the_first_recorded_step_is_not_an_outlier_on_the_demo() -> None:
+    demo = resnet_sgd_step(batch_size=4, image_size=16)
+    fn = graphprof.trace(demo.step_fn, profiling=True)
+    for i in range(7):
+        fn(*demo.make_inputs(i))
+    prof = fn.get_profile()
+    assert prof.steps[0].index == 2
+    # code generation happened in the capture call: the generated functions already exist
+    assert set(fn.runner._executables) == {False, True}
+    first = prof.steps[0].wall_time_s
+    # a step 3x the median would be a compile or a cache miss, not noise
+    assert first < 3 * step_stats(prof).median_s
+    assert 2 not in [o.index for o in step_stats(prof).outliers]
+
+
+def test_codegen_binds_replacement_constants() -> None:
+    model = nn.Linear(3, 1, bias=False)
+    fn = graphprof.trace(lambda x: model(x), profiling=False)
+    x = torch.ones(1, 3)
+    for _ in range(2):
+        fn(x)
+    gm = fn.graph_module
+    name = next(n.target for n in gm.graph.nodes if n.op == "get_attr")
+    zeros = torch.zeros_like(getattr(gm, name))
+    assert torch.equal(compile_graph(gm, {name: zeros})(x)[0][0], torch.zeros(1, 1))
+    assert torch.equal(compile_graph(gm)(x)[0][0], model(x).detach())
+
+
+def test_replacement_constants_need_a_flat_graph() -> None:
+    gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))  # call_module nodes: not flat
+    with pytest.raises(ValueError):
+        compile_graph(gm, {"x": torch.zeros(1)})
