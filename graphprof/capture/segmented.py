@@ -229,12 +229,11 @@ class SegmentedCapture:
         def run(args: list) -> Any:
             if not self.probing:
                 return plain(*args)
-            hook = sys.getprofile()
-            sys.setprofile(None)  # host-read watching is for eager code only
+            hook = _pause_watcher()  # host-read watching is for eager code only
             try:
                 out, stamps = probed(*args)
             finally:
-                sys.setprofile(hook)
+                _resume_watcher(hook)
             self.timeline.events.append((seg_id, stamps))
             return out
 
@@ -244,15 +243,14 @@ class SegmentedCapture:
     def _optimizer_runner(self, slot: int, traced: Any) -> Callable[..., Any]:
         """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline."""
         def step(*args: Any, **kwargs: Any) -> Any:
-            hook = sys.getprofile()
-            sys.setprofile(None)
+            hook = _pause_watcher()
             traced.profiling = self.probing  # plain graph when the step is not recorded
             captures, start = traced.captures, self._clock()
             try:
                 return traced(*args, **kwargs)
             finally:
                 end = self._clock()
-                sys.setprofile(hook)
+                _resume_watcher(hook)
                 if self.probing:
                     self.timeline.events.append(self._optimizer_event(slot, traced, captures, start, end))
 
@@ -297,19 +295,33 @@ class SegmentedCapture:
         handler.register_start_callback(self._on_compile_start)
         handler.register_end_callback(self._on_compile_end)
         saved = self._install()
-        watcher = _HostReadWatcher(self.timeline, self._clock) if self.probing else None
-        previous = sys.getprofile()
+        # A profiler the user runs (cProfile) owns sys.setprofile: then host reads are not timed singly.
+        watcher = _HostReadWatcher(self.timeline, self._clock) if self.probing and sys.getprofile() is None else None
         if watcher is not None:
             sys.setprofile(watcher)
         try:
             return self.compiled(*args, **kwargs)
         finally:
             if watcher is not None:
-                sys.setprofile(previous)
+                sys.setprofile(None)
             self._uninstall(saved)
             handler.remove_start_callback(self._on_compile_start)
             handler.remove_end_callback(self._on_compile_end)
             self.compiled_once = True
+
+
+def _pause_watcher() -> Any:
+    """Switch graphprof's host-read watcher off; leave any other profile hook alone (cProfile's is not ours)."""
+    hook = sys.getprofile()
+    if isinstance(hook, _HostReadWatcher):
+        sys.setprofile(None)
+        return hook
+    return None
+
+
+def _resume_watcher(hook: Any) -> None:
+    if hook is not None:
+        sys.setprofile(hook)
 
 
 class _HostReadWatcher:

@@ -237,3 +237,18 @@ def test_recompile_is_reported_and_left_out_of_step_time() -> None:
         assert total == pytest.approx(s.wall_time_s, rel=1e-9)
     findings = [f for f in advise(profile) if f.rule == "recompiles"]
     assert len(findings) == 1 and findings[0].time_s == pytest.approx(recompiles[0]["compile_time_s"])
+
+
+def test_segments_run_under_cprofile_and_leave_its_hook_in_place() -> None:
+    """A user profiling the training loop with cProfile keeps their profiler; results stay eager's."""
+    import cProfile
+    eager_losses, eager_logs, eager_model, eager_opt, _, _ = _run(clip_logged_norm, "Adam", None)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        losses, logs, model, opt, fn, _ = _run(clip_logged_norm, "Adam", "dynamo")
+    finally:
+        profiler.disable()
+    assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses)) and logs == eager_logs
+    _assert_same_state(eager_model, eager_opt, model, opt)
+    assert fn.get_profile().steps
