@@ -252,3 +252,29 @@ def test_segments_run_under_cprofile_and_leave_its_hook_in_place() -> None:
     assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses)) and logs == eager_logs
     _assert_same_state(eager_model, eager_opt, model, opt)
     assert fn.get_profile().steps
+
+
+def test_demo_gpt_with_a_logged_loss_is_bitwise_and_attributed() -> None:
+    """The demo GPT + AdamW step with its loss logged: eager's results, and 90% of op nodes with a module."""
+    from graphprof.demo.steps import DEMO_STEPS
+
+    def run(capture: str | None):
+        demo = DEMO_STEPS["gpt"](seed=0)
+        logs: list[float] = []
+
+        def step(x, y):
+            loss = demo.step_fn(x, y)
+            logs.append(loss.item())
+            return loss
+
+        fn = graphprof.trace(step, capture=capture) if capture else step
+        losses = [fn(*demo.make_inputs(i)).detach().clone() for i in range(5)]
+        return losses, logs, demo, fn
+
+    eager_losses, eager_logs, eager_demo, _ = run(None)
+    losses, logs, demo, fn = run("dynamo")
+    assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses)) and logs == eager_logs
+    _assert_same_state(eager_demo.model, eager_demo.optimizer, demo.model, demo.optimizer)
+    profile = fn.get_profile()
+    assert _module_share(profile) >= 0.9
+    assert {"optimizer"} <= {g.name for g in profile.graphs}
