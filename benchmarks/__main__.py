@@ -5,6 +5,8 @@ and a deliberately hostile deep MLP of tiny ops:
 
 * overhead.py: fidelity (graph / eager), probe overhead, coverage, idle
   schedule cost, segmented capture (GPT), torch.profiler / eager;
+* segmented.py: segments with and without probes / eager, on the GPT step
+  with a logged loss and a Hugging Face BERT + AdamW step;
 * real_loops.py: probes / eager on a scheduler inside and outside the step and
   gradient accumulation with a counter (demo GPT);
 * capture_cost.py: graphprof's capture against torch.compile(aot_eager);
@@ -36,6 +38,7 @@ from benchmarks import (
     coverage_threads,
     overhead,
     real_loops,
+    segmented,
 )
 
 WORKLOADS = ("resnet", "gpt", "tiny-mlp")
@@ -68,6 +71,8 @@ def run(quick: bool) -> str:
                      f"{_mark(r.fidelity <= 1.03)}), coverage {r.coverage:.3f} (>= 0.97: {_mark(r.coverage >= 0.97)})")
     lines += ["", "## Real training loops on the demo GPT (probes / eager, interleaved)", "",
               real_loops.markdown([real_loops.measure(loop, rounds=8 if quick else 20) for loop in real_loops.LOOPS])]
+    lines += ["", "## Segmented capture (capture=\"dynamo\") on steps that log with .item()", "",
+              segmented.markdown([segmented.measure(w, rounds=rounds // 2) for w in segmented.WORKLOADS])]
     lines += ["", "## Capture cost against torch.compile(backend=\"aot_eager\")", "",
               "| workload | graphprof capture | aot_eager compile | ratio |", "|---|---|---|---|"]
     for w in WORKLOADS:

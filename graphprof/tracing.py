@@ -18,6 +18,7 @@ import functools
 import logging
 import operator
 import time
+import types
 import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
@@ -287,8 +288,23 @@ class TracedFunction:
 
     def _segmented_runner(self) -> SegmentedRunner:
         if self._segmented is None:
-            self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size)
+            self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size,
+                                              self._optimizer_graph)
         return self._segmented
+
+    def _optimizer_graph(self, opt: torch.optim.Optimizer, model: torch.nn.Module | None) -> "OptimizerGraph":
+        """``opt.step`` as a whole-step graph of its own, for a segmented step (capture/segmented.py says why)."""
+        step = types.MethodType(type(opt).step, opt)  # the class's step with its hooks, not the routed one
+
+        def optimizer_step(*args: Any, **kwargs: Any) -> Any:
+            _ = (model, opt)  # in the closure so that discovery names parameters after the model
+            return step(*args, **kwargs)
+
+        optimizer_step.__qualname__ = optimizer_step.__name__ = f"{type(opt).__name__}.step"
+        traced = TracedFunction(optimizer_step, capture="fx", clock=self._clock, cache_size=self.cache_size,
+                                max_steps=1)
+        traced._calls = 1  # the step's eager call already created the optimizer's state: capture at once
+        return OptimizerGraph(traced, step)
 
     def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
@@ -376,6 +392,52 @@ class TracedFunction:
     def graph_module(self) -> torch.fx.GraphModule | None:
         """The captured (uninstrumented) graph of the last call, for inspection."""
         return self._runner.graph_module if isinstance(self._runner, WholeStepRunner) else None
+
+
+class OptimizerGraph:
+    """An optimizer's step under segmented capture: its whole-step graph, or eager when it cannot be one.
+
+    Only the last sample is read (the segmented step keeps the stamps), so the
+    traced step keeps at most one.
+    """
+
+    def __init__(self, traced: TracedFunction, step: Callable[..., Any]) -> None:
+        self.traced = traced
+        self.step = step
+        self.eager = False
+
+    @property
+    def captures(self) -> int:
+        return self.traced.captures
+
+    @property
+    def profiling(self) -> bool:
+        return self.traced.profiling
+
+    @profiling.setter
+    def profiling(self, value: bool) -> None:
+        self.traced.profiling = value
+
+    def last_sample(self) -> tuple[tuple[int, ...], torch.fx.GraphModule] | None:
+        """The stamps of the last call and their graph, when that call was a profiled replay."""
+        runner = self.traced.runner
+        if self.eager or not isinstance(runner, WholeStepRunner) or not runner.samples.steps:
+            return None
+        last = runner.samples.steps[-1]
+        if last.index != self.traced._calls - 1:
+            return None
+        return last.stamps_ns, runner.graph_module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.eager:
+            return self.step(*args, **kwargs)
+        try:
+            return self.traced(*args, **kwargs)
+        except CaptureError as exc:
+            self.eager = True
+            warnings.warn(f"graphprof: {exc}; running {self.traced.__name__} eagerly (timed as one host node)",
+                          stacklevel=2)
+            return self.step(*args, **kwargs)
 
 
 def trace(fn: Callable[..., Any] | None = None, **options: Any) -> Any:

@@ -284,6 +284,28 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     return findings
 
 
+def recompiles(ctx: AdvisorContext) -> list[Finding]:
+    """torch.compile compiled again after the first call (segmented capture): time no step table shows.
+
+    Step times leave compile time out, so that nodes and steps add up; the
+    cost is the compile time itself, from ``meta.extra["recompiles"]``.
+    """
+    events = list(ctx.profile.meta.extra.get("recompiles") or ())
+    if not events:
+        return []
+    seconds = sum(float(e.get("compile_time_s", 0.0)) for e in events)
+    last = events[-1]
+    severity = Severity.HIGH if len(events) > 2 else Severity.MEDIUM
+    return [Finding(
+        "recompiles", severity,
+        f"torch.compile compiled {len(events)} time(s) after the first call ({seconds:.3g} s), last: "
+        f"{last.get('graphs', '')} because {last.get('reason', '')}",
+        seconds,
+        "keep what the guards check stable across calls (input shapes, Python attributes the forward "
+        "reads, module modes); torch.compile(dynamic=True) or torch._dynamo.mark_dynamic for shapes that vary",
+        (), ())]
+
+
 def eager_overhead(ctx: AdvisorContext) -> list[Finding]:
     """Python, module-call and autograd bookkeeping of the eager step that the replayed graph does not pay.
 
@@ -312,6 +334,7 @@ def eager_overhead(ctx: AdvisorContext) -> list[Finding]:
 RULES: tuple[Callable[[AdvisorContext], list[Finding]], ...] = (
     host_sync, device_copies, float64_work, slow_convolution, dispatch_bound_runs,
     layout_copies, slow_matmuls, activation_peak, single_tensor_optimizer, launch_bound, eager_overhead,
+    recompiles,
 )
 _ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 

@@ -1,47 +1,64 @@
-"""Segmented capture: a torch.compile backend whose graphs come from AOTAutograd.
+"""Segmented capture: the user's step runs as Python, its modules as torch.compile graphs.
 
-For steps one static trace cannot hold (``.item()`` logging, NumPy calls,
-Python branches on tensor values, prints), dynamo splits the step at graph
-breaks and AOTAutograd turns each piece into forward, backward and inference
-(optimizer) graphs. Each graph gets a ``CaptureRecord`` per op from the
-metadata AOTAutograd keeps (``nn_module_stack``, ``fwd_nn_module_stack`` on
-backward nodes, ``stack_trace``), then goes through the same passes as a
-whole-step graph (the ``prepare`` callback): one pipeline, not a copy.
+Design (measured, see benchmarks/results.md and the README): compiling the
+whole step with dynamo changed results. Dynamo traced the optimizer through
+its compile-time code path (a tensor step count, other bias-correction
+arithmetic), so Adam's updates differed from eager in the last bits and the
+difference grew (4.6e-4 after 6 steps); it evaluated ``random.Random``
+draws at trace time and replayed the traced RNG state; and it guarded on
+Python state the step mutates (``len(logs)`` of a list the step appends a
+logged ``.item()`` to), so such a step recompiled on every call. So here
+the step's own Python runs eagerly, exactly as written, and dynamo sees only:
 
-At run time each compiled segment runs either its plain or its instrumented
-graph, and appends its probe stamps to the step's timeline. Between segments
-the host runs Python (guards, glue, eager code at graph breaks); that time is
-kept as host gaps, and host reads of tensors there (``.item()``, ``.numpy()``,
-``.cpu()``, ``.tolist()``) are timed individually through ``sys.setprofile``,
-which is switched off while a segment runs.
+* the ``forward`` of each module the step reaches by name (closure, globals,
+  ``self``), compiled with an AOTAutograd backend whose forward, backward and
+  inference graphs graphprof annotates, instruments and runs as generated
+  code. Graph breaks inside a forward (``.item()``, NumPy) split it into
+  segments as before. AOTAutograd's graphs match eager bitwise on CPU for the
+  models we test (BERT and GPT-2 with dropout and gradient checkpointing);
+* nothing of the optimizer: each optimizer's ``step`` is routed through a
+  whole-step capture of its own (``optimizer_step`` factory, given by the
+  policy), i.e. the make_fx graph of eager dispatch, replayed with its
+  hyperparameters read at run time: bitwise, and profiled op by op.
+
+A function with no module in reach is compiled whole, as before (there is
+nothing else to compile); its optimizer calls are still routed as above.
+
+Between segments the host runs Python; that time is kept as host gaps, and
+host reads of tensors there (``.item()``, ``.numpy()``, ``.cpu()``,
+``.tolist()``) are timed individually through ``sys.setprofile``, which is
+switched off while a segment runs. Dynamo's compile time (and an optimizer's
+capture) is kept as ``CompileSpan`` events, so step times can leave it out.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import re
 import sys
+import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
+from graphprof.capture.segment_nodes import caller_source, first_source, user_source, write_capture_records
+from graphprof.capture.state import discover_state
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.instrument import Clock, instrument
-from graphprof.passes.records import CAPTURE, CaptureRecord
 from graphprof.runtime.codegen import compile_graph
-from graphprof.profile.model import GraphKind, Phase
+from graphprof.profile.model import GraphKind
 
 log = logging.getLogger("graphprof")
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_OPTIM_DIR = os.path.join(_TORCH_DIR, "optim")
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-_ROOT_PREFIX = re.compile(r"^(?:L|G)\['[^']*'\]\.?")
 #: Tensor methods that read device data on the host: timed in host gaps.
 HOST_READS = frozenset({"item", "numpy", "cpu", "tolist", "__bool__", "__float__", "__int__", "__index__"})
+_MISSING = object()
 
 
 @dataclass
@@ -55,7 +72,7 @@ class Segment:
     instrumented: torch.fx.GraphModule
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostRead:
     """A host read of tensor data in eager code between segments."""
 
@@ -65,87 +82,145 @@ class HostRead:
     end_ns: int
 
 
+@dataclass(frozen=True)
+class CompileSpan:
+    """Time the step spent compiling (dynamo) or capturing (an optimizer): not the user's work."""
+
+    start_ns: int
+    end_ns: int
+    what: str  # the graph(s) compiled, or the optimizer captured
+    reason: str  # dynamo's guard failure, or why the optimizer was captured
+    backward_of_previous: bool = False  # AOTAutograd compiled the backward of the previous compile lazily
+
+
+@dataclass(frozen=True)
+class OptimizerRun:
+    """One call of an optimizer's step: its replayed graph's stamps, or none (an unprofiled run)."""
+
+    slot: int
+    start_ns: int
+    end_ns: int
+    stamps: tuple[int, ...] = ()
+    graph_module: torch.fx.GraphModule | None = None  # the graph the stamps belong to
+
+
 @dataclass
 class StepTimeline:
-    """What ran during one segmented step, in order: segment stamps and host reads."""
+    """What ran during one segmented step, in order: segment stamps, host reads, compiles, optimizer runs."""
 
-    events: list[tuple[int, tuple[int, ...]] | HostRead] = field(default_factory=list)
-
-
-def _module_of(meta: dict[str, Any]) -> tuple[str, str]:
-    stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack")
-    if not stack:
-        return "", ""
-    path, mtype = list(stack.values())[-1]
-    path = _ROOT_PREFIX.sub("", str(path)).replace("['", ".").replace("']", "")
-    name = mtype.__name__ if isinstance(mtype, type) else str(mtype).rsplit(".", 1)[-1].strip("'>")
-    return path, name
+    events: list[Any] = field(default_factory=list)
 
 
-def _frames(meta: dict[str, Any]) -> list[tuple[str, int]]:
-    return [(f, int(line)) for f, line in _FRAME.findall(meta.get("stack_trace") or "")]
+@dataclass
+class _Compiling:
+    """The compile in progress, between dynamo's start and end callbacks."""
+
+    start_ns: int
+    failures_before: int
+    graphs: list[str] = field(default_factory=list)
 
 
-def _source_of(frames: list[tuple[str, int]]) -> str:
-    for filename, line in reversed(frames):
-        if not filename.startswith(_TORCH_DIR):
-            try:
-                filename = os.path.relpath(filename)
-            except ValueError:
-                pass
-            return f"{filename}:{line}"
-    return ""
+def _compile_target(module: nn.Module) -> nn.Module:
+    """The module whose forward is compiled: DDP's own forward stays eager (its Reducer is Python)."""
+    from torch.nn.parallel import DistributedDataParallel
+    return module.module if isinstance(module, DistributedDataParallel) else module
 
 
-def write_capture_records(gm: torch.fx.GraphModule, kind: GraphKind) -> None:
-    """A CaptureRecord on every op node, from AOTAutograd's node metadata."""
-    for node in gm.graph.nodes:
-        if not is_op_node(node):
-            continue
-        module, module_type = _module_of(node.meta)
-        frames = _frames(node.meta)
-        if kind is GraphKind.FORWARD:
-            phase = Phase.FORWARD
-        elif kind is GraphKind.BACKWARD:
-            phase = Phase.BACKWARD
-        elif any(f.startswith(_OPTIM_DIR) for f, _ in frames):
-            phase = Phase.OPTIMIZER
-        else:
-            phase = Phase.FORWARD if module else Phase.OTHER
-        node.meta[CAPTURE] = CaptureRecord(module, module_type, _source_of(frames), phase, "")
+def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
+    """``module.forward`` compiled behind an entry function with a code object of its own.
+
+    Dynamo keeps compiled graphs per code object. torch.compile wraps a
+    forward defined in torch (``nn.Sequential``'s) in one wrapper shared by
+    all of them, and every model of one class shares its forward: past
+    ``recompile_limit`` (8) entries dynamo runs it eagerly without a word.
+    A fresh entry function per traced module gives each its own cache.
+    """
+    forward = module.forward
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        return forward(*args, **kwargs)
+
+    entry.__code__ = entry.__code__.replace()  # a new code object: a cache of its own
+    return torch.compile(entry, backend=backend, dynamic=False)
 
 
 class SegmentedCapture:
-    """A torch.compile'd version of a function whose segments graphprof times."""
+    """The user's function with its modules' forwards compiled and its optimizers routed."""
 
     def __init__(self, fn: Callable[..., Any], prepare: Callable[[torch.fx.GraphModule], None],
-                 clock: Clock) -> None:
+                 clock: Clock, optimizer_step: Callable[[torch.optim.Optimizer, nn.Module | None], Callable[..., Any]]
+                 | None = None, name: str = "") -> None:
         self.segments: list[Segment] = []
         self.probing = False
         self.compiled_once = False
         self.timeline = StepTimeline()
+        self.compiles: list[CompileSpan] = []  # every compile after the first call, in order
+        self._name = name or getattr(fn, "__name__", type(fn).__name__)
         self._prepare = prepare
         self._clock = clock
-        backend = aot_autograd(
-            fw_compiler=self._compiler(GraphKind.FORWARD),
-            bw_compiler=self._compiler(GraphKind.BACKWARD),
-            inference_compiler=self._compiler(GraphKind.SEGMENT),
-        )
-        self.compiled = torch.compile(fn, backend=backend, dynamic=False)
+        self._fn = fn
+        self._kind_counts: dict[GraphKind, int] = {}
+        self._compiling: _Compiling | None = None
+        self._failures_seen = 0  # guard failures dynamo had recorded when this call started
+        state = discover_state(fn)
+        self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
+        for root in dict.fromkeys(_compile_target(r) for r in state.roots):
+            self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
+        self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
+        primary = state.roots[0] if state.roots else None
+        self.optimizers: list[tuple[torch.optim.Optimizer, Callable[..., Any]]] = []
+        if optimizer_step is not None:
+            for slot, opt in enumerate(state.optimizers):
+                self.optimizers.append((opt, torch._dynamo.disable(self._optimizer_runner(
+                    slot, optimizer_step(opt, primary)), recursive=True)))
 
-    def _compiler(self, kind: GraphKind) -> Callable[[torch.fx.GraphModule, Any], Any]:
+    # -- compiling ------------------------------------------------------------------
+    def _backend(self, root_type: str) -> Any:
+        return aot_autograd(
+            fw_compiler=self._compiler(GraphKind.FORWARD, root_type),
+            bw_compiler=self._compiler(GraphKind.BACKWARD, root_type),
+            inference_compiler=self._compiler(GraphKind.SEGMENT, root_type),
+        )
+
+    def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            write_capture_records(gm, kind)
+            write_capture_records(gm, kind, root_type, caller_source(sys._getframe(1)))
             self._prepare(gm)
-            segment = Segment(len(self.segments), kind, f"segment {len(self.segments)} {kind.value}",
-                              gm, instrument(gm, self._clock))
+            n = self._kind_counts[kind] = self._kind_counts.get(kind, 0) + 1
+            source = first_source(gm)
+            name = f"{kind.value} {n}" + (f" ({root_type})" if root_type else "") + (f" at {source}" if source else "")
+            segment = Segment(len(self.segments), kind, name, gm, instrument(gm, self._clock))
             self.segments.append(segment)
+            if self._compiling is not None:
+                self._compiling.graphs.append(name)
             if self.compiled_once:
-                log.info("graphprof: compiled %s (%d ops) after the first call: a recompile or a new path",
-                         segment.name, sum(1 for n in gm.graph.nodes if is_op_node(n)))
+                log.info("graphprof: compiled %s (%d ops) after the first call", segment.name,
+                         sum(1 for n in gm.graph.nodes if is_op_node(n)))
             return self._runner(segment)
 
         return compile_segment
+
+    def _on_compile_start(self, args: Any) -> None:
+        # Dynamo records why guards failed before it starts compiling: count from the call's start.
+        self._compiling = _Compiling(self._clock(), self._failures_seen)
+
+    def _on_compile_end(self, args: Any) -> None:
+        from torch._dynamo.utils import guard_failures
+        started, self._compiling = self._compiling, None
+        if started is None or not self.compiled_once:
+            return  # the first call's compiles are expected: nothing to report
+        reasons = [r for v in guard_failures.values() for r in v][started.failures_before:]
+        self._failures_seen = started.failures_before + len(reasons)
+        reason = reasons[-1].split("\n", 1)[0] if reasons else "a new code path (no guard failed)"
+        what = ", ".join(started.graphs) or "no new graph"
+        lazy = getattr(getattr(args, "callback_trigger", None), "name", "") == "LAZY_BACKWARD"
+        span = CompileSpan(started.start_ns, self._clock(), what, "" if lazy else reason, lazy)
+        self.timeline.events.append(span)  # left out of the step's time either way
+        if started.graphs:  # dynamo looked at a frame and made no graph: nothing was recompiled
+            self.compiles.append(span)
+        if started.graphs and not lazy:  # a lazily compiled backward belongs to the forward's warning
+            warnings.warn(f"graphprof: {self._name}: torch.compile compiled {what} after the first call "
+                          f"because {reason}; its compile time is left out of step times", stacklevel=2)
 
     def _runner(self, segment: Segment) -> Callable[[list], Any]:
         plain, probed = compile_graph(segment.graph_module), compile_graph(segment.instrumented)
@@ -154,33 +229,99 @@ class SegmentedCapture:
         def run(args: list) -> Any:
             if not self.probing:
                 return plain(*args)
-            hook = sys.getprofile()
-            sys.setprofile(None)  # host-read watching is for eager code only
+            hook = _pause_watcher()  # host-read watching is for eager code only
             try:
                 out, stamps = probed(*args)
             finally:
-                sys.setprofile(hook)
+                _resume_watcher(hook)
             self.timeline.events.append((seg_id, stamps))
             return out
 
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the compiled function; with ``probing`` set, record its timeline."""
-        if not self.probing:
+    def _optimizer_runner(self, slot: int, traced: Any) -> Callable[..., Any]:
+        """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline."""
+        def step(*args: Any, **kwargs: Any) -> Any:
+            hook = _pause_watcher()
+            traced.profiling = self.probing  # plain graph when the step is not recorded
+            captures, start = traced.captures, self._clock()
             try:
-                return self.compiled(*args, **kwargs)
+                return traced(*args, **kwargs)
             finally:
-                self.compiled_once = True
+                end = self._clock()
+                _resume_watcher(hook)
+                if self.probing:
+                    self.timeline.events.append(self._optimizer_event(slot, traced, captures, start, end))
+
+        return step
+
+    def _optimizer_event(self, slot: int, traced: Any, captures: int, start: int, end: int) -> Any:
+        if traced.captures != captures:
+            reason = "its settings changed" if captures else "it is captured once, as a whole-step graph"
+            span = CompileSpan(start, end, f"optimizer {slot + 1}", reason)
+            if self.compiled_once:
+                self.compiles.append(span)
+            return span
+        last = traced.last_sample()
+        if last is not None:
+            stamps, graph_module = last
+            return OptimizerRun(slot, start, end, stamps, graph_module)
+        return OptimizerRun(slot, start, end)
+
+    # -- calling ----------------------------------------------------------------------
+    def _install(self) -> list[tuple[Any, Any]]:
+        saved = []
+        for obj, replacement in [*self.modules, *self.optimizers]:
+            attr = "forward" if isinstance(obj, nn.Module) else "step"
+            saved.append((obj, attr, obj.__dict__.get(attr, _MISSING)))
+            obj.__dict__[attr] = replacement
+        return saved
+
+    @staticmethod
+    def _uninstall(saved: list) -> None:
+        for obj, attr, old in reversed(saved):
+            if old is _MISSING:
+                obj.__dict__.pop(attr, None)
+            else:
+                obj.__dict__[attr] = old
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the step; with ``probing`` set, record its timeline."""
+        from torch._dynamo.utils import guard_failures
         self.timeline = StepTimeline()
-        watcher = _HostReadWatcher(self.timeline, self._clock)
-        previous = sys.getprofile()
-        sys.setprofile(watcher)
+        self._failures_seen = sum(len(v) for v in guard_failures.values())
+        handler = torch._dynamo.callback_handler
+        handler.register_start_callback(self._on_compile_start)
+        handler.register_end_callback(self._on_compile_end)
+        saved = self._install()
+        # A profiler the user runs (cProfile) owns sys.setprofile: then host reads are not timed singly.
+        watcher = _HostReadWatcher(self.timeline, self._clock) if self.probing and sys.getprofile() is None else None
+        if watcher is not None:
+            sys.setprofile(watcher)
         try:
             return self.compiled(*args, **kwargs)
         finally:
-            sys.setprofile(previous)
+            if watcher is not None:
+                sys.setprofile(None)
+            self._uninstall(saved)
+            handler.remove_start_callback(self._on_compile_start)
+            handler.remove_end_callback(self._on_compile_end)
+            self.compiled_once = True
+
+
+def _pause_watcher() -> Any:
+    """Switch graphprof's host-read watcher off; leave any other profile hook alone (cProfile's is not ours)."""
+    hook = sys.getprofile()
+    if isinstance(hook, _HostReadWatcher):
+        sys.setprofile(None)
+        return hook
+    return None
+
+
+def _resume_watcher(hook: Any) -> None:
+    if hook is not None:
+        sys.setprofile(hook)
 
 
 class _HostReadWatcher:
@@ -204,14 +345,9 @@ class _HostReadWatcher:
 
 
 def _frame_source(frame: Any) -> str:
-    """``file:line`` of the innermost user frame (dynamo may make the call for the user)."""
+    """``file:line`` of the innermost user frame (torch may make the call for the user)."""
     while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
         frame = frame.f_back
     if frame is None:
         return ""
-    filename = frame.f_code.co_filename
-    try:
-        filename = os.path.relpath(filename)
-    except ValueError:
-        pass
-    return f"{filename}:{frame.f_lineno}"
+    return user_source(frame.f_code.co_filename, frame.f_lineno)

@@ -3,7 +3,10 @@
 The first call here compiles (its result is the user's, nothing recorded);
 later calls run the segments, probed when the schedule records the step.
 Recorded steps are kept per input signature, like whole-step runners, so a
-profile never mixes the segments of two signatures.
+profile never mixes the segments of two signatures. Compiles after the first
+call (dynamo's recompiles, an optimizer's new capture) are kept with the call
+they happened in, their reason and their cost, for the profile's
+``meta.extra["recompiles"]``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
-from graphprof.capture.segmented import SegmentedCapture
+from graphprof.capture.segmented import CompileSpan, SegmentedCapture
 from graphprof.passes.instrument import Clock
 from graphprof.passes.pipeline import prepare_graph
 from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
@@ -28,17 +31,19 @@ _RECORDING = (Action.RECORD, Action.RECORD_AND_SAVE)
 class SegmentedRunner:
     """A torch.compile'd version of the user's function, with per-signature step buffers."""
 
-    def __init__(self, name: str, fn: Callable[..., Any], clock: Clock, limit: int | None, cache_size: int) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], clock: Clock, limit: int | None, cache_size: int,
+                 optimizer_step: Callable[..., Any] | None = None) -> None:
         self._name = name
         self._clock = clock
         self._limit = limit
         self._cache_size = cache_size
         self._comm: CommTimer | None = comm_timer_for(fn, clock)  # DDP bucket allreduce times
-        self.capture = SegmentedCapture(fn, prepare_graph, clock)
+        self.capture = SegmentedCapture(fn, prepare_graph, clock, optimizer_step, name)
         self.capture.probing = False
         self._compiled = False
         self._buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
         self._key: Hashable = None
+        self.recompiles: list[tuple[int, CompileSpan]] = []  # (call, span) after the first call
 
     def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
             leaves: list[Any], key: Hashable = None) -> Any:
@@ -55,7 +60,9 @@ class SegmentedRunner:
         self.capture.probing = action is not Action.NONE
         if self._comm is not None:
             self._comm.begin_step(action in _RECORDING)
+        before = len(self.capture.compiles)
         result = self.capture(*args, **kwargs)
+        self.recompiles.extend((call, span) for span in self.capture.compiles[before:])
         if self._comm is not None:
             self._comm.end_step(call)
         if action in _RECORDING:
@@ -81,4 +88,17 @@ class SegmentedRunner:
                 graphs.append(comm)
         return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [s.graph_module for s in self.capture.segments], None,
-                             distributed_extra(self._comm))
+                             distributed_extra(self._comm), {"recompiles": self.recompile_notes()})
+
+    def recompile_notes(self) -> list[dict[str, Any]]:
+        """Every compile after the first call: when, what, why and what it cost (seconds)."""
+        notes: list[dict[str, Any]] = []
+        for call, span in self.recompiles:
+            seconds = (span.end_ns - span.start_ns) / 1e9
+            if span.backward_of_previous and notes and notes[-1]["call"] == call:
+                notes[-1]["graphs"] += f", {span.what}"  # one recompile: its forward and its backward
+                notes[-1]["compile_time_s"] += seconds
+                continue
+            notes.append({"call": call, "graphs": span.what, "reason": span.reason or "a new backward",
+                          "compile_time_s": seconds})
+        return notes

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 
 from graphprof.analysis.distributed import analyze_distributed
 from graphprof.cli import main
-from graphprof.profile.merge import graph_ranks, merge_profiles, split_graph_name
+from graphprof.profile.merge import graph_ranks, merge_profiles
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import load_profile
 from tests.distributed.ranks import SLOW_RANK, launch
@@ -115,29 +114,18 @@ def test_direct_all_reduce_is_captured_whole_step_and_still_communicates(ranks_d
     assert _equal(results[0]["ar_params_traced"], results[1]["ar_params_traced"])
 
 
-def test_all_reduce_under_segmented_capture_becomes_functional_collectives(
+def test_all_reduce_under_segmented_capture_runs_in_the_steps_eager_python(
         ranks_dir: Path, results: list[dict[str, Any]]) -> None:
+    """Segmented capture compiles only the model's forward: a collective the step calls itself runs
+    eagerly, as written (its time is host time after the backward graph), with eager's results."""
     for r in results:
         assert _equal(r["ar_losses_dynamo"], r["ar_losses_eager"]), f"rank {r['rank']} losses differ"
         assert _equal(r["ar_params_dynamo"], r["ar_params_eager"]), f"rank {r['rank']} parameters differ"
-    merged = merge_profiles([load_profile(str(ranks_dir / f"allreduce_dynamo_rank{r}.json")) for r in range(WORLD)])
-    launches = [n for g in merged.graphs for n in g.nodes if dict(n.attrs).get("collective") == "allreduce"]
-    waits = [n for g in merged.graphs for n in g.nodes if dict(n.attrs).get("collective") == "wait"]
-    assert launches and len(waits) == len(launches)
-    assert sorted(int(dict(n.attrs)["bytes"]) for n in launches) == sorted(results[0]["ar_grad_bytes"] * WORLD)
-    analysis = analyze_distributed(merged)
-    assert analysis is not None and len(analysis.collectives) == len(results[0]["ar_grad_bytes"])
-    # Each wait_tensor waits for its launch (a dataflow edge); a collective's time is launch plus wait.
-    by_key = {(n.graph, n.node_id): n for n in analysis.nodes}
-    ranks_of = graph_ranks(merged)
-    for graph in merged.graphs:
-        nodes = {n.id: n for n in graph.nodes}
-        for wait in (n for n in graph.nodes if dict(n.attrs).get("collective") == "wait"):
-            launch = nodes[wait.inputs[0]]
-            assert dict(launch.attrs)["collective"] == "allreduce"
-            matched = by_key[(split_graph_name(graph.name)[1], launch.id)]
-            expected = statistics.median(launch.host_time_s) + statistics.median(wait.host_time_s)
-            assert matched.times_s[ranks_of[graph.id]] == pytest.approx(expected)
+        profile = load_profile(str(ranks_dir / f"allreduce_dynamo_rank{r['rank']}.json"))
+        assert profile.meta.capture == "dynamo"
+        assert not [n for _, n in profile.iter_nodes() if "allreduce" in n.op]
+        gaps = [n for _, n in profile.iter_nodes() if n.name.startswith("host gap: backward 1")]
+        assert gaps and all(t > 0 for n in gaps for t in n.host_time_s)
 
 
 def test_cli_merges_reports_and_exports_one_process_per_rank(ranks_dir: Path, tmp_path: Path,
