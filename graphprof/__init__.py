@@ -13,8 +13,8 @@ from typing import Any
 from graphprof.analysis.diff import diff
 from graphprof.api import Profile, load
 from graphprof.runtime.schedule import schedule
+from graphprof.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["trace", "schedule", "register_cost", "Profile", "load", "diff", "__version__"]
 
 

@@ -122,7 +122,7 @@ def profile_meta(function: str, capture: str, probe_cost_s: float, peaks: dict[s
     ``device_type`` is where the graphs ran ("cuda" on a GPU); the name
     defaults to the host processor's (right for "cpu").
     """
-    from graphprof import __version__
+    from graphprof.version import __version__
 
     return ProfileMeta(
         function=function,
