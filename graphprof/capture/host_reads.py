@@ -6,11 +6,15 @@ segments that is AOTAutograd's runtime wrappers, the autograd engine's calls
 into the compiled backward, ``zero_grad`` and ``clip_grad_norm_``: on the
 demo GPT step the hook alone cost 9% of the step, more than all the probes.
 
-Instead, while a probed step runs, the few ``torch.Tensor`` methods that
-read device data on the host are replaced by thin wrappers that call the
-original and note its start and end; nothing else in the step pays
+Instead, the few ``torch.Tensor`` methods that read device data on the
+host are replaced by thin wrappers that call the original and, while a
+probed step runs, note its start and end; nothing else in the step pays
 anything. The wrappers return exactly what the originals return (they call
-them with the same arguments) and are removed when the step ends. Dynamo
+them with the same arguments). They are put on when a probed step starts
+and stay while steps are probed (``install`` says why); the first call
+without probes, or the traced function being dropped, takes them off.
+Torch-function handlers that compare methods (graphprof's capture
+recorder) look through them with ``original``. Dynamo
 is unaffected: it resolves tensor methods from a table it builds at import
 (``all_tensor_attrs``), so it neither traces the wrappers nor guards on them.
 Only reads made on the thread that runs the step are recorded, and a read
@@ -47,48 +51,85 @@ class HostRead:
 
 
 class HostReadTimer:
-    """Wraps ``torch.Tensor``'s host-read methods while installed; ``paused`` stops recording."""
+    """Records host reads made on its thread while it is entered (a probed step) and not ``paused``."""
 
     def __init__(self, record: Callable[[HostRead], None], clock: Callable[[], int]) -> None:
-        self._record = record
-        self._clock = clock
-        self._thread = 0
-        self._saved: list[tuple[str, Any]] = []
-        self._inside = False
+        self.record = record
+        self.clock = clock
+        self.thread = 0
         self.paused = False
+        self._previous: HostReadTimer | None = None
 
-    def install(self) -> None:
-        self._thread = threading.get_ident()
-        self.paused, self._inside = False, False
-        for name in HOST_READS:
-            self._saved.append((name, torch.Tensor.__dict__.get(name, _MISSING)))
-            setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+    def __enter__(self) -> "HostReadTimer":
+        install()
+        self.thread, self.paused = threading.get_ident(), False
+        self._previous, _state.timer = _state.timer, self
+        return self
 
-    def uninstall(self) -> None:
-        for name, old in reversed(self._saved):
-            if old is _MISSING:
-                delattr(torch.Tensor, name)  # the method is TensorBase's again
-            else:
-                setattr(torch.Tensor, name, old)
-        self._saved.clear()
+    def __exit__(self, *exc: Any) -> None:
+        _state.timer = self._previous
 
-    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        clock, record = self._clock, self._record
 
-        @functools.wraps(original)
-        def host_read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.paused or self._inside or threading.get_ident() != self._thread:
-                return original(tensor, *args, **kwargs)
-            self._inside = True
-            start = clock()
-            try:
-                return original(tensor, *args, **kwargs)
-            finally:
-                end = clock()
-                self._inside = False
-                record(HostRead(name, _frame_source(sys._getframe(1)), start, end))
+class _State:
+    """The timer recording now (None: wrappers only call the originals), and what was replaced."""
 
-        return host_read
+    timer: HostReadTimer | None = None
+    inside = False  # a read is being timed: one inside it (a subclass's __torch_function__) is not
+    saved: list[tuple[str, Any]] = []
+
+
+_state = _State()
+
+
+def install() -> None:
+    """Put the wrappers on ``torch.Tensor``, if they are not there.
+
+    They stay between probed steps: changing ``torch.Tensor``'s attributes
+    invalidates the type caches CPython's specialised bytecode and dynamo
+    keep, and doing it on every step cost the demo GPT step 3-4% (measured
+    in benchmarks/segmented.py's workloads), more than all its probes.
+    """
+    if _state.saved:
+        return
+    for name in HOST_READS:
+        _state.saved.append((name, torch.Tensor.__dict__.get(name, _MISSING)))
+        setattr(torch.Tensor, name, _wrap(name, getattr(torch.Tensor, name)))
+
+
+def uninstall() -> None:
+    """Give ``torch.Tensor`` its own methods back (when no step is being timed)."""
+    if _state.timer is not None:
+        return
+    for name, old in reversed(_state.saved):
+        if old is _MISSING:
+            delattr(torch.Tensor, name)  # the method is TensorBase's again
+        else:
+            setattr(torch.Tensor, name, old)
+    _state.saved.clear()
+
+
+def original(func: Any) -> Any:
+    """The method a wrapper stands for (``func`` itself otherwise): what torch-function handlers compare."""
+    return getattr(func, "__graphprof_original__", func)
+
+
+def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def host_read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        timer = _state.timer
+        if timer is None or timer.paused or _state.inside or threading.get_ident() != timer.thread:
+            return method(tensor, *args, **kwargs)
+        _state.inside = True
+        start = timer.clock()
+        try:
+            return method(tensor, *args, **kwargs)
+        finally:
+            end = timer.clock()
+            _state.inside = False
+            timer.record(HostRead(name, _frame_source(sys._getframe(1)), start, end))
+
+    host_read.__graphprof_original__ = original(method)  # type: ignore[attr-defined]
+    return host_read
 
 
 def _frame_source(frame: Any) -> str:

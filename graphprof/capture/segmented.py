@@ -27,8 +27,8 @@ nothing else to compile); its optimizer calls are still routed as above.
 Between segments the host runs Python; that time is kept as host gaps, and
 host reads of tensors there (``.item()``, ``.numpy()``, ``.cpu()``,
 ``.tolist()``) are timed individually by wrapping those few tensor methods
-while a probed step runs (``host_reads``: a ``sys.setprofile`` hook cost
-more than all the probes). Dynamo's compile time (and an optimizer's
+while steps are probed (``host_reads``: a ``sys.setprofile`` hook cost more
+than all the probes). Dynamo's compile time (and an optimizer's
 capture) is kept as ``CompileSpan`` events, so step times can leave it out.
 """
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -45,6 +46,7 @@ import torch.fx
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
+from graphprof.capture import host_reads
 from graphprof.capture.host_reads import HostRead, HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
@@ -149,6 +151,7 @@ class SegmentedCapture:
         self._compiling: _Compiling | None = None
         self._failures_seen = 0  # guard failures dynamo had recorded when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
+        weakref.finalize(self, host_reads.uninstall)
         state = discover_state(fn)
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         for root in dict.fromkeys(_compile_target(r) for r in state.roots):
@@ -280,14 +283,13 @@ class SegmentedCapture:
         handler.register_start_callback(self._on_compile_start)
         handler.register_end_callback(self._on_compile_end)
         saved = self._install()
-        reads = self.probing
-        if reads:
-            self._reads.install()
         try:
-            return self.compiled(*args, **kwargs)
+            if not self.probing:
+                host_reads.uninstall()  # no step is timed now: torch.Tensor gets its own methods back
+                return self.compiled(*args, **kwargs)
+            with self._reads:
+                return self.compiled(*args, **kwargs)
         finally:
-            if reads:
-                self._reads.uninstall()
             self._uninstall(saved)
             handler.remove_start_callback(self._on_compile_start)
             handler.remove_end_callback(self._on_compile_end)
