@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
 from graphprof.capture.host_calls import SchedulerCalls
+from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
@@ -56,13 +57,14 @@ aten = torch.ops.aten
 _RF_ENTER = {torch.ops.profiler._record_function_enter_new.default}
 _RF_EXIT = {torch.ops.profiler._record_function_exit._RecordFunction}
 # Host reads of tensor values that a static graph cannot replay.
+_ITEM = original(torch.Tensor.item)
 _REFUSED = {
-    torch.Tensor.tolist: "tolist()",
-    torch.Tensor.numpy: "numpy()",
-    torch.Tensor.__bool__: "branching on a tensor",
-    torch.Tensor.__float__: "float() of a tensor",
-    torch.Tensor.__int__: "int() of a tensor",
-    torch.Tensor.__index__: "using a tensor as an index",
+    original(torch.Tensor.tolist): "tolist()",
+    original(torch.Tensor.numpy): "numpy()",
+    original(torch.Tensor.__bool__): "branching on a tensor",
+    original(torch.Tensor.__float__): "float() of a tensor",
+    original(torch.Tensor.__int__): "int() of a tensor",
+    original(torch.Tensor.__index__): "using a tensor as an index",
     torch.Tensor.__repr__: "printing a tensor",
     torch.Tensor.__format__: "formatting a tensor",
 }
@@ -384,7 +386,8 @@ class _ScalarMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is torch.Tensor.item:
+        func = original(func)  # a segmented step's host-read timer may have wrapped the method
+        if func is _ITEM:
             return self.recorder.traced_item(args[0])
         if func in VALUE_READS:
             return self.recorder.value_guards.read(func, args[0], user_source(2))

@@ -26,18 +26,17 @@ nothing else to compile); its optimizer calls are still routed as above.
 
 Between segments the host runs Python; that time is kept as host gaps, and
 host reads of tensors there (``.item()``, ``.numpy()``, ``.cpu()``,
-``.tolist()``) are timed individually through ``sys.setprofile``, which is
-switched off while a segment runs. Dynamo's compile time (and an optimizer's
+``.tolist()``) are timed individually by wrapping those few tensor methods
+while steps are probed (``host_reads``: a ``sys.setprofile`` hook cost more
+than all the probes). Dynamo's compile time (and an optimizer's
 capture) is kept as ``CompileSpan`` events, so step times can leave it out.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import sys
-import types
+import weakref
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,7 +46,9 @@ import torch.fx
 from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
-from graphprof.capture.segment_nodes import caller_source, first_source, user_source, write_capture_records
+from graphprof.capture import host_reads
+from graphprof.capture.host_reads import HostRead, HostReadTimer
+from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.instrument import Clock, instrument
@@ -55,9 +56,6 @@ from graphprof.runtime.codegen import compile_graph
 from graphprof.profile.model import GraphKind
 
 log = logging.getLogger("graphprof")
-_TORCH_DIR = os.path.dirname(torch.__file__)
-#: Tensor methods that read device data on the host: timed in host gaps.
-HOST_READS = frozenset({"item", "numpy", "cpu", "tolist", "__bool__", "__float__", "__int__", "__index__"})
 _MISSING = object()
 
 
@@ -70,16 +68,6 @@ class Segment:
     name: str
     graph_module: torch.fx.GraphModule
     instrumented: torch.fx.GraphModule
-
-
-@dataclass(frozen=True)
-class HostRead:
-    """A host read of tensor data in eager code between segments."""
-
-    method: str
-    source: str
-    start_ns: int
-    end_ns: int
 
 
 @dataclass(frozen=True)
@@ -162,6 +150,8 @@ class SegmentedCapture:
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
         self._failures_seen = 0  # guard failures dynamo had recorded when this call started
+        self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
+        weakref.finalize(self, host_reads.uninstall)
         state = discover_state(fn)
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         for root in dict.fromkeys(_compile_target(r) for r in state.roots):
@@ -203,10 +193,12 @@ class SegmentedCapture:
     def _on_compile_start(self, args: Any) -> None:
         # Dynamo records why guards failed before it starts compiling: count from the call's start.
         self._compiling = _Compiling(self._clock(), self._failures_seen)
+        self._reads.paused = True  # compile time is left out whole
 
     def _on_compile_end(self, args: Any) -> None:
         from torch._dynamo.utils import guard_failures
         started, self._compiling = self._compiling, None
+        self._reads.paused = False
         if started is None or not self.compiled_once:
             return  # the first call's compiles are expected: nothing to report
         reasons = [r for v in guard_failures.values() for r in v][started.failures_before:]
@@ -229,11 +221,7 @@ class SegmentedCapture:
         def run(args: list) -> Any:
             if not self.probing:
                 return plain(*args)
-            hook = _pause_watcher()  # host-read watching is for eager code only
-            try:
-                out, stamps = probed(*args)
-            finally:
-                _resume_watcher(hook)
+            out, stamps = probed(*args)
             self.timeline.events.append((seg_id, stamps))
             return out
 
@@ -243,14 +231,14 @@ class SegmentedCapture:
     def _optimizer_runner(self, slot: int, traced: Any) -> Callable[..., Any]:
         """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline."""
         def step(*args: Any, **kwargs: Any) -> Any:
-            hook = _pause_watcher()
+            self._reads.paused = True  # a capture's reads are compile time; a replay makes none
             traced.profiling = self.probing  # plain graph when the step is not recorded
             captures, start = traced.captures, self._clock()
             try:
                 return traced(*args, **kwargs)
             finally:
                 end = self._clock()
-                _resume_watcher(hook)
+                self._reads.paused = False
                 if self.probing:
                     self.timeline.events.append(self._optimizer_event(slot, traced, captures, start, end))
 
@@ -295,59 +283,14 @@ class SegmentedCapture:
         handler.register_start_callback(self._on_compile_start)
         handler.register_end_callback(self._on_compile_end)
         saved = self._install()
-        # A profiler the user runs (cProfile) owns sys.setprofile: then host reads are not timed singly.
-        watcher = _HostReadWatcher(self.timeline, self._clock) if self.probing and sys.getprofile() is None else None
-        if watcher is not None:
-            sys.setprofile(watcher)
         try:
-            return self.compiled(*args, **kwargs)
+            if not self.probing:
+                host_reads.uninstall()  # no step is timed now: torch.Tensor gets its own methods back
+                return self.compiled(*args, **kwargs)
+            with self._reads:
+                return self.compiled(*args, **kwargs)
         finally:
-            if watcher is not None:
-                sys.setprofile(None)
             self._uninstall(saved)
             handler.remove_start_callback(self._on_compile_start)
             handler.remove_end_callback(self._on_compile_end)
             self.compiled_once = True
-
-
-def _pause_watcher() -> Any:
-    """Switch graphprof's host-read watcher off; leave any other profile hook alone (cProfile's is not ours)."""
-    hook = sys.getprofile()
-    if isinstance(hook, _HostReadWatcher):
-        sys.setprofile(None)
-        return hook
-    return None
-
-
-def _resume_watcher(hook: Any) -> None:
-    if hook is not None:
-        sys.setprofile(hook)
-
-
-class _HostReadWatcher:
-    """``sys.setprofile`` hook timing host reads of tensors in eager code."""
-
-    def __init__(self, timeline: StepTimeline, clock: Clock) -> None:
-        self.timeline = timeline
-        self.clock = clock
-        self.open: dict[int, tuple[str, str, int]] = {}
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        if event == "c_call":
-            name = getattr(arg, "__name__", "")
-            if name in HOST_READS and isinstance(getattr(arg, "__self__", None), torch.Tensor):
-                self.open[id(arg)] = (name, _frame_source(frame), self.clock())
-        elif event in ("c_return", "c_exception") and self.open:
-            started = self.open.pop(id(arg), None)
-            if started is not None:
-                name, source, t0 = started
-                self.timeline.events.append(HostRead(name, source, t0, self.clock()))
-
-
-def _frame_source(frame: Any) -> str:
-    """``file:line`` of the innermost user frame (torch may make the call for the user)."""
-    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    return user_source(frame.f_code.co_filename, frame.f_lineno)

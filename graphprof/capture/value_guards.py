@@ -33,16 +33,17 @@ import torch.fx
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from graphprof.capture.host_reads import original
 from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.capture.state import StateIndex
 from graphprof.passes.records import STATE
 
 #: Host reads of a tensor's value that a value guard can stand for, and how each converts.
 VALUE_READS: dict[Any, tuple[str, Callable[[Any], Any]]] = {
-    torch.Tensor.__bool__: ("branching on a tensor", bool),
-    torch.Tensor.__int__: ("int() of a tensor", int),
-    torch.Tensor.__float__: ("float() of a tensor", float),
-    torch.Tensor.__index__: ("using a tensor as an index", operator.index),
+    original(torch.Tensor.__bool__): ("branching on a tensor", bool),
+    original(torch.Tensor.__int__): ("int() of a tensor", int),
+    original(torch.Tensor.__float__): ("float() of a tensor", float),
+    original(torch.Tensor.__index__): ("using a tensor as an index", operator.index),
 }
 _READER = "graphprof_input_reader"
 #: On an ``.item()`` node whose tensor is computed from inputs: the prefix that recomputes it.

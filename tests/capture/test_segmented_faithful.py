@@ -240,7 +240,8 @@ def test_recompile_is_reported_and_left_out_of_step_time() -> None:
 
 
 def test_segments_run_under_cprofile_and_leave_its_hook_in_place() -> None:
-    """A user profiling the training loop with cProfile keeps their profiler; results stay eager's."""
+    """A user profiling the training loop with cProfile keeps their profiler; results stay eager's,
+    and the step's host reads are still timed at their own line."""
     import cProfile
     eager_losses, eager_logs, eager_model, eager_opt, _, _ = _run(clip_logged_norm, "Adam", None)
     profiler = cProfile.Profile()
@@ -251,7 +252,10 @@ def test_segments_run_under_cprofile_and_leave_its_hook_in_place() -> None:
         profiler.disable()
     assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses)) and logs == eager_logs
     _assert_same_state(eager_model, eager_opt, model, opt)
-    assert fn.get_profile().steps
+    profile = fn.get_profile()
+    assert profile.steps
+    reads = [n for _, n in profile.iter_nodes() if n.op == "Tensor.item"]
+    assert reads and all("test_segmented_faithful.py" in n.source for n in reads)
 
 
 def test_demo_gpt_with_a_logged_loss_is_bitwise_and_attributed() -> None:
