@@ -27,13 +27,12 @@ when it is both large and real:
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from graphprof.analysis.stats import MAD_TO_SIGMA, median
 from graphprof.profile.model import Profile
 
-_MAD_TO_SIGMA = 1.4826
 #: One-sided 0.999 quantiles of Student's t by degrees of freedom (above 30: the normal 3.09 at 120+).
 _T_999 = {1: 318.31, 2: 22.327, 3: 10.215, 4: 7.173, 5: 5.893, 6: 5.208, 7: 4.785, 8: 4.501, 9: 4.297,
           10: 4.144, 11: 4.025, 12: 3.930, 13: 3.852, 14: 3.787, 15: 3.733, 16: 3.686, 17: 3.646, 18: 3.610,
@@ -70,10 +69,10 @@ def pooled_sigma_s(a: Sequence[float], b: Sequence[float]) -> float:
     """
     deviations: list[float] = []
     for times in (a, b):
-        median = statistics.median(times)
-        own = sorted(abs(t - median) for t in times)
+        centre = median(times)
+        own = sorted(abs(t - centre) for t in times)
         deviations.extend(own[1:] if len(own) % 2 else own)
-    return _MAD_TO_SIGMA * statistics.median(deviations) if deviations else 0.0
+    return MAD_TO_SIGMA * median(deviations) if deviations else 0.0
 
 
 def noise_margin_s(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -127,7 +126,7 @@ def compare_step_times(a: Sequence[float], b: Sequence[float]) -> StepComparison
     margin = noise_margin_s(a, b)
     return StepComparison(
         before_steps=len(a), after_steps=len(b),
-        before_median_s=statistics.median(a) if a else 0.0, after_median_s=statistics.median(b) if b else 0.0,
+        before_median_s=median(a) if a else 0.0, after_median_s=median(b) if b else 0.0,
         noise_margin_s=margin,
     )
 

@@ -11,6 +11,8 @@ import statistics
 from typing import Callable, Sequence
 
 StatFn = Callable[[Sequence[float]], float]
+#: A median absolute deviation times this estimates the standard deviation of normal data.
+MAD_TO_SIGMA = 1.4826
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -40,6 +42,9 @@ def _max(xs: Sequence[float]) -> float:
 def _stdev(xs: Sequence[float]) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
+
+#: The one median of the package (same result as ``statistics.median``).
+median = _median
 
 STATS: dict[str, StatFn] = {"median": _median, "mean": _mean, "min": _min, "max": _max, "stdev": _stdev}
 

@@ -13,13 +13,11 @@ keeps perfectly steady runs (MAD near 0) from flagging tiny wobbles.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
-from graphprof.analysis.stats import STATS
+from graphprof.analysis.stats import MAD_TO_SIGMA, STATS, median as median_of
 from graphprof.profile.model import OVERHEAD_OP, Profile
 
-_MAD_TO_SIGMA = 1.4826
 _RELATIVE_FLOOR = 0.10
 
 
@@ -50,8 +48,8 @@ def step_stats(profile: Profile, threshold: float = 3.5) -> StepStats:
     walls = [s.wall_time_s for s in profile.steps]
     if not walls:
         return StepStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, ())
-    median = statistics.median(walls)
-    mad = statistics.median(abs(w - median) for w in walls) * _MAD_TO_SIGMA
+    median = median_of(walls)
+    mad = median_of([abs(w - median) for w in walls]) * MAD_TO_SIGMA
     outliers = []
     for step in profile.steps:
         deviation = abs(step.wall_time_s - median)

@@ -15,12 +15,12 @@ caller has them: ``options.findings`` (objects with ``severity``, ``title``,
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.dataflow import node_time_s
 from graphprof.analysis.eager import eager_overhead
+from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.escape import html_text, json_for_script
@@ -76,7 +76,7 @@ def _summary(profile: Profile, timed: list[Timed], total: float, paths: Sequence
     ratio = cp_len / total if total > 0 else 0.0
     cards = [
         _card("time per step", format_time(total), f"sum of op times, {stat} of {steps} step{'s' * (steps != 1)}"),
-        _card("wall time per step", format_time(statistics.median(walls)) if walls else "N/A", "median, whole call"),
+        _card("wall time per step", format_time(median(walls)) if walls else "N/A", "median, whole call"),
         _card("ops", str(len(timed)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
         _card("FLOPs per step", format_count(flops, "FLOP"),
               f"{format_count(_rate(flops, total), 'FLOP/s')}; {len(known_flops)} of {len(timed)} ops counted"),

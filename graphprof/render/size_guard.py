@@ -51,10 +51,6 @@ _MODEL = {
 
 
 # -- clipping ------------------------------------------------------------------------
-def _clip(text: str, limit: int) -> str:
-    return clip_middle(text, limit) if len(text) > limit else text
-
-
 def _longest(nodes: Sequence[NodeRecord]) -> int:
     """The longest string any node of ``nodes`` holds, with C-level passes per field."""
     longest = max((max(map(len, map(attrgetter(f), nodes)), default=0) for f in _NODE_TEXT), default=0)
@@ -69,13 +65,13 @@ def _longest(nodes: Sequence[NodeRecord]) -> int:
 
 
 def _clip_node(node: NodeRecord, limit: int) -> NodeRecord:
-    changes: dict[str, object] = {f: _clip(getattr(node, f), limit) for f in _NODE_TEXT if len(getattr(node, f)) > limit}
+    changes: dict[str, object] = {f: clip_middle(getattr(node, f), limit) for f in _NODE_TEXT if len(getattr(node, f)) > limit}
     for f in ("in_dtypes", "out_dtypes"):
         values = getattr(node, f)
         if any(d is not None and len(d) > limit for d in values):
-            changes[f] = tuple(None if d is None else _clip(d, limit) for d in values)
+            changes[f] = tuple(None if d is None else clip_middle(d, limit) for d in values)
     if any(len(k) > limit or len(v) > limit for k, v in node.attrs):
-        changes["attrs"] = tuple((_clip(k, limit), _clip(v, limit)) for k, v in node.attrs)
+        changes["attrs"] = tuple((clip_middle(k, limit), clip_middle(v, limit)) for k, v in node.attrs)
     return replace(node, **changes) if changes else node
 
 
@@ -86,8 +82,8 @@ def _clip_graph(graph: GraphRecord, limit: int) -> GraphRecord:
     peak = graph.memory_peak
     if peak is not None and any(len(t.name) > limit or len(t.category) > limit for t in peak.largest_tensors):
         peak = replace(peak, largest_tensors=tuple(
-            PeakTensor(_clip(t.name, limit), t.nbytes, _clip(t.category, limit), t.node_id) for t in peak.largest_tensors))
-    name = _clip(graph.name, limit)
+            PeakTensor(clip_middle(t.name, limit), t.nbytes, clip_middle(t.category, limit), t.node_id) for t in peak.largest_tensors))
+    name = clip_middle(graph.name, limit)
     if nodes is graph.nodes and peak is graph.memory_peak and name is graph.name:
         return graph
     return replace(graph, name=name, nodes=nodes, memory_peak=peak)
@@ -97,7 +93,7 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     """``profile`` with every name longer than ``limit`` clipped in the middle (itself when none is)."""
     graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
     meta = profile.meta
-    long_meta = {f.name: _clip(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
+    long_meta = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
                  if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
     if long_meta:
         meta = replace(meta, **long_meta)
