@@ -24,7 +24,6 @@ inside another read (a subclass's ``__torch_function__``) counts once.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -32,9 +31,8 @@ from typing import Any, Callable
 
 import torch
 
-from graphprof.capture.segment_nodes import user_source
+from graphprof.capture.segment_nodes import caller_source
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
 #: Tensor methods that read device data on the host.
 HOST_READS = ("item", "numpy", "cpu", "tolist", "__bool__", "__float__", "__int__", "__index__")
 _MISSING = object()
@@ -126,16 +124,8 @@ def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             end = timer.clock()
             _state.inside = False
-            timer.record(HostRead(name, _frame_source(sys._getframe(1)), start, end))
+            timer.record(HostRead(name, caller_source(sys._getframe(1)), start, end))
 
     host_read.__graphprof_original__ = original(method)  # type: ignore[attr-defined]
     return host_read
 
-
-def _frame_source(frame: Any) -> str:
-    """``file:line`` of the innermost user frame (torch may make the call for the user)."""
-    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    return user_source(frame.f_code.co_filename, frame.f_lineno)
