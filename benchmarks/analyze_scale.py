@@ -29,6 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.profile.model import (
     GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord,
 )
@@ -93,7 +94,7 @@ def synthetic_profile(nodes: int, steps: int, seed: int = 0) -> Profile:
             bytes_read=numel * 4, bytes_written=numel * 4,
             memory=MemoryRecord(allocated_bytes=alloc, freed_bytes=freed, live_bytes=live,
                                 live_by_category_bytes={"parameters": 500 << 20, "activations": live - (500 << 20)}),
-            host_time_s=tuple(round(base * rng.uniform(0.8, 1.3), 9) for _ in range(steps)),
+            host_time_ns=seconds_to_ns(tuple(round(base * rng.uniform(0.8, 1.3), 9) for _ in range(steps))),
         ))
     meta = ProfileMeta(function="train_step", device_type="cpu", device_name="synthetic")
     return Profile(meta=meta, steps=tuple(StepRecord(index=s + 2, wall_time_s=1.0) for s in range(steps)),

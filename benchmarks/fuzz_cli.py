@@ -86,7 +86,7 @@ def readable_document(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` with each graph in the readable layout: one object per node, times as floats."""
     from dataclasses import asdict
 
-    from graphprof.profile.serialize import profile_from_document
+    from graphprof.profile.model import profile_from_document
 
     profile = profile_from_document(doc)
     out = copy.deepcopy(doc)

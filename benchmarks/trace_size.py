@@ -17,7 +17,7 @@ import time
 
 from benchmarks.analyze_scale import synthetic_profile
 from graphprof.profile.model import Profile
-from graphprof.profile.serialize import load_profile
+from graphprof.profile.model import load_profile
 from graphprof.render.chrome_trace import bytes_per_node_step
 from graphprof.render.exporters import export_profile
 

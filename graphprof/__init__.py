@@ -1,7 +1,8 @@
 """graphprof: profile PyTorch programs as static graphs.
 
 Public API: ``trace``, ``schedule``, ``register_cost``, ``Profile``, ``load``,
-``diff``, ``__version__``. Importing this package does not import torch; ``trace`` and
+``diff`` (the comparison as data), the views ``table``, ``report``, ``export``,
+``diff_text`` and ``memory_summary`` (each also a method of ``Profile``), ``__version__``. Importing this package does not import torch; ``trace`` and
 ``register_cost`` import it on first use, so saved profiles can be analysed
 on machines without torch.
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from graphprof.analysis.diff import diff
-from graphprof.api import Profile, load
+from graphprof.api import diff_text, export, load, memory_summary, report, table
+from graphprof.profile.model import Profile
 from graphprof.runtime.schedule import schedule
 from graphprof.version import __version__
 
-__all__ = ["trace", "schedule", "register_cost", "Profile", "load", "diff", "__version__"]
+__all__ = ["trace", "schedule", "register_cost", "Profile", "load", "diff", "table", "report", "export",
+           "diff_text", "memory_summary", "__version__"]
 
 
 def trace(fn: Any = None, **options: Any) -> Any:

@@ -120,7 +120,7 @@ def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
 
 def load_for_analysis(path: str) -> "Profile":
     """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
-    from graphprof.profile.serialize import load_profile, require_samples
+    from graphprof.profile.model import load_profile, require_samples
 
     from graphprof.progress import stage
 
@@ -167,7 +167,7 @@ def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> 
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from graphprof.profile.serialize import load_profile
+    from graphprof.profile.model import load_profile
     from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
     from graphprof.render.size_guard import parse_size
@@ -306,7 +306,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from graphprof.profile.merge import merge_profiles
-    from graphprof.profile.serialize import load_profile
+    from graphprof.profile.model import load_profile
 
     _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from graphprof.api import Profile
+from graphprof.profile.model import Profile
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.inputs import guards_hold
 from graphprof.capture.state import StateIndex

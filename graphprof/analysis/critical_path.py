@@ -19,7 +19,8 @@ from typing import Sequence
 
 import networkx as nx
 
-from graphprof.analysis.dataflow import EdgeKind, edge_arrays, node_samples_s
+from graphprof.analysis.dataflow import EdgeKind, edge_arrays
+from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, Profile
@@ -120,9 +121,8 @@ def _record_path(graph: GraphRecord, times: Sequence[float], stat: str) -> Criti
 def critical_path(graph: GraphRecord | nx.DiGraph, stat: str = "median") -> CriticalPath:
     """The critical path of a graph record (or of a dataflow graph built from one)."""
     if isinstance(graph, GraphRecord):
-        fn = stat_fn(stat)
-        return _record_path(graph, [fn(node_samples_s(n)) for n in graph.nodes],
-                            stat)
+        stat_fn(stat)  # a bad statistic fails here, with the list of valid ones
+        return _record_path(graph, node_times_s(graph.nodes, stat), stat)
     dag = graph
     path, length = longest_path(dag)
     serial = sum(float(t or 0.0) for _, t in dag.nodes(data="time_s"))
@@ -140,7 +140,7 @@ def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath
     Graphs of a step run one after another, so a step's critical path is the
     concatenation of these and its length their sum.
     """
-    times = node_frame(profile).times(stat, "node")
+    times = node_frame(profile).times(stat, "auto")
     out = []
     start = 0
     for graph in profile.graphs:

@@ -44,6 +44,7 @@ from typing import Any, Sequence
 
 import networkx as nx
 
+from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord
 
@@ -65,27 +66,20 @@ class DataflowEdge:
 
 
 def is_inplace_write(node: NodeRecord) -> bool:
-    """True for ops that write one of their inputs (rule 1 above)."""
+    """True for ops that write one of their inputs (rule 1 above): the annotate pass's ``is_inplace``.
+
+    A record that does not say (``is_inplace`` None: a file written before
+    the field, a hand-made record) is read by aten's naming rule, a trailing
+    ``_`` (``add_``, not a dunder).
+    """
+    if node.is_inplace is not None:
+        return node.is_inplace
     op_type = node.type
     return op_type.endswith("_") and not op_type.endswith("__")
 
 
 def _aliases_inputs(node: NodeRecord) -> bool:
     return node.is_view or node.type == "getitem" or is_inplace_write(node)
-
-
-def node_samples_s(node: NodeRecord) -> tuple[float, ...]:
-    """The samples a node's time comes from: device time where recorded, else host time.
-
-    On an accelerator host time is only dispatch time; on CPU there is no
-    device time and host time is the op's time.
-    """
-    return node.device_time_s if node.device_time_s else node.host_time_s
-
-
-def node_time_s(node: NodeRecord, stat: str = "median") -> float:
-    """A node's time under ``stat`` (``median``, ``mean``, ``min``, ``max``)."""
-    return stat_fn(stat)(node_samples_s(node))
 
 
 def _find(parent: list[int], x: int) -> int:

@@ -210,9 +210,12 @@ class DiffResult:
 
 
 def _clock(before: Profile, after: Profile, clock: str) -> str:
-    """``auto``: device time only when both profiles recorded it, else host time for both."""
+    """The clock both sides are compared on: the one both resolve to (``device`` or ``auto``, each
+    node on its own clock), else host time for both (one side has no device times)."""
     a, b = resolve_clock(before, clock), resolve_clock(after, clock)
-    return "device" if a == b == "device" else "host"
+    if a == b:
+        return a
+    return "host" if "host" in (a, b) else "auto"
 
 
 def _side(profile: Profile, times: Sequence[float]) -> SideSummary:
@@ -399,7 +402,7 @@ def _as_profile(value: Profile | str | os.PathLike[str], which: str) -> Profile:
     if isinstance(value, Profile):
         return value
     if isinstance(value, (str, os.PathLike)):
-        from graphprof.profile.serialize import load_profile, require_samples
+        from graphprof.profile.model import load_profile, require_samples
 
         profile = load_profile(value)
         require_samples(profile, str(value))

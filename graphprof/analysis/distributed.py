@@ -46,7 +46,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from graphprof.analysis.dataflow import node_samples_s
+from graphprof.analysis.node_time import node_samples_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks, is_merged, rank_info, split_graph_name
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile

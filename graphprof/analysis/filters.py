@@ -13,8 +13,8 @@ from typing import Callable
 
 from graphprof.analysis.frame import NodePairs, node_frame
 from graphprof.analysis.options import TableOptionError, TableOptions, expand_type, normalize_dtype, normalize_type
-from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.analysis.node_time import node_times_s, profile_clock
+from graphprof.profile.model import NodeRecord, Profile
 
 
 def flat_nodes(profile: Profile) -> NodePairs:
@@ -23,11 +23,12 @@ def flat_nodes(profile: Profile) -> NodePairs:
 
 
 def resolve_clock(profile: Profile, clock: str) -> str:
-    """``auto`` is device time when the profile has device samples, else host time."""
-    has_device = any(n.device_time_s for g in profile.graphs for n in g.nodes)
+    """The clock a view of ``profile`` shows: ``auto`` is each node's own clock (device time where
+    recorded, else host time), named ``host`` or ``device`` when one clock covers every node."""
+    resolved = profile_clock(profile)
     if clock == "auto":
-        return "device" if has_device else "host"
-    if clock == "device" and not has_device:
+        return resolved
+    if clock == "device" and resolved == "host":
         raise TableOptionError(
             f"--clock device: this profile has no device times (taken on {profile.meta.device_type or 'an unknown device'})")
     return clock
@@ -35,10 +36,7 @@ def resolve_clock(profile: Profile, clock: str) -> str:
 
 def node_times(pairs: NodePairs, stat: str, clock: str) -> list[float]:
     """Each node's time (seconds) under ``stat`` across profiled steps, in the order of ``pairs``."""
-    fn = stat_fn(stat)
-    if clock == "device":
-        return [fn(n.device_time_s) for _, n in pairs]
-    return [fn(n.host_time_s) for _, n in pairs]
+    return node_times_s((n for _, n in pairs), stat, clock)
 
 
 def op_names(node: NodeRecord) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from graphprof.analysis.stats import stat_fn
+from graphprof.analysis.node_time import node_times_s
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 
 NodePairs = list[tuple[GraphRecord, NodeRecord]]
@@ -65,19 +65,11 @@ class NodeFrame:
         return len(self.pairs)
 
     def times(self, stat: str, clock: str) -> list[float]:
-        """Each node's time (seconds) under ``stat`` on ``clock``: ``host``, ``device``, or ``node``
-        (per node, device time where it was recorded, else host time: what roofline and critical path use)."""
+        """Each node's ``node_time_s`` under ``stat`` on ``clock`` (``auto``, ``host`` or ``device``)."""
         key = (stat, clock)
         cached = self._times.get(key)
         if cached is None:
-            fn = stat_fn(stat)
-            if clock == "node":  # each node's own best clock: device time where recorded, else host time
-                cached = [fn(n.device_time_s or n.host_time_s) for _, n in self.pairs]
-            elif clock == "device":
-                cached = [fn(n.device_time_s) for _, n in self.pairs]
-            else:
-                cached = [fn(n.host_time_s) for _, n in self.pairs]
-            self._times[key] = cached
+            cached = self._times[key] = node_times_s((n for _, n in self.pairs), stat, clock)
         return cached
 
     def column(self, name: str) -> list[Any]:

@@ -18,7 +18,7 @@ from graphprof.analysis.distributed import DistributedAnalysis, analyze_distribu
 from graphprof.analysis.eager import EagerOverhead, eager_overhead
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline
-from graphprof.analysis.stats import stat_fn
+from graphprof.analysis.node_time import node_time_s, node_times_s
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
@@ -109,8 +109,8 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
     pairs = node_frame(profile).pairs
     ranked = heapq.nlargest(top, pairs, key=time_of) if top > 0 else sorted(pairs, key=time_of, reverse=True)
     host_device = _host_device(profile, stat)
-    host_of = stat_fn(stat) if host_device is not None else None
-    rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)], host_of(n.host_time_s) if host_of else None)
+    rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)],
+                             node_time_s(n, stat, "host") if host_device is not None else None)
                  for g, n in ranked[:top])
     breakdowns = {
         key: build_table(profile, aggregate_by=key, top=top, stat=stat,
@@ -133,9 +133,8 @@ def _points(profile: Profile, peaks: Peaks | None, stat: str) -> list[RooflinePo
 
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:
-    fn = stat_fn(stat)
-    timed = [n for _, n in profile.iter_nodes() if n.device_time_s]
+    timed = [n for _, n in profile.iter_nodes() if n.device_time_ns]
     if not timed:
         return None
-    return HostDeviceTimes(host_s=sum(fn(n.host_time_s) for n in timed),
-                           device_s=sum(fn(n.device_time_s) for n in timed), nodes=len(timed))
+    return HostDeviceTimes(host_s=sum(node_times_s(timed, stat, "host")),
+                           device_s=sum(node_times_s(timed, stat, "device")), nodes=len(timed))

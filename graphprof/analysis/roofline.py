@@ -112,5 +112,5 @@ def roofline(profile: Profile, peaks: Peaks | None = None, stat: str = "median")
     peaks = peaks or peaks_from_meta(profile)
     frame = node_frame(profile)
     # On an accelerator the device time is the op's time; host time is only its dispatch.
-    times = frame.times(stat, "node")
+    times = frame.times(stat, "auto")
     return [classify(node, t, peaks, graph.id) for (graph, node), t in zip(frame.pairs, times)]

@@ -220,7 +220,7 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
     dtype = _model_dtype(nodes)
     phases = []
     frame = node_frame(profile)
-    times = frame.times(stat, "node")  # node_time_s of every node, taken once per profile
+    times = frame.times(stat, "auto")  # node_time_s of every node, taken once per profile
     by_phase: dict[Phase, tuple[list[NodeRecord], list[float]]] = {}
     for (g, n), t in zip(frame.pairs, times):
         if g.kind is not GraphKind.HOST:

@@ -34,7 +34,7 @@ import time
 from typing import Any, Callable
 
 import graphprof
-from graphprof.api import Profile
+from graphprof.profile.model import Profile
 from graphprof.profile.step_facts import with_eager_times, with_workload
 
 #: Eager training steps timed before graphprof takes over (the first is cold and left out).

@@ -21,7 +21,7 @@ from typing import Callable
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
-from graphprof.passes.records import PROBE, ProbeRecord
+from graphprof.passes.records import PROBE, PROBE_AFTER, ProbeRecord
 
 Clock = Callable[[], int]
 
@@ -31,16 +31,19 @@ def instrument(gm: torch.fx.GraphModule, clock: Clock = time.perf_counter_ns) ->
 
     ``stamps`` has one entry more than ``gm`` has op nodes. The copy shares
     ``gm``'s attributes (the user's parameters and state), not copies of them.
+    Each op node of ``gm`` gets the ProbeRecord of the probe after it under
+    ``PROBE_AFTER``: its time in a step is ``stamps[slot] - stamps[slot - 1]``.
     """
     clock = _as_function(clock)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     stamps: list[torch.fx.Node] = []
 
-    def probe(after: str) -> None:
+    def probe(after: str) -> ProbeRecord:
         node = graph.call_function(clock, ())
-        node.meta[PROBE] = ProbeRecord(slot=len(stamps), after=after)
+        record = node.meta[PROBE] = ProbeRecord(slot=len(stamps), after=after)
         stamps.append(node)
+        return record
 
     started = False
     for node in gm.graph.nodes:
@@ -55,7 +58,7 @@ def instrument(gm: torch.fx.GraphModule, clock: Clock = time.perf_counter_ns) ->
             started = True
         env[node] = graph.node_copy(node, lambda n: env[n])
         if is_op_node(node):
-            probe(node.name)
+            node.meta[PROBE_AFTER] = probe(node.name)
     return torch.fx.GraphModule(gm, graph, class_name="InstrumentedStep")
 
 

@@ -22,6 +22,9 @@ ANNOTATION = "graphprof.annotation"
 COST = "graphprof.cost"
 #: Marks a probe node inserted by the instrument pass (ProbeRecord).
 PROBE = "graphprof.probe"
+#: On an op node of the instrumented graph's source: the ProbeRecord of the probe just after it,
+#: written by the instrument pass; its ``slot`` is how the node's samples are found in a step's stamps.
+PROBE_AFTER = "graphprof.probe_after"
 #: Modelled memory of an op node (MemoryEffect), written by the memory pass.
 MEMORY = "graphprof.memory"
 #: The step's modelled peak, on the output node (StepMemoryRecord), written by the memory pass.

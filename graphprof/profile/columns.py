@@ -6,7 +6,9 @@ key and every module path, source line and shape in full; here each field is
 one list over the nodes, strings are indices into a per-graph string table,
 whole shape and dtype tuples are indices into per-graph tables (a model
 repeats a few shapes many times), input edges are id differences, and time
-samples are integers of 0.1 ns, one list per profiled step.
+samples are integer ticks, one list per profiled step: nanoseconds, exactly
+the ``NodeRecord`` samples (files written before them hold 0.1 ns ticks,
+which are read back to the nearest nanosecond).
 
 Layout of a graph (every column may be absent; then all nodes hold the default)::
 
@@ -15,11 +17,11 @@ Layout of a graph (every column may be absent; then all nodes hold the default):
      "columns": {"id": [...] (absent when ids are 0..N-1), "name": [...],
                  "op"|"type"|"module"|"module_type"|"source"|"phase"|"scope": [string index],
                  "inputs": [[id - input id, ...]], "in_shapes"|"out_shapes": [shape set index],
-                 "in_dtypes"|"out_dtypes": [dtype set index], "is_view": [0|1],
+                 "in_dtypes"|"out_dtypes": [dtype set index], "is_view": [0|1], "is_inplace": [0|1|null],
                  "flops"|"bytes_read"|"bytes_written": [int|null],
                  "memory": {"allocated_bytes": [int|null (null: no record)], ..., mapping fields:
                             {"keys": [...], "values": [[int per key]|null]}},
-                 "host_time_s"|"device_time_s": {"ticks_per_s": 10000000000,
+                 "host_time_s"|"device_time_s": {"ticks_per_s": 1000000000,
                                                  "by_step": [[tick per node], ...]} or "by_node": [[ticks], ...]}}
 
 NodeRecord fields this module does not know (added later) are written as
@@ -33,15 +35,15 @@ from dataclasses import MISSING, fields
 from typing import Any, Callable, Iterable
 
 from graphprof.profile import schema
-from graphprof.profile.model import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase
+from graphprof.profile.records import NS_PER_S, GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase
 
-TICKS_PER_S = 10_000_000_000  # 0.1 ns: below any clock we read
 STRING_FIELDS = ("op", "type", "module", "module_type", "source", "phase", "scope")
 SHAPE_FIELDS = ("in_shapes", "out_shapes")
 DTYPE_FIELDS = ("in_dtypes", "out_dtypes")
 INT_FIELDS = ("flops", "bytes_read", "bytes_written")
-TIME_FIELDS = ("host_time_s", "device_time_s")
-_KNOWN = {"id", "name", "inputs", "is_view", "memory", "attrs", *STRING_FIELDS, *SHAPE_FIELDS, *DTYPE_FIELDS,
+#: NodeRecord sample field -> its column (named for the quantity; the unit is the column's ``ticks_per_s``).
+TIME_FIELDS = {"host_time_ns": "host_time_s", "device_time_ns": "device_time_s"}
+_KNOWN = {"id", "name", "inputs", "is_view", "is_inplace", "memory", "attrs", *STRING_FIELDS, *SHAPE_FIELDS, *DTYPE_FIELDS,
           *INT_FIELDS, *TIME_FIELDS}
 NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
 NODE_DEFAULTS: dict[str, Any] = {
@@ -84,12 +86,10 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
-def _times_to_json(samples: list[tuple[float, ...]]) -> dict[str, Any]:
-    lengths = {len(s) for s in samples}
-    ticks = [[round(t * TICKS_PER_S) for t in s] for s in samples]
-    if len(lengths) == 1:
-        return {"ticks_per_s": TICKS_PER_S, "by_step": [list(col) for col in zip(*ticks)]}
-    return {"ticks_per_s": TICKS_PER_S, "by_node": ticks}
+def _times_to_json(samples: list[tuple[int, ...]]) -> dict[str, Any]:
+    if len({len(s) for s in samples}) == 1:
+        return {"ticks_per_s": NS_PER_S, "by_step": [list(col) for col in zip(*samples)]}
+    return {"ticks_per_s": NS_PER_S, "by_node": [list(s) for s in samples]}
 
 
 def _memory_to_json(records: list[MemoryRecord | None]) -> dict[str, Any]:
@@ -131,6 +131,8 @@ def graph_to_json(graph: GraphRecord) -> dict[str, Any]:
             cols[name] = [dtypes(getattr(n, name)) for n in nodes]
     if any(n.is_view for n in nodes):
         cols["is_view"] = [int(n.is_view) for n in nodes]
+    if any(n.is_inplace is not None for n in nodes):
+        cols["is_inplace"] = [None if n.is_inplace is None else int(n.is_inplace) for n in nodes]
     if any(n.attrs for n in nodes):
         cols["attrs"] = [[list(p) for p in n.attrs] for n in nodes]
     for name in INT_FIELDS:
@@ -139,10 +141,10 @@ def graph_to_json(graph: GraphRecord) -> dict[str, Any]:
             cols[name] = values
     if any(n.memory is not None for n in nodes):
         cols["memory"] = _memory_to_json([n.memory for n in nodes])
-    for name in TIME_FIELDS:
+    for name, column in TIME_FIELDS.items():
         samples = [getattr(n, name) for n in nodes]
         if any(samples):
-            cols[name] = _times_to_json(samples)
+            cols[column] = _times_to_json(samples)
     for name in NODE_FIELDS:
         if name not in _KNOWN:
             values = [getattr(n, name) for n in nodes]
@@ -187,7 +189,14 @@ def _shape_ok(shape: Any) -> bool:
         type(d) is int and 0 <= d <= schema.INT64_MAX for d in shape))
 
 
-def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[float, ...]]:
+def _to_ns(ticks: list[int], tps: int) -> list[int]:
+    """Ticks of ``1 / tps`` s as nanoseconds: as they are when ``tps`` is NS_PER_S, else to the nearest ns."""
+    if tps == NS_PER_S:
+        return ticks
+    return [(2 * t * NS_PER_S + tps) // (2 * tps) for t in ticks]  # exact integer rounding, half up
+
+
+def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[int, ...]]:
     _check(isinstance(raw, dict), f"{what} must be an object")
     tps = raw.get("ticks_per_s")
     _check(type(tps) is int and 0 < tps <= schema.MAX_TICKS_PER_S, f"{what}.ticks_per_s must be a positive integer")
@@ -195,11 +204,10 @@ def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[float, ...]]:
         cols = schema.ticks(raw["by_step"], tps, f"{what}.by_step", n)
         if not cols:
             return [()] * n
-        seconds = [[t / tps for t in col] for col in cols]  # t / tps is exact to the tick; t * (1 / tps) is not
-        return list(zip(*seconds))
+        return list(zip(*[_to_ns(col, tps) for col in cols]))
     rows = _list_of(raw.get("by_node"), n, (list,), f"{what}.by_node")
     schema.ticks(rows, tps, f"{what}.by_node")  # ragged: one list per node, of any length
-    return [tuple([t / tps for t in row]) for row in rows]
+    return [tuple(_to_ns(row, tps)) for row in rows]
 
 
 def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
@@ -312,6 +320,9 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
             values[name] = _indices(cols[name], n, dtype_sets, f"columns.{name}")
     if "is_view" in cols:
         values["is_view"] = [bool(v) for v in _list_of(cols["is_view"], n, (int, bool), "columns.is_view")]
+    if "is_inplace" in cols:
+        flags = _list_of(cols["is_inplace"], n, (int, bool, type(None)), "columns.is_inplace")
+        values["is_inplace"] = [None if v is None else bool(v) for v in flags]
     if "attrs" in cols:
         values["attrs"] = schema.pairs(cols["attrs"], "columns.attrs", n)
     for name in INT_FIELDS:
@@ -319,9 +330,9 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
             values[name] = schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True)
     if "memory" in cols:
         values["memory"] = _memory_from_json(cols["memory"], n, "columns.memory")
-    for name in TIME_FIELDS:
-        if name in cols:
-            values[name] = _times_from_json(cols[name], n, f"columns.{name}")
+    for name, column in TIME_FIELDS.items():
+        if column in cols:
+            values[name] = _times_from_json(cols[column], n, f"columns.{column}")
     for name in NODE_FIELDS:
         if name not in _KNOWN and name in cols:
             col = _list_of(cols[name], n, (int, float, str, bool, list, dict, type(None)), f"columns.{name}")

@@ -35,8 +35,7 @@ import re
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
-from graphprof.profile.serialize import ProfileError
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile, ProfileError, ProfileMeta, StepRecord
 
 _RANK_PREFIX = re.compile(r"^rank(\d+)/(.*)$", re.S)
 
@@ -75,7 +74,7 @@ def _info_of(profile: Profile, label: str) -> Mapping[str, Any]:
     return info
 
 
-def _pick(samples: tuple[float, ...], positions: Sequence[int]) -> tuple[float, ...]:
+def _pick(samples: tuple[int, ...], positions: Sequence[int]) -> tuple[int, ...]:
     """The samples of the kept steps; samples that do not line up with the steps are kept as they are."""
     if not samples:
         return samples
@@ -84,17 +83,16 @@ def _pick(samples: tuple[float, ...], positions: Sequence[int]) -> tuple[float, 
 
 def _graph_for_rank(graph: GraphRecord, rank: int, new_id: int, positions: Sequence[int],
                     kept_steps: set[int], all_steps: int) -> GraphRecord:
-    aligned = all(len(n.host_time_s) in (0, all_steps) for n in graph.nodes)
+    aligned = all(len(n.host_time_ns) in (0, all_steps) for n in graph.nodes)
     nodes: tuple[NodeRecord, ...] = graph.nodes
     if aligned:
-        nodes = tuple(replace(n, host_time_s=_pick(n.host_time_s, positions),
-                              device_time_s=_pick(n.device_time_s, positions)) for n in graph.nodes)
+        nodes = tuple(replace(n, host_time_ns=_pick(n.host_time_ns, positions),
+                              device_time_ns=_pick(n.device_time_ns, positions)) for n in graph.nodes)
     memory = tuple(s for s in graph.device_memory if s.step in kept_steps)
     return replace(graph, id=new_id, name=f"rank{rank}/{graph.name}", nodes=nodes, device_memory=memory)
 
 
-def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = None,
-                   cls: type[Profile] = Profile) -> Profile:
+def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = None) -> Profile:
     """One Profile holding every rank's graphs (see the module docstring for the layout)."""
     if not profiles:
         raise ProfileError("nothing to merge: give one profile per rank")
@@ -153,4 +151,4 @@ def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = N
     extra = {k: v for k, v in first.meta.extra.items() if k not in ("distributed", "cost_coverage")}
     extra["distributed"] = distributed
     meta: ProfileMeta = replace(first.meta, extra=extra)
-    return cls(meta=meta, steps=steps, graphs=tuple(graphs))
+    return Profile(meta=meta, steps=steps, graphs=tuple(graphs))

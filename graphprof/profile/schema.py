@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SECONDS = 1e9
 MAX_RATE = 1e30
-MAX_TICKS_PER_S = 10**15  # a femtosecond tick; the writer uses 10**10
+MAX_TICKS_PER_S = 10**15  # a femtosecond tick; the writer uses records.NS_PER_S, files before it 10**10
 
 
 class SchemaError(ValueError):
@@ -73,6 +73,8 @@ BYTES = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
 ID = IntSpec(INT64_MIN, INT64_MAX, "64-bit integers")
 FLAG = IntSpec(0, 1, "0 or 1")
 MIN_SECONDS = 1e-15  # 1 / MAX_TICKS_PER_S
+#: Node samples in nanoseconds: the same -1e9..1e9 seconds as SAMPLE_SECONDS.
+SAMPLE_NS = IntSpec(-int(MAX_SECONDS) * 10**9, int(MAX_SECONDS) * 10**9, "times from -1e9 to 1e9 seconds in ns")
 SECONDS = FloatSpec(0.0, MAX_SECONDS, "times from 0 to 1e9 seconds", MIN_SECONDS)
 SAMPLE_SECONDS = FloatSpec(-MAX_SECONDS, MAX_SECONDS, "times from -1e9 to 1e9 seconds", MIN_SECONDS)
 RATE = FloatSpec(0.0, MAX_RATE, "finite numbers from 0 to 1e30", 1.0)

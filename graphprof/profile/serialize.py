@@ -1,4 +1,8 @@
-"""Versioned JSON (de)serialisation of a Profile, with validation.
+"""Versioned JSON (de)serialisation of a profile's records, with validation.
+
+This module knows the records (``graphprof.profile.records``), not the
+Profile class: ``Profile.to_dict``/``save``/``load`` call it, so the import
+runs one way (model -> serialize -> columns -> records).
 
 Loading never runs code (no pickle) and turns every malformed input into one
 ``ProfileError`` sentence that the CLI prints as is.
@@ -14,14 +18,13 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import re
 from dataclasses import fields, replace
 from typing import Any, Iterator
 from contextlib import contextmanager
 
-from graphprof.profile.model import (
+from graphprof.profile.records import (
     SCHEMA_ID,
     DeviceMemorySample,
     GraphKind,
@@ -31,16 +34,17 @@ from graphprof.profile.model import (
     NodeRecord,
     PeakTensor,
     Phase,
-    Profile,
     ProfileMeta,
     StepRecord,
+    seconds_to_ns,
 )
 from graphprof.profile import schema
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
-_TIME_DIGITS = 10  # 0.1 ns: below any clock we read
+#: What ``parts_from_document`` returns: the fields of a Profile, in order.
+ProfileParts = tuple[ProfileMeta, tuple[StepRecord, ...], tuple[GraphRecord, ...]]
 
 
 class ProfileError(ValueError):
@@ -48,8 +52,8 @@ class ProfileError(ValueError):
 
 
 # -- writing --------------------------------------------------------------------
-def profile_to_document(profile: Profile) -> dict[str, Any]:
-    """The JSON-ready dict of a profile (schema id first)."""
+def profile_to_document(profile: Any) -> dict[str, Any]:
+    """The JSON-ready dict of a profile (anything with ``meta``, ``steps`` and ``graphs``), schema id first."""
     meta = {f.name: getattr(profile.meta, f.name) for f in fields(ProfileMeta)}
     meta["peaks"] = dict(meta["peaks"])
     meta["extra"] = dict(meta["extra"])
@@ -57,8 +61,7 @@ def profile_to_document(profile: Profile) -> dict[str, Any]:
         "schema": SCHEMA_ID,
         "meta": meta,
         "steps": [
-            {"index": s.index, "wall_time_s": round(s.wall_time_s, _TIME_DIGITS),
-             "graph_time_s": round(s.graph_time_s, _TIME_DIGITS)}
+            {"index": s.index, "wall_time_s": s.wall_time_s, "graph_time_s": s.graph_time_s}
             for s in profile.steps
         ],
         "graphs": [_graph_memory_to_json(g, graph_to_json(g)) for g in profile.graphs],
@@ -114,8 +117,8 @@ def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str)
     return replace(graph, memory_peak=peak, device_memory=samples)
 
 
-def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` to ``path`` through ``atomic_file`` (no half file, no stray temporary file).
+def write_document(document: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write a profile's JSON document to ``path`` through ``atomic_file`` (no half file, no stray temporary file).
 
     A symbolic link at ``path`` stays a link (its target is replaced); the file
     gets the mode the umask gives an ordinary new file; an error names
@@ -127,7 +130,7 @@ def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
         raise ProfileError(f"cannot write {path}: directory {directory} does not exist")
     try:
         with atomic_file(path) as f:
-            json.dump(profile_to_document(profile), f, separators=(",", ":"), allow_nan=False)
+            json.dump(document, f, separators=(",", ":"), allow_nan=False)
     except OSError as exc:
         raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -174,6 +177,9 @@ def _node_from_dict(raw: Any, where: str) -> NodeRecord:
     if "is_view" in raw:
         schema.check(type(raw["is_view"]) is bool, f"{where}.is_view must be true or false")
         kwargs["is_view"] = raw["is_view"]
+    if raw.get("is_inplace") is not None:
+        schema.check(type(raw["is_inplace"]) is bool, f"{where}.is_inplace must be true or false")
+        kwargs["is_inplace"] = raw["is_inplace"]
     for key in ("flops", "bytes_read", "bytes_written"):
         if raw.get(key) is not None:
             kwargs[key] = schema.one_int(raw[key], COUNT, f"{where}.{key}")
@@ -184,9 +190,11 @@ def _node_from_dict(raw: Any, where: str) -> NodeRecord:
             **{f.name: schema.one_int(mem.get(f.name, 0), BYTES, f"{where}.memory.{f.name}")
                for f in fields(MemoryRecord) if f.name != "live_by_category_bytes"},
             live_by_category_bytes=dict(cats))
-    for key in ("host_time_s", "device_time_s"):
-        if key in raw:
-            kwargs[key] = tuple(schema.floats(raw[key], schema.SAMPLE_SECONDS, f"{where}.{key}"))
+    for key in ("host_time", "device_time"):
+        if f"{key}_s" in raw:  # seconds, as the first files and hand-written documents hold them
+            kwargs[f"{key}_ns"] = seconds_to_ns(schema.floats(raw[f"{key}_s"], schema.SAMPLE_SECONDS, f"{where}.{key}_s"))
+        if f"{key}_ns" in raw:
+            kwargs[f"{key}_ns"] = tuple(schema.ints(raw[f"{key}_ns"], schema.SAMPLE_NS, f"{where}.{key}_ns"))
     if "attrs" in raw:
         kwargs["attrs"] = schema.pairs([raw["attrs"]], f"{where}.attrs", 1)[0]
     return NodeRecord(**kwargs)
@@ -218,8 +226,8 @@ def _steps_from_json(raw: Any) -> tuple[StepRecord, ...]:
     return tuple(steps)
 
 
-def profile_from_document(doc: Any, cls: type[Profile] = Profile) -> Profile:
-    """Validate a parsed JSON document and build a Profile (or subclass) from it.
+def parts_from_document(doc: Any) -> ProfileParts:
+    """Validate a parsed JSON document and build a Profile's meta, steps and graphs from it.
 
     Every check is in ``graphprof.profile.schema`` (bounds and types) or next to
     the code that decodes the value; any failure is one ProfileError sentence.
@@ -252,10 +260,10 @@ def profile_from_document(doc: Any, cls: type[Profile] = Profile) -> Profile:
         schema.check(len({g.id for g in graphs}) == len(graphs), "two graphs have the same id")
     except SchemaError as exc:
         raise ProfileError(f"not a valid graphprof profile: {where}{exc}") from None
-    return cls(meta=meta, steps=steps, graphs=tuple(graphs))
+    return meta, steps, tuple(graphs)
 
 
-def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> Profile:
+def read_parts(path: str | os.PathLike[str]) -> ProfileParts:
     """Read and validate a profile file; every failure is one ProfileError sentence."""
     path = os.fspath(path)
     try:
@@ -278,7 +286,7 @@ def load_profile(path: str | os.PathLike[str], cls: type[Profile] = Profile) -> 
             raise ProfileError(f"{path} is not JSON: {exc}") from None
         except RecursionError:
             raise ProfileError(f"{path} is nested too deeply to be a profile") from None
-        return profile_from_document(doc, cls)
+        return parts_from_document(doc)
 
 
 _PARTIAL_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?")
@@ -316,16 +324,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def require_samples(profile: Profile, source: str = "the profile") -> None:
-    """Raise ProfileError when ``profile`` has nothing to analyse (no steps or no nodes).
-
-    Loading accepts such a profile (it is a valid document, and every view
-    renders it); commands that analyse timings call this to say why there is
-    nothing to show instead of printing an empty table.
-    """
-    if not profile.graphs or profile.node_count == 0:
-        raise ProfileError(f"{source} has no graph nodes, so there is nothing to analyse")
-    if not profile.steps:
-        raise ProfileError(f"{source} has no profiled steps (a traced function profiles from its fourth call on)")

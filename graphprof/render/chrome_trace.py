@@ -33,7 +33,7 @@ import json
 from typing import Any, Mapping
 
 from graphprof.analysis.critical_path import critical_paths
-from graphprof.analysis.dataflow import node_samples_s
+from graphprof.analysis.node_time import node_samples_s
 from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text

@@ -18,6 +18,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from graphprof.analysis.node_time import clock_label
 from graphprof.analysis.columns import BY_KEY, resolve_columns
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
@@ -193,7 +194,7 @@ def _title(result: TableResult) -> str:
             what += f" ({options.aggregate_fn} over nodes)"
     direction = "ascending" if result.order.ascending else "descending"
     return (f"{what}, ordered by {result.order.column.key} {direction}; "
-            f"time: {s.stat} of {_plural(s.steps, 'profiled step')}, {result.clock} clock")
+            f"time: {s.stat} of {_plural(s.steps, 'profiled step')}, {clock_label(result.clock)}")
 
 
 def render_rows(result: TableResult, fmt: str = "simple") -> str:
@@ -222,7 +223,7 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
     items = [
         ("profile", f"{s.function or '?'} on {device}: {_plural(s.graphs, 'graph')}, "
                     f"{_plural(s.nodes, 'node')}, {_plural(s.steps, 'profiled step')}"),
-        ("total time", f"{format_time(s.total_time_s)} per step (sum of node {s.stat}s, {s.clock} clock)"),
+        ("total time", f"{format_time(s.total_time_s)} per step (sum of node {s.stat}s, {clock_label(s.clock)})"),
     ]
     if s.step_wall_time_s is not None:
         items.append(("step wall time", f"{format_time(s.step_wall_time_s)} ({s.stat})"))

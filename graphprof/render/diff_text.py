@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from graphprof.analysis.node_time import clock_label
 from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
 from graphprof.analysis.match import MatchKind
 from graphprof.analysis.options import DATA_FORMATS
@@ -167,7 +168,7 @@ def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
     shown = _cut(changed, result.options.top)
     what = f"top {len(shown)} of " if len(shown) < len(changed) else ""
     title = (f"{what}{_plural(len(changed), 'changed node')} ({len(result.nodes)} selected), {_order_text(result)}; "
-             f"time: {result.options.stat} over profiled steps, {result.clock} clock")
+             f"time: {result.options.stat} over profiled steps, {clock_label(result.clock)}")
     return title + "\n" + _table(shown, _node_columns(result), fmt)
 
 

@@ -17,7 +17,7 @@ extra root frame.
 
 from __future__ import annotations
 
-from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NodeRecord, Profile
 from graphprof.render.escape import folded_frame

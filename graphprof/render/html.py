@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
-from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.eager import eager_overhead
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation

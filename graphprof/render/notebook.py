@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from graphprof.analysis.critical_path import critical_paths
-from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.node_time import node_time_s
 from graphprof.profile.model import Profile
 from graphprof.render.escape import html_text
 from graphprof.render.exporters import ExportOptions, with_analysis

@@ -115,7 +115,7 @@ def _critical(report: Report) -> list[str]:
         graph = next(g for g in report.profile.graphs if g.id == cp.graph_id)
         by_id = {n.id: n for n in graph.nodes}
         position = {n.id: offsets[graph.id] + i for i, n in enumerate(graph.nodes)}
-        times = node_frame(report.profile).times(cp.stat, "node")  # the per-node time the path was weighted by
+        times = node_frame(report.profile).times(cp.stat, "auto")  # the per-node time the path was weighted by
         # nsmallest(5) is sorted(...)[:5], ties included.
         heavy = heapq.nsmallest(5, cp.nodes, key=lambda i: -times[position[i]])
         lines.append(f"  {graph.name}: {len(cp.nodes)} of {len(graph.nodes)} nodes, {format_time(cp.length_s)} of "

@@ -14,34 +14,32 @@ import torch
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
-from graphprof.passes.records import ANNOTATION, ATTRS, COST, MEMORY, MEMORY_STEP, OpAnnotation, StepMemoryRecord
+from graphprof.passes.records import (
+    ANNOTATION, ATTRS, COST, MEMORY, MEMORY_STEP, PROBE_AFTER, OpAnnotation, StepMemoryRecord,
+)
 from graphprof.profile.model import (
     OVERHEAD_NODE, OVERHEAD_OP, DeviceMemorySample, GraphKind, Phase, GraphRecord, MemoryPeak, MemoryRecord,
-    NodeRecord, PeakTensor, Profile, ProfileMeta, StepRecord,
+    NodeRecord, PeakTensor, Profile, ProfileMeta, StepRecord, ns_to_s,
 )
 from graphprof.runtime.runner import StepTiming
 from graphprof.runtime.samples import StepSamples
 from graphprof.runtime.workspace import Workspace
 
-#: Nanoseconds per second. Times are ``ns / _NS_PER_S``: a division is correctly
-#: rounded, so it gives the same float as the saved 0.1 ns ticks divided back,
-#: and a profile survives save and load unchanged (``ns * 1e-9`` would not).
-_NS_PER_S = 1e9
 
 
 def graph_record(
     gm: torch.fx.GraphModule, steps: Sequence[StepSamples], graph_id: int = 0,
     name: str = "step", kind: GraphKind = GraphKind.STEP,
     device_memory: Sequence[DeviceMemorySample] = (),
-    device_times: Sequence[Sequence[float]] | None = None,
+    device_times: Sequence[Sequence[int]] | None = None,
     workspace: Mapping[str, Workspace] | None = None,
 ) -> GraphRecord:
     """One GraphRecord: a NodeRecord per op node, with its host time in every step.
 
     ``device_memory`` holds allocator samples taken on an accelerator; the
     modelled memory comes from the memory pass's records, when it ran.
-    ``device_times`` (seconds, one list per step in node order, from the
-    device clock) become the nodes' ``device_time_s``. ``workspace`` (node
+    ``device_times`` (ns, one list per step in node order, from the
+    device clock) become the nodes' ``device_time_ns``. ``workspace`` (node
     name -> measured kernel scratch, runtime/workspace.py) fills the memory
     records' workspace fields.
     """
@@ -52,10 +50,17 @@ def graph_record(
 def graph_record_from_times(
     gm: torch.fx.GraphModule, per_step: Sequence[Sequence[int]], graph_id: int,
     name: str, kind: GraphKind, device_memory: Sequence[DeviceMemorySample] = (),
-    device_times: Sequence[Sequence[float]] | None = None,
+    device_times: Sequence[Sequence[int]] | None = None,
     workspace: Mapping[str, Workspace] | None = None,
 ) -> GraphRecord:
-    """A GraphRecord from per-step node times in ns (one list per step, in node order)."""
+    """A GraphRecord from per-step node times in ns (``stamps[k + 1] - stamps[k]`` at position ``k``).
+
+    The join of samples to nodes is explicit: a node's samples sit at the slot
+    of the probe after it, minus one, which the instrument pass recorded on the
+    node (``PROBE_AFTER``). Graphs the instrument pass did not probe (a
+    segmented run's optimizer graphs, stamped by the recorder in op order)
+    have no such record; their samples sit at the node's annotation index.
+    """
     workspace = workspace or {}
     ids: dict[str, int] = {}
     nodes: list[NodeRecord] = []
@@ -68,6 +73,8 @@ def graph_record_from_times(
         attrs = node.meta.get(ATTRS)
         i = ann.index
         ids[node.name] = i
+        probe = node.meta.get(PROBE_AFTER)
+        slot = probe.slot - 1 if probe is not None else i
         ws = workspace.get(node.name, Workspace(0, 0))
         nodes.append(NodeRecord(
             id=i,
@@ -85,14 +92,15 @@ def graph_record_from_times(
             phase=ann.phase,
             scope=ann.scope,
             is_view=ann.is_view,
+            is_inplace=ann.is_inplace,
             flops=cost.flops if cost else None,
             bytes_read=cost.bytes_read if cost else None,
             bytes_written=cost.bytes_written if cost else None,
             memory=MemoryRecord(mem.allocated_bytes, mem.freed_bytes, mem.live_bytes,
                                 {k: v for k, v in mem.live_by_category_bytes.items() if v},
                                 ws.peak_bytes, ws.allocated_bytes) if mem else None,
-            host_time_s=tuple(times[i] / _NS_PER_S for times in per_step),
-            device_time_s=tuple(times[i] for times in device_times) if device_times else (),
+            host_time_ns=tuple(times[slot] for times in per_step),
+            device_time_ns=tuple(times[i] for times in device_times) if device_times else (),  # by annotation index
             attrs=attrs.items if attrs else (),
         ))
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
@@ -141,12 +149,12 @@ def profile_meta(function: str, capture: str, probe_cost_s: float, peaks: dict[s
 
 def build_profile(
     graphs: Sequence[GraphRecord], steps: Sequence[StepTiming], meta: ProfileMeta,
-    cls: type[Profile] = Profile,
 ) -> Profile:
-    """Assemble a Profile (or a subclass of it) from graph records and step samples."""
-    return cls(
+    """Assemble a Profile from graph records and step samples."""
+    return Profile(
         meta=meta,
-        steps=tuple(StepRecord(index=s.index, wall_time_s=s.wall_ns / _NS_PER_S, graph_time_s=s.graph_ns / _NS_PER_S) for s in steps),
+        steps=tuple(StepRecord(index=s.index, wall_time_s=ns_to_s(s.wall_ns), graph_time_s=ns_to_s(s.graph_ns))
+                    for s in steps),
         graphs=tuple(graphs),
     )
 
@@ -171,12 +179,12 @@ def gradient_host_record(steps: Sequence[StepSamples], graph_id: int) -> GraphRe
     nodes = (
         NodeRecord(id=0, name="drop previous .grad (zero_grad)", op="host.zero_grad", type="zero_grad",
                    phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
-                   host_time_s=tuple(a / _NS_PER_S for a, _ in per_step)),
+                   host_time_ns=tuple(a for a, _ in per_step)),
         NodeRecord(id=1, name="assign new .grad", op="host.assign_grad", type="assign_grad", inputs=(0,),
                    phase=Phase.BACKWARD, flops=0, bytes_read=0, bytes_written=0,
-                   host_time_s=tuple(b / _NS_PER_S for _, b in per_step)),
+                   host_time_ns=tuple(b for _, b in per_step)),
         NodeRecord(id=2, name=OVERHEAD_NODE, op=OVERHEAD_OP, type="graphprof_overhead", inputs=(1,),
                    phase=Phase.OTHER, flops=0, bytes_read=0, bytes_written=0,
-                   host_time_s=tuple(s.overhead_ns() / _NS_PER_S for s in steps)),
+                   host_time_ns=tuple(s.overhead_ns() for s in steps)),
     )
     return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

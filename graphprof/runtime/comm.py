@@ -40,7 +40,6 @@ from graphprof.capture.state import discover_state
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
 
 log = logging.getLogger("graphprof")
-_NS = 1e-9
 #: Steps of bucket events kept (a profile never holds more steps than this).
 MAX_STEPS = 1000
 
@@ -166,7 +165,7 @@ class CommTimer:
             return None
         nodes = []
         for node_id, (bucket, ev) in enumerate(first.items()):
-            times = tuple(sum((e.done_ns - e.launch_ns) for e in events if e.bucket == bucket) * _NS
+            times = tuple(sum((e.done_ns - e.launch_ns) for e in events if e.bucket == bucket)
                           for events in per_step)
             attrs = (("bucket", str(bucket)), ("bytes", str(ev.nbytes)), ("collective", "allreduce"),
                      ("params", str(ev.n_params)), ("source", "ddp_comm_hook"), ("world_size", str(ev.world_size)))
@@ -174,7 +173,7 @@ class CommTimer:
                 id=node_id, name=f"allreduce bucket {bucket}", op="c10d.allreduce", type="allreduce",
                 in_shapes=((ev.numel,),), in_dtypes=(ev.dtype,), out_shapes=((ev.numel,),), out_dtypes=(ev.dtype,),
                 module="", phase=Phase.BACKWARD, flops=0, bytes_read=ev.nbytes, bytes_written=ev.nbytes,
-                host_time_s=times, attrs=attrs))
+                host_time_ns=times, attrs=attrs))
         return GraphRecord(id=graph_id, name="comm", kind=GraphKind.HOST, nodes=tuple(nodes))
 
     def meta(self) -> dict[str, Any]:

@@ -35,14 +35,13 @@ import torch.fx
 from graphprof.passes.device_probes import add_device_marks, event_count, event_pairs, timed_op_nodes
 from graphprof.passes.records import ANNOTATION
 from graphprof.runtime.allocator import accelerator_type
+from graphprof.profile.records import NS_PER_S
 
 TIMINGS = ("pipelined", "isolated")
 #: Steps of device times kept at most (the sample buffer keeps fewer).
 _MAX_STEPS_KEPT = 10_000
-#: Device times are kept in whole 0.1 ns ticks (the profile file's unit, far below an event's
-#: resolution): ``round(ms * 1e7) / 1e10`` is the float that a save and load gives back exactly.
-_TICKS_PER_MS = 10_000_000
-_TICKS_PER_S = 10_000_000_000
+#: Device times are kept in whole nanoseconds, the unit of every sample (far below an event's resolution).
+_NS_PER_MS = NS_PER_S // 1000
 
 
 class TimedEvent(Protocol):
@@ -94,7 +93,7 @@ class DeviceTimeline:
         self._pairs = event_pairs(nodes, isolated)
         self._next = 0
         self._stream: Any = None
-        self._steps: OrderedDict[int, tuple[float, ...]] = OrderedDict()
+        self._steps: OrderedDict[int, tuple[int, ...]] = OrderedDict()
 
     @property
     def timing(self) -> str:
@@ -141,18 +140,18 @@ class DeviceTimeline:
             raise RuntimeError(f"graphprof: {self._next} device events were recorded in a step that has "
                                f"{len(self._events)}; the graph did not run its marks")
         events = self._events
-        times = [round(events[a].elapsed_time(events[b]) * _TICKS_PER_MS) / _TICKS_PER_S for a, b in self._pairs]
+        times = [round(events[a].elapsed_time(events[b]) * _NS_PER_MS) for a, b in self._pairs]
         if self._node_ids is not None:  # by annotation index, as the profile's nodes are numbered
-            by_id = [0.0] * (max(self._node_ids, default=-1) + 1)
-            for node_id, seconds in zip(self._node_ids, times):
-                by_id[node_id] = seconds
+            by_id = [0] * (max(self._node_ids, default=-1) + 1)
+            for node_id, ns in zip(self._node_ids, times):
+                by_id[node_id] = ns
             times = by_id
         self._steps[step] = tuple(times)
         while len(self._steps) > _MAX_STEPS_KEPT:
             self._steps.popitem(last=False)
 
-    def times(self, steps: Iterable[int]) -> list[tuple[float, ...]] | None:
-        """Per step (in the given order), each op node's device time in seconds; None if a step has none."""
+    def times(self, steps: Iterable[int]) -> list[tuple[int, ...]] | None:
+        """Per step (in the given order), each op node's device time in ns, by annotation index; None if a step has none."""
         out = []
         for step in steps:
             times = self._steps.get(step)

@@ -26,11 +26,6 @@ from graphprof.passes.annotate import is_op_node
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
 from graphprof.runtime.collect import graph_record_from_times
 
-#: Nanoseconds per second. Times are ``ns / _NS_PER_S``: a division is correctly
-#: rounded, so it gives the same float as the saved 0.1 ns ticks divided back,
-#: and a profile survives save and load unchanged (``ns * 1e-9`` would not).
-_NS_PER_S = 1e9
-
 
 @dataclass(frozen=True)
 class SegmentedStep:
@@ -179,7 +174,7 @@ def host_graph_record(segments: Sequence[Segment], steps: Sequence[SegmentedStep
         per_step.append(times)
     nodes = tuple(
         NodeRecord(id=i, name=name, op=op, type=op_type, source=source, phase=Phase.OTHER,
-                   host_time_s=tuple(t.get(i, 0) / _NS_PER_S for t in per_step))
+                   host_time_ns=tuple(t.get(i, 0) for t in per_step))
         for i, (name, op, op_type, source) in enumerate(meta)
     )
     return GraphRecord(id=graph_id, name="host", kind=GraphKind.HOST, nodes=nodes)

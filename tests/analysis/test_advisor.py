@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import graphprof
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.advisor import advise
 from graphprof.analysis.roofline import Bound, Peaks, roofline
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, StepRecord
@@ -139,9 +140,9 @@ def _hand_profile(nodes, wall=1e-3):
 def test_device_copies_from_a_hand_built_profile() -> None:
     # No accelerator here: the rule is checked on the records a GPU run produces.
     copy = NodeRecord(id=0, name="_to_copy", op="aten._to_copy.default", type="_to_copy", source="train.py:9",
-                      phase=Phase.FORWARD, host_time_s=(2e-4,), attrs=(("devices", "cuda:0,cpu"),))
+                      phase=Phase.FORWARD, host_time_ns=seconds_to_ns((2e-4,)), attrs=(("devices", "cuda:0,cpu"),))
     same = NodeRecord(id=1, name="_to_copy_1", op="aten._to_copy.default", type="_to_copy", source="train.py:10",
-                      phase=Phase.FORWARD, host_time_s=(2e-4,), attrs=(("devices", "cpu"),))
+                      phase=Phase.FORWARD, host_time_ns=seconds_to_ns((2e-4,)), attrs=(("devices", "cpu"),))
     rules = _rules(_hand_profile([copy, same]))
     assert rules["device-copy"].sources == ("train.py:9",)
 
@@ -150,7 +151,7 @@ def test_activation_peak_rule_from_memory_peak() -> None:
     from graphprof.profile.model import MemoryPeak
 
     node = NodeRecord(id=0, name="relu", op="aten.relu.default", type="relu", source="m.py:3",
-                      phase=Phase.FORWARD, host_time_s=(1e-4,))
+                      phase=Phase.FORWARD, host_time_ns=seconds_to_ns((1e-4,)))
     peak_fields = dict(node_id=0, live_bytes=2**30, by_category_bytes={"activations": 900 * 2**20, "parameters": 124 * 2**20})
     peak = MemoryPeak(**{k: v for k, v in peak_fields.items() if k in MemoryPeak.__dataclass_fields__})
     graph = GraphRecord(id=0, name="step", kind=GraphKind.STEP, nodes=(node,), memory_peak=peak)
@@ -161,7 +162,7 @@ def test_activation_peak_rule_from_memory_peak() -> None:
 def test_roofline_bounds_on_hand_values() -> None:
     peaks = Peaks(flops_per_s=1e11, bytes_per_s=1e10)  # ridge at 10 FLOP/B
     mk = lambda i, flops, moved, t: NodeRecord(id=i, name=f"n{i}", op="aten.mm.default", type="mm",  # noqa: E731
-                                               flops=flops, bytes_read=moved, bytes_written=0, host_time_s=(t,))
+                                               flops=flops, bytes_read=moved, bytes_written=0, host_time_ns=seconds_to_ns((t,)))
     nodes = [mk(0, 10**9, 10**6, 0.02), mk(1, 10**6, 10**8, 0.02), mk(2, 10, 10, 5e-6), mk(3, 10**8, 10**6, 0.5)]
     points = {p.node_id: p for p in roofline(_hand_profile(nodes), peaks)}
     assert points[0].bound is Bound.COMPUTE and points[0].fraction_of_attainable == pytest.approx(0.5)

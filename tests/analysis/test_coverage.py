@@ -6,13 +6,14 @@ import json
 import subprocess
 import sys
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.coverage import cost_coverage, node_coverage
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
 
 
 def _node(i: int, op: str, flops: int | None, times: tuple[float, ...]) -> NodeRecord:
     return NodeRecord(id=i, name=f"n{i}", op=op, type=op.split(".")[1], flops=flops, bytes_read=0,
-                      bytes_written=0, host_time_s=times)
+                      bytes_written=0, host_time_ns=seconds_to_ns(times))
 
 
 def _profile(nodes: list[NodeRecord]) -> Profile:
@@ -50,8 +51,8 @@ def test_to_dict_is_plain_json_and_an_empty_profile_misses_nothing() -> None:
 
 def test_host_time_records_of_segmented_capture_are_not_ops() -> None:
     nodes = [_node(0, "aten.mm.default", 10, (1.0,)),
-             NodeRecord(id=1, name="host gap: a -> b", op="host.gap", type="host_gap", host_time_s=(5.0,)),
-             NodeRecord(id=2, name="Tensor.item() at x.py:3", op="Tensor.item", type="item", host_time_s=(2.0,))]
+             NodeRecord(id=1, name="host gap: a -> b", op="host.gap", type="host_gap", host_time_ns=seconds_to_ns((5.0,))),
+             NodeRecord(id=2, name="Tensor.item() at x.py:3", op="Tensor.item", type="item", host_time_ns=seconds_to_ns((2.0,)))]
     cov = node_coverage(nodes)
     assert (cov.nodes, cov.time_s, cov.node_share, cov.time_share, cov.uncovered) == (1, 1.0, 1.0, 1.0, ())
 

@@ -8,6 +8,7 @@ import random
 import networkx as nx
 import pytest
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.critical_path import critical_path, critical_paths, longest_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
@@ -15,7 +16,7 @@ from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
 
 def _node(i: int, inputs: tuple[int, ...], *times: float, op_type: str = "op") -> NodeRecord:
     return NodeRecord(id=i, name=f"n{i}", op=f"aten.{op_type}.default", type=op_type, inputs=inputs,
-                      host_time_s=tuple(times))
+                      host_time_ns=seconds_to_ns(tuple(times)))
 
 
 def _graph(*nodes: NodeRecord, graph_id: int = 0) -> GraphRecord:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.dataflow import (
     DataflowEdge,
     EdgeKind,
@@ -20,7 +21,7 @@ from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
 
 def _node(i: int, op_type: str, inputs: tuple[int, ...] = (), t: float = 1.0, **kw: object) -> NodeRecord:
     return NodeRecord(id=i, name=f"{op_type}_{i}", op=f"aten.{op_type}.default", type=op_type,
-                      inputs=inputs, host_time_s=(t,), **kw)  # type: ignore[arg-type]
+                      inputs=inputs, host_time_ns=seconds_to_ns((t,)), **kw)  # type: ignore[arg-type]
 
 
 def _graph(*nodes: NodeRecord) -> GraphRecord:
@@ -101,9 +102,9 @@ def test_backward_or_unknown_inputs_are_dropped_so_the_graph_stays_acyclic() -> 
 
 
 def test_time_follows_the_statistic_and_prefers_device_time() -> None:
-    n = NodeRecord(id=0, name="a", op="aten.mm.default", type="mm", host_time_s=(1.0, 2.0, 9.0))
+    n = NodeRecord(id=0, name="a", op="aten.mm.default", type="mm", host_time_ns=seconds_to_ns((1.0, 2.0, 9.0)))
     assert node_time_s(n, "median") == 2.0 and node_time_s(n, "max") == 9.0 and node_time_s(n, "min") == 1.0
-    on_device = NodeRecord(id=0, name="a", op="aten.mm.default", type="mm", host_time_s=(1.0,), device_time_s=(5.0,))
+    on_device = NodeRecord(id=0, name="a", op="aten.mm.default", type="mm", host_time_ns=seconds_to_ns((1.0,)), device_time_ns=seconds_to_ns((5.0,)))
     assert node_time_s(on_device) == 5.0
     with pytest.raises(ValueError, match="unknown statistic"):
         dataflow_graph(_graph(n), stat="p99")

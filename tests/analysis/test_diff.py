@@ -14,6 +14,7 @@ from typing import Sequence
 import pytest
 
 import graphprof
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.diff import diff, parse_diff_order
 from graphprof.analysis.match import MatchKind, match_graphs
 from graphprof.analysis.regression import compare_steps, parse_percent, regression_gate
@@ -27,7 +28,7 @@ def _nodes(specs: Sequence[Spec], steps: int = 3) -> tuple[NodeRecord, ...]:
     for i, (type_, module, phase, shapes, flops, time_s) in enumerate(specs):
         out.append(NodeRecord(id=i, name=f"{type_}_{i}", op=f"aten.{type_}.default", type=type_,
                               inputs=(i - 1,) if i else (), in_shapes=shapes, module=module, phase=phase,
-                              flops=flops, host_time_s=(time_s,) * steps))
+                              flops=flops, host_time_ns=seconds_to_ns((time_s,) * steps)))
     return tuple(out)
 
 

@@ -11,7 +11,7 @@ from graphprof.analysis.eager import eager_overhead, replay_step_times_s
 from graphprof.analysis.report import build_report
 from graphprof.api import Profile
 from graphprof.profile.model import GraphKind, GraphRecord, ProfileMeta, StepRecord
-from graphprof.profile.serialize import load_profile
+from graphprof.profile.model import load_profile
 from graphprof.profile.step_facts import EagerCalls, eager_calls, eager_note, with_eager_times
 from graphprof.render.report_text import render_report
 from tests.render.export_profiles import make_profile, node

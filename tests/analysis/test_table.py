@@ -11,6 +11,7 @@ import statistics
 
 import pytest
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.columns import parse_order_by
 from graphprof.analysis.options import TableOptionError, TableOptions, make_options
 from graphprof.analysis.table import build_table
@@ -140,7 +141,7 @@ def test_ordering_by_text_and_shapes_works(small: Profile) -> None:
 def test_memory_columns_appear_only_with_memory_records(small: Profile) -> None:
     assert "live_bytes" in build_table(small).columns
     bare = Profile(steps=(StepRecord(0, 1.0),), graphs=(GraphRecord(0, "g", GraphKind.STEP, (
-        NodeRecord(id=0, name="a", op="aten.relu.default", type="relu", host_time_s=(1e-6,)),)),))
+        NodeRecord(id=0, name="a", op="aten.relu.default", type="relu", host_time_ns=seconds_to_ns((1e-6,))),)),))
     result = build_table(bare, order_by="live")  # orderable even when nobody has it
     assert "live_bytes" not in result.columns and result.rows[0].live_bytes is None
 
@@ -152,7 +153,7 @@ def test_empty_profile_gives_an_empty_table() -> None:
 
 def test_device_clock_is_used_when_recorded() -> None:
     node = NodeRecord(id=0, name="mm", op="aten.mm.default", type="mm", phase=Phase.FORWARD, flops=100,
-                      host_time_s=(1e-6, 3e-6), device_time_s=(5e-6, 7e-6))
+                      host_time_ns=seconds_to_ns((1e-6, 3e-6)), device_time_ns=seconds_to_ns((5e-6, 7e-6)))
     profile = Profile(steps=(StepRecord(0, 1.0), StepRecord(1, 1.0)),
                       graphs=(GraphRecord(0, "g", GraphKind.STEP, (node,)),))
     assert build_table(profile).rows[0].time_s == pytest.approx(6e-6)

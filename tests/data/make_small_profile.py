@@ -20,6 +20,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.profile.model import (  # noqa: E402
     GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord,
 )
@@ -53,7 +54,7 @@ class _Builder:
             flops=flops, bytes_read=bytes_read, bytes_written=bytes_written,
             memory=MemoryRecord(allocated_bytes=alloc, freed_bytes=freed, live_bytes=self.live,
                                 live_by_category_bytes={"parameters": 6248, "activations": self.live - 6248}),
-            host_time_s=tuple(t / 1e6 for t in times_us),  # t / 1e6 is exact to the decimal; t * 1e-6 is not
+            host_time_ns=seconds_to_ns(tuple(t / 1e6 for t in times_us)),  # t / 1e6 is exact to the decimal; t * 1e-6 is not
         ))
         return node_id
 

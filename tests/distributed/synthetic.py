@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord
 
 
@@ -18,7 +19,7 @@ def comm_node(node_id: int, nbytes: int, world: int, times: Sequence[float], kin
     attrs = tuple(sorted({"collective": kind, "bytes": str(nbytes), "world_size": str(world),
                           "source": source, "bucket": str(node_id)}.items()))
     return NodeRecord(id=node_id, name=f"{kind} bucket {node_id}", op=f"c10d.{kind}", type=kind, phase=Phase.BACKWARD,
-                      flops=0, bytes_read=nbytes, bytes_written=nbytes, host_time_s=tuple(times), attrs=attrs)
+                      flops=0, bytes_read=nbytes, bytes_written=nbytes, host_time_ns=seconds_to_ns(tuple(times)), attrs=attrs)
 
 
 def rank_profile(rank: int, world: int = 2, steps: Sequence[int] = (2, 3, 4), compute_s: float = 0.010,
@@ -28,10 +29,10 @@ def rank_profile(rank: int, world: int = 2, steps: Sequence[int] = (2, 3, 4), co
     n = len(steps)
     compute = GraphRecord(0, "segment 0 forward", GraphKind.FORWARD, nodes=(
         NodeRecord(id=0, name="mm", op="aten.mm.default", type="mm", module="fc1", phase=Phase.FORWARD,
-                   flops=2_000_000, bytes_read=4096, bytes_written=4096, host_time_s=(compute_s,) * n),))
+                   flops=2_000_000, bytes_read=4096, bytes_written=4096, host_time_ns=seconds_to_ns((compute_s,) * n)),))
     host = GraphRecord(1, "host", GraphKind.HOST, nodes=(
         NodeRecord(id=0, name="host gap", op="host.gap", type="host_gap", source="train.py:12",
-                   host_time_s=(host_s,) * n),))
+                   host_time_ns=seconds_to_ns((host_s,) * n)),))
     comm = GraphRecord(2, "comm", GraphKind.HOST, nodes=tuple(
         comm_node(i, bucket_bytes, world, (t,) * n) for i, t in enumerate(comm_s)))
     wall = wall_s if wall_s is not None else compute_s + host_s

@@ -19,7 +19,7 @@ from graphprof.analysis.distributed import analyze_distributed
 from graphprof.cli import main
 from graphprof.profile.merge import graph_ranks, merge_profiles
 from graphprof.profile.model import Profile
-from graphprof.profile.serialize import load_profile
+from graphprof.profile.model import load_profile
 from tests.distributed.ranks import SLOW_RANK, launch
 
 WORLD = 2

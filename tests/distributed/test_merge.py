@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.cli import main
 from graphprof.profile.merge import graph_ranks, is_merged, merge_profiles, split_graph_name
 from graphprof.profile.model import Profile
-from graphprof.profile.serialize import ProfileError, load_profile
+from graphprof.profile.model import ProfileError, load_profile
 from tests.distributed.synthetic import rank_profile
 
 
@@ -34,7 +35,7 @@ def test_merged_layout_keeps_every_rank_graph_under_a_rank_prefix() -> None:
 def test_only_the_steps_every_rank_profiled_are_kept() -> None:
     def with_samples(profile: Profile, samples: tuple[float, ...]) -> Profile:
         graph = profile.graphs[0]
-        node = replace(graph.nodes[0], host_time_s=samples)
+        node = replace(graph.nodes[0], host_time_ns=seconds_to_ns(samples))
         return replace(profile, graphs=(replace(graph, nodes=(node,)),) + profile.graphs[1:])
 
     first = with_samples(rank_profile(0, steps=(2, 3, 4)), (1.0, 2.0, 3.0))

@@ -14,7 +14,7 @@ import pytest
 
 import graphprof
 from graphprof.profile import ProfileError
-from graphprof.profile.serialize import profile_from_document
+from graphprof.profile.model import profile_from_document
 from tests.profile.test_serialize import small_profile
 
 

@@ -8,8 +8,9 @@ import os
 import pytest
 
 import graphprof
+from graphprof.profile.records import seconds_to_ns
 from graphprof.profile import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileError, ProfileMeta, StepRecord
-from graphprof.profile.serialize import load_profile, profile_from_document, require_samples, save_profile
+from graphprof.profile.model import load_profile, profile_from_document, require_samples, save_profile
 
 
 def small_profile() -> Profile:
@@ -17,9 +18,9 @@ def small_profile() -> Profile:
         NodeRecord(id=0, name="addmm", op="aten.addmm.default", type="addmm", in_shapes=((8,), (4, 3), (3, 8)),
                    in_dtypes=("float32",) * 3, out_shapes=((4, 8),), out_dtypes=("float32",), module="fc",
                    module_type="Linear", source="model.py:3", phase=Phase.FORWARD, scope="fwd",
-                   flops=384, bytes_read=176, bytes_written=128, host_time_s=(1.5e-6, 1.25e-6)),
+                   flops=384, bytes_read=176, bytes_written=128, host_time_ns=seconds_to_ns((1.5e-6, 1.25e-6))),
         NodeRecord(id=1, name="relu", op="aten.relu.default", type="relu", inputs=(0,), in_shapes=((4, 8),),
-                   out_shapes=((4, 8),), phase=Phase.FORWARD, is_view=False, host_time_s=(5e-7, 6e-7)),
+                   out_shapes=((4, 8),), phase=Phase.FORWARD, is_view=False, host_time_ns=seconds_to_ns((5e-7, 6e-7))),
     )
     return Profile(
         meta=ProfileMeta(function="step", created_at="2026-11-21T00:00:00", extra={"note": "x"}),
@@ -122,11 +123,11 @@ def _varied_profile() -> Profile:
                    flops=384, bytes_read=176, bytes_written=None,
                    memory=MemoryRecord(allocated_bytes=128, freed_bytes=0, live_bytes=1 << 40,
                                        live_by_category_bytes={"activations": 128}),
-                   host_time_s=(1.5e-6, 1.25e-6, 2e-6), device_time_s=(3e-6, 3e-6, 3.5e-6)),
+                   host_time_ns=seconds_to_ns((1.5e-6, 1.25e-6, 2e-6)), device_time_ns=seconds_to_ns((3e-6, 3e-6, 3.5e-6))),
         NodeRecord(id=12, name="t", op="aten.t.default", type="t", inputs=(10,), in_shapes=((4, 8),),
-                   out_shapes=((8, 4), None), is_view=True, host_time_s=(0.0,)),
+                   out_shapes=((8, 4), None), is_view=True, host_time_ns=seconds_to_ns((0.0,))),
         NodeRecord(id=13, name="getitem", op="aten.split.Tensor", type="split", inputs=(12, 10),
-                   host_time_s=()),
+                   host_time_ns=seconds_to_ns(())),
     )
     return Profile(steps=(StepRecord(index=0, wall_time_s=1.0),),
                    graphs=(GraphRecord(id=3, name="bwd", kind=GraphKind.BACKWARD, nodes=nodes),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from graphprof.profile.records import seconds_to_ns
 from graphprof.api import Profile
 from graphprof.profile.model import (
     GraphKind,
@@ -31,7 +32,7 @@ def node(i: int, op_type: str, inputs: tuple[int, ...] = (), times: tuple[float,
     kw.setdefault("op", f"aten.{op_type}.default")
     kw.setdefault("phase", Phase.FORWARD)
     return NodeRecord(id=i, name=kw.pop("name", f"{op_type}_{i}"), type=op_type, inputs=inputs,
-                      host_time_s=times, **kw)
+                      host_time_ns=seconds_to_ns(times), **kw)
 
 
 def make_profile(nodes: list[NodeRecord] | tuple[NodeRecord, ...], steps: int | None = None,

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import graphprof
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.options import TableOptionError
 from graphprof.analysis.table import build_table
 from graphprof.render.console import check_format, render_table, table_formats
@@ -79,7 +80,7 @@ def test_profile_table_on_a_profile_without_costs() -> None:
     """A profile taken before the cost pass existed: every FLOP figure is N/A, nothing crashes."""
     from graphprof.profile import GraphKind, GraphRecord, NodeRecord, StepRecord
 
-    nodes = (NodeRecord(id=0, name="relu", op="aten.relu.default", type="relu", host_time_s=(1e-6,)),)
+    nodes = (NodeRecord(id=0, name="relu", op="aten.relu.default", type="relu", host_time_ns=seconds_to_ns((1e-6,))),)
     text = graphprof.Profile(steps=(StepRecord(0, 1e-5),), graphs=(GraphRecord(0, "g", GraphKind.STEP, nodes),)).table(
         order_by="flops")
     assert "N/A (no node has a FLOP count)" in text and "relu" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-from graphprof.analysis.dataflow import node_time_s
+from graphprof.analysis.node_time import node_time_s
 from graphprof.api import Profile
 from graphprof.profile.model import Phase
 from graphprof.render.folded import folded_stacks, node_stack

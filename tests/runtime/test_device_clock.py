@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import graphprof
+from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.advisor import advise
 from graphprof.analysis.report import build_report
 from graphprof.analysis.roofline import Peaks
@@ -191,7 +192,7 @@ def test_cpu_graphs_get_no_device_probes() -> None:
 
 
 # -- the arithmetic --------------------------------------------------------------------
-def test_timeline_reads_consecutive_events_in_seconds() -> None:
+def test_timeline_reads_consecutive_events_in_ns() -> None:
     device = FakeDevice()
     timeline = DeviceTimeline(device.clock(), nodes=4)
     mark, end_mark = timeline.mark_functions()
@@ -203,8 +204,8 @@ def test_timeline_reads_consecutive_events_in_seconds() -> None:
         timeline.finish()
         timeline.end_step(step)
     # node i spans events i and i+1; event i+1 is the (i+2)-th recorded, so the device advanced i+2 us
-    expected = tuple((i + 2) * US for i in range(4))
-    assert timeline.times([7, 8]) == [pytest.approx(expected, rel=1e-9)] * 2
+    expected = tuple((i + 2) * 1000 for i in range(4))  # whole ns, the unit of every sample
+    assert timeline.times([7, 8]) == [expected] * 2
     assert timeline.times([7, 9]) is None  # a step without device times
     assert device.syncs == 2 and device.events_made == 5  # events are reused across steps
 
@@ -217,7 +218,7 @@ def test_times_are_placed_by_node_id() -> None:
         mark()
     timeline.finish()
     timeline.end_step(0)
-    assert timeline.times([0]) == [pytest.approx((2 * US, 0.0, 3 * US, 4 * US), rel=1e-9)]
+    assert timeline.times([0]) == [(2000, 0, 3000, 4000)]  # ns
 
 
 def test_a_step_that_skipped_marks_is_an_error_not_a_wrong_time() -> None:
@@ -313,8 +314,8 @@ def _node(i: int, host_us: float, device_us: float | None, flops: int = 10_000, 
     return NodeRecord(id=i, name=f"add_{i}", op="aten.add.Tensor", type="add", inputs=(i - 1,) if i else (),
                       in_shapes=((100,),), in_dtypes=("float32",), phase=Phase.FORWARD, source=f"model.py:{10 + i}",
                       flops=flops, bytes_read=moved // 2, bytes_written=moved // 2,
-                      host_time_s=(host_us * US,) * 3,
-                      device_time_s=(device_us * US,) * 3 if device_us is not None else ())
+                      host_time_ns=seconds_to_ns((host_us * US,) * 3),
+                      device_time_ns=seconds_to_ns((device_us * US,) * 3 if device_us is not None else ()))
 
 
 def _hand_profile(pairs: list[tuple[float, float | None]], peaks: dict | None = PEAKS) -> Profile:

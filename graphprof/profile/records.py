@@ -1,0 +1,234 @@
+"""The records of a profile: frozen dataclasses of plain Python values.
+
+Why plain values: a saved profile must be analysed on a machine without torch,
+loaded without running code, and compared across versions. Everything here is
+ints, floats, strings, tuples and enums; nothing refers to a tensor or a graph.
+
+Raw data only (pyinstrument's rule): per-node samples for every profiled step
+are kept, and statistics are computed by ``graphprof.analysis`` on demand.
+
+Times: a node's samples are integer nanoseconds (``host_time_ns``,
+``device_time_ns``), the unit the runtime's clock gives, and they stay that from
+the probe to the file and back: nothing rounds them on the way. ``NS_PER_S`` is
+the one tick of the package; seconds are made only where a view needs them
+(``graphprof.analysis.node_time.node_time_s``). This module imports nothing of
+graphprof: every other profile module builds on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Union
+
+SCHEMA_ID = "graphprof.profile/1"
+
+#: Nanoseconds per second: the tick of every time sample, in memory and in files.
+NS_PER_S = 1_000_000_000
+
+#: An op attribute's value: what the pass recorded, typed (a count stays an int, a flag a bool).
+AttrValue = Union[str, int, float, bool]
+
+
+def ns_to_s(ns: float) -> float:
+    """Seconds of ``ns`` nanoseconds (a division: correctly rounded, so 1500 ns is exactly 1.5e-6)."""
+    return ns / NS_PER_S
+
+
+def seconds_to_ns(times_s: Iterable[float]) -> tuple[int, ...]:
+    """Nanosecond samples of times given in seconds (hand-made records, old files): rounded once, here."""
+    return tuple(round(t * NS_PER_S) for t in times_s)
+
+
+class Phase(str, enum.Enum):
+    """Which part of a training step a node belongs to."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+class GraphKind(str, enum.Enum):
+    """How a graph was captured: a whole step, or an AOTAutograd segment."""
+
+    STEP = "step"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    SEGMENT = "segment"
+    #: Host-side time around graphs: gradient bookkeeping, gaps, host reads.
+    HOST = "host"
+
+
+#: The host node that holds graphprof's own per-call time in a whole-step profile
+#: (signature, guards, pytree, keeping samples): with it, a step's nodes add up to its wall time.
+OVERHEAD_NODE = "graphprof.overhead"
+OVERHEAD_OP = "host.graphprof_overhead"
+
+
+#: The memory pass's categories, in the order views stack them (state at the bottom).
+MEMORY_CATEGORIES = (
+    "parameters", "buffers", "optimizer_state", "inputs", "gradients",
+    "activations", "temporaries", "outputs",
+)
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """Modelled memory of one node (bytes), filled by the memory pass.
+
+    ``workspace_bytes`` is the kernel's measured scratch peak inside the call
+    (allocated and freed within the op, e.g. oneDNN reorders) and
+    ``workspace_allocated_bytes`` the scratch it allocated in all; both are
+    measured once, during the first replayed step, from torch.profiler's
+    allocator events, and are 0 when not measured. They are not part of
+    ``allocated_bytes``/``live_bytes``, which stay the shape-based model.
+    """
+
+    allocated_bytes: int = 0
+    freed_bytes: int = 0
+    live_bytes: int = 0
+    live_by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+    workspace_bytes: int = 0
+    workspace_allocated_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class PeakTensor:
+    """A storage alive at a graph's memory peak.
+
+    ``node_id`` is the op node that allocated it, or -1 for a graph input or
+    state tensor (parameters, optimizer state), which ``name`` then names.
+    """
+
+    name: str
+    nbytes: int
+    category: str
+    node_id: int = -1
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """A graph's modelled memory peak: where it happens and what is alive then.
+
+    ``live_bytes`` is the high-water mark while node ``node_id`` runs (its
+    outputs next to the inputs it frees); ``start_bytes`` is what is live
+    before the graph's first op (state and inputs), ``allocated_bytes`` the
+    graph's total allocations.
+    """
+
+    node_id: int
+    live_bytes: int
+    by_category_bytes: Mapping[str, int] = field(default_factory=dict)
+    largest_tensors: tuple[PeakTensor, ...] = ()
+    start_bytes: int = 0
+    allocated_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceMemorySample:
+    """The accelerator allocator, read after node ``node_id`` in profiled step ``step``.
+
+    Taken every ``sample_rate`` ops (as MegEngine does), next to the modelled
+    figures: ``allocated_bytes`` now, ``peak_bytes`` the high-water mark since
+    the previous sample, ``reserved_bytes`` what the caching allocator holds.
+    """
+
+    step: int
+    node_id: int
+    allocated_bytes: int
+    peak_bytes: int
+    reserved_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One executed op node of a graph, with its static annotations and samples.
+
+    ``inputs`` holds the ids of the op nodes that produce this node's tensor
+    inputs: they are the dataflow edges. ``host_time_ns`` and ``device_time_ns``
+    hold one sample per profiled step, in step order, in integer nanoseconds;
+    ``host_time_s``/``device_time_s`` give them in seconds. ``is_inplace`` is
+    the annotate pass's verdict that the op writes one of its inputs; None in
+    records that do not say (files written before it, hand-made records), for
+    which ``graphprof.analysis.dataflow.is_inplace_write`` reads the op's name.
+    """
+
+    id: int
+    name: str
+    op: str
+    type: str
+    inputs: tuple[int, ...] = ()
+    in_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    in_dtypes: tuple[str | None, ...] = ()
+    out_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    out_dtypes: tuple[str | None, ...] = ()
+    module: str = ""
+    module_type: str = ""
+    source: str = ""
+    phase: Phase = Phase.OTHER
+    scope: str = ""
+    is_view: bool = False
+    is_inplace: bool | None = None
+    flops: int | None = None
+    bytes_read: int | None = None
+    bytes_written: int | None = None
+    memory: MemoryRecord | None = None
+    host_time_ns: tuple[int, ...] = ()
+    device_time_ns: tuple[int, ...] = ()
+    #: Op-specific facts as (key, value) pairs: conv backend, copy devices, collective sizes.
+    attrs: tuple[tuple[str, AttrValue], ...] = ()
+
+    @property
+    def host_time_s(self) -> tuple[float, ...]:
+        """The host samples in seconds."""
+        return tuple([t / NS_PER_S for t in self.host_time_ns])
+
+    @property
+    def device_time_s(self) -> tuple[float, ...]:
+        """The device samples in seconds (empty where no device clock ran)."""
+        return tuple([t / NS_PER_S for t in self.device_time_ns])
+
+
+@dataclass(frozen=True)
+class GraphRecord:
+    """A captured graph and its op nodes in execution order."""
+
+    id: int
+    name: str
+    kind: GraphKind
+    nodes: tuple[NodeRecord, ...] = ()
+    memory_peak: MemoryPeak | None = None
+    device_memory: tuple[DeviceMemorySample, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One profiled call of the traced function.
+
+    ``wall_time_s`` is host time from entering the call to the end of the last
+    graph; ``graph_time_s`` the part spent inside instrumented graphs.
+    """
+
+    index: int
+    wall_time_s: float
+    graph_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    """Where and how a profile was taken."""
+
+    function: str = ""
+    capture: str = "fx"
+    device_type: str = "cpu"
+    device_name: str = ""
+    created_at: str = ""
+    graphprof_version: str = ""
+    torch_version: str = ""
+    python_version: str = ""
+    probe_cost_s: float = 0.0
+    peaks: Mapping[str, float] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
