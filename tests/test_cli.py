@@ -25,6 +25,9 @@ def test_demo_profiles_a_real_resnet_step_and_saves_it(tmp_path, capsys) -> None
     assert "utilisation against peak" in text and "MFU (calibrated)" in text and "samples/s (16 samples per step)" in text
     assert "eager vs graph: eager step" in text  # measured on an eager twin beside each traced call
     profile = graphprof.load(out)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(out).st_mode & 0o777 == 0o666 & ~mask  # the mode of any new file, not mkstemp's 0600
     assert len(profile.steps) == 2 and profile.node_count > 100
     assert {"layer1.0.conv1", "fc"} <= {n.module for _, n in profile.iter_nodes()}
     assert profile.meta.peaks["flops_per_s"] > 0  # calibrated (or cached) peaks are recorded
