@@ -254,7 +254,7 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     """
     findings = []
     for graph in ctx.profile.graphs:
-        timed = [n for n in graph.nodes if n.device_time_s and n.host_time_s]
+        timed = [n for n in graph.nodes if n.device_time_ns and n.host_time_ns]
         if not timed:
             continue
         device_total = 0.0

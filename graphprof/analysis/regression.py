@@ -47,7 +47,7 @@ def step_times_s(profile: Profile) -> tuple[float, ...]:
     walls = tuple(s.wall_time_s for s in profile.steps)
     if walls and all(w > 0 for w in walls):
         return walls
-    n_steps = max((len(n.host_time_s) for _, n in profile.iter_nodes()), default=0)
+    n_steps = max((len(n.host_time_ns) for _, n in profile.iter_nodes()), default=0)
     sums = [0.0] * n_steps
     for _, node in profile.iter_nodes():
         for i, t in enumerate(node.host_time_s):
