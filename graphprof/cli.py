@@ -196,7 +196,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     from graphprof.render.exporters import EXPORTERS, FORMATS
 
-    endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS)
+    endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS.values())
     export = sub.add_parser(
         "export", help="write a saved profile as a trace, annotated graph, flame-graph stacks or HTML report",
         description=f"The format follows from the output file's name ({endings}); --format overrides it.")

@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
+from graphprof.analysis.columns import parse_order_by, resolve_columns
+from graphprof.analysis.option_errors import TableOptionError
+
 AGGREGATES = ("sum", "mean", "max", "min")
 AGGREGATE_BY = ("type", "module", "source", "shape", "scope", "phase", "graph")
 STATS = ("median", "mean", "min", "max")
@@ -28,10 +31,6 @@ _DTYPE_ALIASES = {
     "short": "int16", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
     "cfloat": "complex64", "cdouble": "complex128",
 }
-
-
-class TableOptionError(ValueError):
-    """An option value the user can fix; the message is one sentence."""
 
 
 def normalize_dtype(name: str) -> str:
@@ -155,14 +154,10 @@ class TableOptions:
                     self._compiled[which] = re.compile(pattern)
                 except re.error as exc:
                     raise TableOptionError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
-        from graphprof.analysis.columns import parse_order_by
-
         parse_order_by(self.order_by)
         if self.width is not None and (isinstance(self.width, bool) or not isinstance(self.width, int)
                                        or self.width < MIN_WIDTH):
             raise TableOptionError(f"--width must be a whole number >= {MIN_WIDTH}, not {self.width!r}")
-        from graphprof.analysis.columns import resolve_columns
-
         resolve_columns(self.columns)
         if not isinstance(self.format, str) or not self.format:
             raise TableOptionError(f"--format must be a format name, not {self.format!r}")

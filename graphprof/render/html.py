@@ -30,7 +30,7 @@ from graphprof.render.html_plots import RooflinePoint, bar_rows, roofline_svg
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
-    from graphprof.render.exporters import ExportOptions
+    from graphprof.render.export_options import ExportOptions
 
 TOP_NODES = 50
 CRITICAL_ROWS = 1000
