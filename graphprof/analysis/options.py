@@ -144,9 +144,9 @@ class TableOptions:
         if self.min_time_s is not None and self.max_time_s is not None and self.min_time_s > self.max_time_s:
             raise TableOptionError(
                 f"--min-time ({self.min_time_s:g} s) is larger than --max-time ({self.max_time_s:g} s), so nothing can match")
-        for flag, value in (("--type", self.types), ("--name", self.name), ("--module", self.module)):
-            if value is not None and not isinstance(value, (str, tuple)):
-                raise TableOptionError(f"{flag} must be text, not {value!r}")
+        for flag, text in (("--type", self.types), ("--name", self.name), ("--module", self.module)):
+            if text is not None and not isinstance(text, (str, tuple)):
+                raise TableOptionError(f"{flag} must be text, not {text!r}")
         for which, flag in (("name", "--name"), ("module", "--module")):
             pattern = getattr(self, which)
             if pattern is not None:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
-import sys
 from typing import Any, Iterator
 
 import torch

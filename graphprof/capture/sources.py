@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from types import FrameType
 
 import torch
 
@@ -31,7 +32,7 @@ def is_library(filename: str) -> bool:
 
 def user_source(skip: int = 2) -> str:
     """``file:line`` of the innermost frame of user code (not torch, not graphprof)."""
-    frame = sys._getframe(skip)
+    frame: FrameType | None = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_library(filename) and not filename.startswith("<"):

@@ -134,7 +134,7 @@ def world_size_of(call: OpCall) -> int | None:
         try:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            return int(_resolve_process_group(group).size())
+            return int(_resolve_process_group(group).size())  # type: ignore[arg-type]  # a group name
         except (RuntimeError, KeyError, ValueError, AttributeError):
             pass
     return int(dist.get_world_size())

@@ -49,4 +49,4 @@ def assemble_profile(name: str, recorded: RecordedSteps, *, clock: Clock, peaks:
     probe_cost_s = _probe_cost_s() if clock is time.perf_counter_ns else 0.0
     meta = profile_meta(name, recorded.mode, probe_cost_s, peaks=peaks, device_type=device_type,
                         device_name=device_name, **extra)
-    return build_profile(recorded.graphs, recorded.steps, meta, cls=Profile)
+    return build_profile(recorded.graphs, recorded.steps, meta, cls=Profile)  # type: ignore[return-value]  # cls=

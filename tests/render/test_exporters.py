@@ -18,7 +18,7 @@ from graphprof.api import Profile
 from graphprof.cli import main
 from graphprof.render import exporters
 from graphprof.render.exporters import FORMATS, ExportError, export_profile, exporter_for
-from tests.render.export_profiles import empty_profile, real_profile, synthetic_profile
+from tests.render.export_profiles import empty_profile, synthetic_profile
 
 HAS_DOT = shutil.which("dot") is not None
 FILE_FOR = {"chrome": "p.trace.json", "chrome-gz": "p.trace.json.gz", "dot": "p.dot", "svg": "p.svg", "graphml": "p.graphml", "nodelink": "p.nodelink.json",
