@@ -27,7 +27,6 @@ through other objects is not watched: the README says so.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import torch.fx
 from torch import nn
 
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+from graphprof.capture.sources import file_line
 from graphprof.capture.value_guards import VALUE_PREFIX
 
 _SCALAR = "graphprof_scalar"
@@ -438,11 +438,7 @@ def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
         pattern = re.compile(rf"\b{attr}\b\s*(\[[^\]]*\]\s*)?([-+*/%]?=[^=]|\.(append|extend|update|insert|pop)\b)")
         for i, line in enumerate(lines):
             if pattern.search(line):
-                try:
-                    name = os.path.relpath(filename)
-                except ValueError:
-                    name = filename
-                return f" at {name}:{first + i}"
+                return f" at {file_line(filename, first + i)}"
         return ""
 
     return find

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.dataflow import node_time_s
 from graphprof.analysis.eager import eager_overhead
@@ -195,7 +196,7 @@ def _breakdown(timed: list[Timed], total: float, key: Any, detail: Any, limit: i
 
 
 def _module_prefix(module: str, depth: int) -> str:
-    return ".".join(module.split(".")[:depth]) if module else "(top level)"
+    return truncate_module(module, depth) or "(top level)"
 
 
 def _module_type(items: list[Timed], prefix: str) -> str:
