@@ -8,7 +8,6 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import signal
 import sys
@@ -62,34 +61,36 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
     Read them back with ``table_options_from_args``. They mirror MegEngine's
     profile_analyze where it has the option, and ``Profile.table``'s keywords.
     """
-    from graphprof.analysis.options import AGGREGATE_BY, AGGREGATES, CLOCKS, PHASES, PRINT_ONLY, STATS
+    from graphprof.analysis.options import AGGREGATE_BY, AGGREGATES, CLOCKS, PHASES, PRINT_ONLY, STATS, TableOptions
 
+    default = TableOptions()
     g = parser.add_argument_group("table options")
     g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
-    g.add_argument("--type", dest="types", action="append", metavar="T",
+    g.add_argument("--type", action="append", metavar="T",
                    help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
     g.add_argument("--name", "--opr-name", metavar="REGEX",
                    help="keep nodes whose name matches (re.search; --opr-name is MegEngine's spelling)")
     g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
     g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
-    g.add_argument("--phase", dest="phases", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
+    g.add_argument("--phase", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
     g.add_argument("--aggregate", choices=AGGREGATES,
                    help="fold nodes with this function; without --aggregate-by into one row 'all'")
     g.add_argument("--aggregate-by", choices=AGGREGATE_BY, help="one row per group (sums without --aggregate)")
     g.add_argument("--module-depth", type=int, metavar="N", help="with --aggregate-by module: group by the first N path parts")
-    g.add_argument("--order-by", default="time", metavar="[+]COL",
+    g.add_argument("--order-by", default=default.order_by, metavar="[+]COL",
                    help="order by any column (time, flops, flop_per_s, bytes_moved, bandwidth, intensity, "
-                        "live_bytes, calls, id, type, in_shapes, ...); + = ascending (default time)")
+                        f"live_bytes, calls, id, type, in_shapes, ...); + = ascending (default {default.order_by})")
     g.add_argument("--min-time", type=float, metavar="S", help="drop single nodes faster than S seconds")
     g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
-    g.add_argument("--stat", default="median", choices=STATS, help="statistic over profiled steps (default median)")
-    g.add_argument("--clock", default="auto", choices=CLOCKS, help="host or device time (auto: device when recorded)")
+    g.add_argument("--stat", default=default.stat, choices=STATS,
+                   help=f"statistic over profiled steps (default {default.stat})")
+    g.add_argument("--clock", default=default.clock, choices=CLOCKS, help="host or device time (auto: device when recorded)")
     g.add_argument("--show-host", dest="clock", action="store_const", const="host",
                    help="MegEngine's spelling of --clock host")
     g.add_argument("--print-only", choices=(*PRINT_ONLY, *_MEGENGINE_PRINT_ONLY),
                    help="print only the summary or only the table (MegEngine's device and host: the table "
                         "on that clock)")
-    g.add_argument("--format", default="simple", metavar="FMT",
+    g.add_argument("--format", default=default.format, metavar="FMT",
                    help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
     g.add_argument("--wiki", "--confluence", dest="format", action="store_const", const="orgtbl",
                    help="MegEngine's wiki table: --format orgtbl")
@@ -104,18 +105,12 @@ def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
 
 def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
     """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
-    from graphprof.analysis.options import make_options
+    from graphprof.analysis.options import TABLE_KEYWORDS, make_options
 
-    print_only, clock = args.print_only, args.clock
-    if print_only in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
-        print_only, clock = "table", _MEGENGINE_PRINT_ONLY[print_only]
-    return make_options(
-        args.top, type=args.types, name=args.name, module=args.module, input_dtype=args.input_dtype,
-        phase=args.phases, aggregate=args.aggregate, aggregate_by=args.aggregate_by, order_by=args.order_by,
-        min_time=args.min_time, max_time=args.max_time, stat=args.stat, print_only=print_only,
-        format=args.format, module_depth=args.module_depth, clock=clock, width=args.width, wide=args.wide,
-        columns=args.columns,
-    )
+    keywords = {key: getattr(args, key) for key in TABLE_KEYWORDS}  # each flag's dest is its keyword
+    if keywords["print_only"] in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
+        keywords["print_only"], keywords["clock"] = "table", _MEGENGINE_PRINT_ONLY[keywords["print_only"]]
+    return make_options(**keywords)
 
 
 def load_for_analysis(path: str) -> "Profile":
@@ -196,7 +191,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _add_export_parser(sub: argparse._SubParsersAction) -> None:
     from graphprof.render.exporters import EXPORTERS, FORMATS
 
-    endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS)
+    endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS.values())
     export = sub.add_parser(
         "export", help="write a saved profile as a trace, annotated graph, flame-graph stacks or HTML report",
         description=f"The format follows from the output file's name ({endings}); --format overrides it.")
@@ -426,11 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.func(args))
         sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
         return status
-    except BrokenPipeError:
+    except BrokenPipeError:  # Python raises this for every EPIPE, so OSError below is never one
         return _closed_pipe()
     except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            return _closed_pipe()
         note(f"graphprof: error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
         return 2
     except (ProfileError, UsageError, ValueError) as exc:

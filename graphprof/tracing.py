@@ -51,6 +51,7 @@ DEFAULT_MAX_STEPS = 100
 def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     """What a captured graph is specialised to (tensor metadata, other values by
     equality), and the flattened inputs, so a replay flattens them only once."""
+    spec: Hashable
     if not kwargs and all(type(a) in _FLAT_LEAVES for a in args):
         # The common call, step(x, y): pytree's leaves are the arguments themselves.
         leaves, spec = list(args), len(args)
@@ -61,7 +62,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
         if isinstance(leaf, torch.Tensor):
             parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
         elif is_number_input(leaf):
-            parts.append(type(leaf))  # an input of the graph: its value is guarded only where a branch reads it
+            parts.append(type(leaf))  # type: ignore[arg-type]  # an input of the graph: its value is guarded only where a branch reads it
         else:
             try:
                 hash(leaf)
@@ -333,7 +334,7 @@ class TracedFunction:
     def _profile_of(self, runner: Runner, cycle: int | None = None) -> Profile:
         profile = assemble_profile(self.__name__, runner.recorded_steps(), clock=self._clock, peaks=self.peaks,
                                    schedule=self.schedule, cycle=cycle)
-        return with_eager_times(profile, self._eager_s, first_is_cold=True) if self._eager_s else profile
+        return with_eager_times(profile, self._eager_s, first_is_cold=True) if self._eager_s else profile  # type: ignore[return-value]  # dataclasses.replace keeps the subclass; typed in profile/
 
     # -- results ------------------------------------------------------------------
     def get_profile(self, all: bool = False) -> Any:

@@ -154,7 +154,7 @@ def dispatch_bound_runs(ctx: AdvisorContext) -> list[Finding]:
         run: list[tuple[GraphRecord, NodeRecord]] = []
         for node in (*graph.nodes, None):
             point = ctx.points.get((graph.id, node.id)) if node is not None else None
-            if point is not None and point.bound is Bound.OVERHEAD:
+            if node is not None and point is not None and point.bound is Bound.OVERHEAD:
                 run.append((graph, node))
                 continue
             if len(run) >= MIN_TINY_RUN and ctx.share(sum(ctx.time(g, n) for g, n in run)) >= MIN_SHARE:

@@ -41,7 +41,11 @@ _FUNCS: dict[str, Callable[[Sequence[float]], float]] = {
 
 
 def truncate_module(path: str, depth: int | None) -> str:
-    """``layer1.0.conv1`` at depth 1 is ``layer1``; no depth keeps the path."""
+    """``layer1.0.conv1`` at depth 1 is ``layer1``; no depth keeps the path, depth 0 and "" give "".
+
+    The one module-path prefix of tables, diff groups, graph views and the HTML
+    report (which label "" as top level themselves).
+    """
     if depth is None or not path:
         return path
     return ".".join(path.split(".")[:depth])

@@ -27,7 +27,7 @@ from difflib import get_close_matches
 from operator import attrgetter
 from typing import Any, Callable, Sequence
 
-from graphprof.analysis.options import TableOptionError
+from graphprof.analysis.option_errors import TableOptionError
 
 NUMBER, TEXT, SHAPES = "number", "text", "shapes"
 

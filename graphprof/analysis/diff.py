@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
+from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.entries import ratio
 from graphprof.analysis.filters import NodePairs, flat_nodes, resolve_clock, select, why_empty
 from graphprof.analysis.frame import node_frame
@@ -273,7 +274,7 @@ def _shape_label(node: NodeRecord) -> str:
 def group_key_fn(by: str, module_depth: int | None = None) -> Callable[[GraphRecord, NodeRecord], str]:
     """The group of a node under ``--aggregate-by by`` (as text, so that both sides join on it)."""
     if by == "module" and module_depth:
-        return lambda g, n: ".".join(n.module.split(".")[:module_depth])
+        return lambda g, n: truncate_module(n.module, module_depth)
     simple: dict[str, Callable[[GraphRecord, NodeRecord], str]] = {
         "type": lambda g, n: n.type, "module": lambda g, n: n.module, "phase": lambda g, n: n.phase.value,
         "shape": lambda g, n: _shape_label(n), "graph": lambda g, n: g.name, "source": lambda g, n: n.source,

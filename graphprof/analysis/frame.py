@@ -107,5 +107,8 @@ def node_frame(profile: Profile) -> NodeFrame:
     if entry is not None and entry[0]() is profile:
         return entry[1]
     frame = NodeFrame(profile)
-    _FRAMES[key] = (weakref.ref(profile, lambda _ref, key=key: _FRAMES.pop(key, None)), frame)
+    def forget(_ref: Any, key: int = key) -> None:
+        _FRAMES.pop(key, None)
+
+    _FRAMES[key] = (weakref.ref(profile, forget), frame)
     return frame

@@ -150,9 +150,9 @@ def memory_summary(profile: Profile, graph_id: int = 0) -> MemorySummary:
         start_bytes=peak.start_bytes,
         end_bytes=nodes[-1].memory.live_bytes,  # type: ignore[union-attr]
         # kernel workspace (measured, runtime/workspace.py) is allocated in the step too
-        allocated_bytes=sum(n.memory.allocated_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr]
+        allocated_bytes=sum(n.memory.allocated_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr,misc]
                             for n in nodes),
-        freed_bytes=sum(n.memory.freed_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr]
+        freed_bytes=sum(n.memory.freed_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr,misc]
                         for n in nodes),  # workspace is freed inside its op
         by_category_bytes=tuple(cats),
         largest=largest,

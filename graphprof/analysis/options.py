@@ -1,7 +1,11 @@
 """The options of a profile table, shared by ``graphprof analyze`` and ``Profile.table``.
 
-One frozen dataclass so the CLI, the Python API and later commands (report,
-diff) accept the same options with the same meaning and the same checks. A bad
+One frozen dataclass so the CLI, the Python API and the report and diff
+commands accept the same options with the same meaning and the same checks.
+``TableOptions`` is the one place the options, their defaults and their checks
+are written; ``make_options`` maps the keyword spellings users type
+(``type``, ``phase``, ``min_time`` ...) onto it, and the CLI reads its flags'
+names and defaults from both. A bad
 value raises ``TableOptionError`` (a ValueError) whose message is one sentence
 the CLI prints as is.
 """
@@ -9,8 +13,11 @@ the CLI prints as is.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterable
+
+from graphprof.analysis.columns import parse_order_by, resolve_columns
+from graphprof.analysis.option_errors import TableOptionError
 
 AGGREGATES = ("sum", "mean", "max", "min")
 AGGREGATE_BY = ("type", "module", "source", "shape", "scope", "phase", "graph")
@@ -28,10 +35,6 @@ _DTYPE_ALIASES = {
     "short": "int16", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
     "cfloat": "complex64", "cdouble": "complex128",
 }
-
-
-class TableOptionError(ValueError):
-    """An option value the user can fix; the message is one sentence."""
 
 
 def normalize_dtype(name: str) -> str:
@@ -145,9 +148,9 @@ class TableOptions:
         if self.min_time_s is not None and self.max_time_s is not None and self.min_time_s > self.max_time_s:
             raise TableOptionError(
                 f"--min-time ({self.min_time_s:g} s) is larger than --max-time ({self.max_time_s:g} s), so nothing can match")
-        for flag, value in (("--type", self.types), ("--name", self.name), ("--module", self.module)):
-            if value is not None and not isinstance(value, (str, tuple)):
-                raise TableOptionError(f"{flag} must be text, not {value!r}")
+        for flag, text in (("--type", self.types), ("--name", self.name), ("--module", self.module)):
+            if text is not None and not isinstance(text, (str, tuple)):
+                raise TableOptionError(f"{flag} must be text, not {text!r}")
         for which, flag in (("name", "--name"), ("module", "--module")):
             pattern = getattr(self, which)
             if pattern is not None:
@@ -155,14 +158,10 @@ class TableOptions:
                     self._compiled[which] = re.compile(pattern)
                 except re.error as exc:
                     raise TableOptionError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
-        from graphprof.analysis.columns import parse_order_by
-
         parse_order_by(self.order_by)
         if self.width is not None and (isinstance(self.width, bool) or not isinstance(self.width, int)
                                        or self.width < MIN_WIDTH):
             raise TableOptionError(f"--width must be a whole number >= {MIN_WIDTH}, not {self.width!r}")
-        from graphprof.analysis.columns import resolve_columns
-
         resolve_columns(self.columns)
         if not isinstance(self.format, str) or not self.format:
             raise TableOptionError(f"--format must be a format name, not {self.format!r}")
@@ -183,27 +182,43 @@ def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(value)
 
 
-def make_options(
-    top: int = 10, *, type: str | Iterable[str] | None = None, name: str | None = None,
-    module: str | None = None, input_dtype: str | None = None, phase: str | Iterable[str] | None = None,
-    aggregate: str | None = None, aggregate_by: str | None = None, order_by: str = "time",
-    min_time: float | None = None, max_time: float | None = None, stat: str = "median",
-    print_only: str | None = None, format: str = "simple", module_depth: int | None = None,
-    clock: str = "auto", width: int | None = None, wide: bool = False, columns: str | Iterable[str] | None = None,
-) -> TableOptions:
-    """TableOptions from the keyword names the CLI uses (``type``, ``phase``, ``min_time`` ...), validated."""
-    return TableOptions(
-        top=top, types=_as_tuple(type), name=name, module=module, input_dtype=input_dtype,
-        phases=_as_tuple(phase), aggregate=aggregate, aggregate_by=aggregate_by, order_by=order_by,
-        min_time_s=min_time, max_time_s=max_time, stat=stat, print_only=print_only, format=format,
-        module_depth=module_depth, clock=clock, width=width, wide=bool(wide), columns=_column_list(columns),
-    ).validate()
-
-
 def _column_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """``"time,name, flops"`` or a list of names -> a tuple of stripped names."""
     parts = value.split(",") if isinstance(value, str) else (value or ())
     return tuple(p.strip() for p in parts if p.strip())
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+#: make_options' keywords that are spelled or typed differently from their TableOptions field:
+#: keyword -> (field, conversion). Every other field is its own keyword, taken as it is.
+_KEYWORD_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "type": ("types", _as_tuple), "phase": ("phases", _as_tuple),
+    "min_time": ("min_time_s", _same), "max_time": ("max_time_s", _same),
+    "wide": ("wide", bool), "columns": ("columns", _column_list),
+}
+_FIELD_KEYWORDS = {name: key for key, (name, _) in _KEYWORD_FIELDS.items()}
+#: Every keyword make_options takes, in TableOptions' field order (Profile.table's and the CLI's names).
+TABLE_KEYWORDS: tuple[str, ...] = tuple(
+    _FIELD_KEYWORDS.get(f.name, f.name) for f in fields(TableOptions) if f.init)
+
+
+def make_options(top: int = TableOptions.top, **keywords: Any) -> TableOptions:
+    """TableOptions from the keyword names the CLI uses (``type``, ``phase``, ``min_time`` ...), validated.
+
+    ``type``, ``phase`` and ``columns`` take one value or several (``columns`` also
+    ``"a,b"``); ``min_time``/``max_time`` are seconds; a keyword left out keeps
+    TableOptions' default.
+    """
+    values: dict[str, Any] = {"top": top}
+    for key, value in keywords.items():
+        if key not in TABLE_KEYWORDS:
+            raise TypeError(f"make_options() got an unexpected keyword argument {key!r}")
+        name, convert = _KEYWORD_FIELDS.get(key, (key, _same))
+        values[name] = convert(value)
+    return TableOptions(**values).validate()
 
 
 def with_changes(options: TableOptions, **changes: Any) -> TableOptions:

@@ -93,12 +93,12 @@ def summarize(profile: Profile, pairs: Sequence[tuple[GraphRecord, NodeRecord]],
     total_moved = moved if moved_known else None
     # The memory pass's high-water mark (live bytes while an op runs) wins over
     # the largest live-after figure, so that every view names the same peak.
-    recorded = [(g, g.memory_peak) for g in profile.graphs if getattr(g, "memory_peak", None) is not None]
+    recorded = [(g, mp) for g in profile.graphs if (mp := getattr(g, "memory_peak", None)) is not None]
     if recorded:
         graph, mp = max(recorded, key=lambda item: item[1].live_bytes)
-        node = next((n for n in graph.nodes if n.id == mp.node_id), None)
-        if node is not None:
-            peak, peak_at = mp.live_bytes, (graph, node)
+        found = next((n for n in graph.nodes if n.id == mp.node_id), None)
+        if found is not None:
+            peak, peak_at = mp.live_bytes, (graph, found)
     peak_node = None
     if peak_at is not None:
         graph, node = peak_at

@@ -60,12 +60,12 @@ class CheckpointRecompute:
             finally:
                 ctx.run_function = run_function
 
-        function.backward = staticmethod(reentrant_backward)
+        function.backward = staticmethod(reentrant_backward)  # type: ignore[method-assign]
         if run_disabled is not None:
             torch_checkpoint._run_fn_with_dynamo_disabled = self._scoped(run_disabled)
         try:
             yield
         finally:
-            function.backward = backward
+            function.backward = backward  # type: ignore[method-assign]
             if run_disabled is not None:
                 torch_checkpoint._run_fn_with_dynamo_disabled = run_disabled

@@ -29,7 +29,7 @@ class FunctionApplies:
     it; ``link(seq, record)`` ties the backward node numbered ``seq`` to it.
     """
 
-    def __init__(self, enter: Callable[[tuple], Any], exit: Callable[[], None],
+    def __init__(self, enter: Callable[[tuple], Any], exit: Callable[[], Any],
                  link: Callable[[int, Any], None]) -> None:
         self.enter = enter
         self.exit = exit
@@ -52,8 +52,8 @@ class FunctionApplies:
                     applies.link(node._sequence_nr(), record)
             return out
 
-        Function.apply = classmethod(apply)
+        Function.apply = classmethod(apply)  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
-            Function.apply = original
+            Function.apply = original  # type: ignore[method-assign]

@@ -26,7 +26,8 @@ from graphprof.capture.inputs import _effect_node, _real, _template, _build, inp
 
 
 def _scheduler_classes() -> list[type]:
-    found, todo = [], [LRScheduler]
+    found: list[type] = []
+    todo: list[type] = [LRScheduler]
     while todo:
         cls = todo.pop()
         found.append(cls)
@@ -95,7 +96,7 @@ class SchedulerCalls:
             if calls.depth or not isinstance(values, list):
                 return values
             name = type(sched).__name__
-            return [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",
+            return [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",  # type: ignore[misc]
                                  calls.record(), calls.source()) if isinstance(v, float) else v
                     for i, v in enumerate(values)]
 

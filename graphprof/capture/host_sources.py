@@ -31,6 +31,7 @@ import logging
 import random
 import sys
 import time
+from types import FrameType
 from typing import Any, Callable, Iterator
 
 import torch
@@ -47,7 +48,7 @@ _RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
 
 def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool]) -> bool:
     """Whether the innermost caller outside ``skip_files`` (random.py itself) is the user's code."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename in skip_files:
         frame = frame.f_back
     return frame is not None and not library(frame.f_code.co_filename)

@@ -27,7 +27,6 @@ through other objects is not watched: the README says so.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import types
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import torch.fx
 from torch import nn
 
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+from graphprof.capture.sources import file_line
 from graphprof.capture.value_guards import VALUE_PREFIX
 
 _SCALAR = "graphprof_scalar"
@@ -187,7 +187,7 @@ def evaluate(operand: Any, leaves: list[Any], positions: dict[torch.fx.Node, int
     if prefix is not None:
         return prefix(*(evaluate(p, leaves, positions) for p in prefix.placeholders))
     args = [evaluate(a, leaves, positions) for a in operand.args]
-    return operand.target(*args)
+    return operand.target(*args)  # type: ignore[operator]  # call_function nodes
 
 
 def guards_hold(guards: list[Guard], leaves: list[Any], positions: dict[torch.fx.Node, int]) -> Guard | None:
@@ -318,7 +318,7 @@ class PythonState:
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
                 template, slots = _template(now, node_of, location.describe, source)
                 location.set(_real(now))
-                _effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:
+                _effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
                              loc.set(_build(t, vals)), slots, record)
                 continue
             before, snapshot = entry.before, entry.snapshot
@@ -328,7 +328,7 @@ class PythonState:
                 added = before[len(snapshot):]
                 template, slots = _template(added, node_of, location.describe, source)
                 before[len(snapshot):] = _real(added)
-                _effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:
+                _effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              lst.extend(_build(t, vals)), slots, record)
             elif type(before) is dict and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
@@ -339,7 +339,7 @@ class PythonState:
                     continue
                 template, slots = _template(new, node_of, location.describe, source)
                 before.update(_real(new))
-                _effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:
+                _effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(_build(t, vals)), slots, record)
 
 
@@ -438,11 +438,7 @@ def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
         pattern = re.compile(rf"\b{attr}\b\s*(\[[^\]]*\]\s*)?([-+*/%]?=[^=]|\.(append|extend|update|insert|pop)\b)")
         for i, line in enumerate(lines):
             if pattern.search(line):
-                try:
-                    name = os.path.relpath(filename)
-                except ValueError:
-                    name = filename
-                return f" at {name}:{first + i}"
+                return f" at {file_line(filename, first + i)}"
         return ""
 
     return find

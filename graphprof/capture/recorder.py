@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
-import sys
 from typing import Any, Iterator
 
 import torch
@@ -46,7 +44,7 @@ from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
-    GUARD_SINKS, DataDependentError, Guard, TracedScalar, contains_traced_scalar, unwrap_scalars,
+    GUARD_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars, contains_traced_scalar,
 )
 from graphprof.capture.state import StateIndex, add_parameter
 from graphprof.capture.value_guards import VALUE_READS, ValueGuards
@@ -69,24 +67,6 @@ _REFUSED = {
     torch.Tensor.__format__: "formatting a tensor",
 }
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
-
-_ACTIVE: "CaptureRecorder | None" = None
-
-
-def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes."""
-    found: list[TracedScalar] = []
-    args = unwrap_scalars(args, found)
-    kwargs = unwrap_scalars(kwargs, found)
-    recorder = _ACTIVE
-    if recorder is None:
-        return func(*args, **kwargs)
-    recorder.pending_scalars.append(found)
-    try:
-        return func(*args, **kwargs)
-    finally:
-        recorder.pending_scalars.pop()
-
 
 def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     """Replace a literal equal to a pending scalar's value by that scalar's node."""
@@ -304,22 +284,21 @@ class CaptureRecorder:
     # -- hooks -------------------------------------------------------------------
     @contextlib.contextmanager
     def active(self) -> Iterator["CaptureRecorder"]:
-        global _ACTIVE
         handles = [
             nn.modules.module.register_module_forward_pre_hook(lambda m, a: self.module_stack.append(m)),
             nn.modules.module.register_module_forward_hook(lambda m, a, o: self._pop_module(m), always_call=True),
             register_optimizer_step_pre_hook(lambda o, a, k: self._enter_optimizer(o)),
             register_optimizer_step_post_hook(lambda o, a, k: self._exit_optimizer()),
         ]
-        previous, _ACTIVE = _ACTIVE, self
         GUARD_SINKS.append(self.guards)
+        PENDING_SINKS.append(self.pending_scalars)
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
                     self.recompute.patched(), self.functions.patched(), _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
+            PENDING_SINKS.pop()
             GUARD_SINKS.pop()
-            _ACTIVE = previous
             for h in handles:
                 h.remove()
 

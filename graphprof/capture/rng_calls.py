@@ -68,7 +68,7 @@ class RngStateCalls:
                     if original is None:
                         continue
                     setattr(owner, name, wrap(original, f"{path}.{name}"))
-                    undo.append(lambda o=owner, n=name, f=original: setattr(o, n, f))
+                    undo.append(lambda o=owner, n=name, f=original: setattr(o, n, f))  # type: ignore[misc]
             yield
         finally:
             for step in reversed(undo):

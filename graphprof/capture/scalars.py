@@ -86,6 +86,9 @@ def distinct_guards(guards: list[Guard]) -> tuple[Guard, ...]:
 
 #: Where guards recorded now go (the active capture's list); empty outside a capture.
 GUARD_SINKS: list[list[Guard]] = []
+#: The active capture's stack of scalars passed to the torch call now running (the
+#: recorder links the op nodes that call creates to them); empty outside a capture.
+PENDING_SINKS: list[list[list["TracedScalar"]]] = []
 
 
 _COMPARISONS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
@@ -182,9 +185,22 @@ class TracedScalar:
     # method exists so that torch's argument parser accepts the object.
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        from graphprof.capture.recorder import call_with_scalars
-
         return call_with_scalars(func, args, kwargs or {})
+
+
+def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes."""
+    found: list[TracedScalar] = []
+    args = unwrap_scalars(args, found)
+    kwargs = unwrap_scalars(kwargs, found)
+    if not PENDING_SINKS:
+        return func(*args, **kwargs)
+    pending = PENDING_SINKS[-1]
+    pending.append(found)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        pending.pop()
 
 
 def contains_traced_scalar(tree: Any) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from graphprof.capture.sources import file_line
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.records import CAPTURE, CaptureRecord
 from graphprof.profile.model import GraphKind, Phase
@@ -41,26 +42,17 @@ def _frames(meta: dict[str, Any]) -> list[tuple[str, int]]:
     return [(f, int(line)) for f, line in _FRAME.findall(meta.get("stack_trace") or "")]
 
 
-def user_source(filename: str, line: int) -> str:
-    """``file:line`` relative to the working directory when possible."""
-    try:
-        filename = os.path.relpath(filename)
-    except ValueError:
-        pass
-    return f"{filename}:{line}"
-
-
 def caller_source(frame: Any) -> str:
     """``file:line`` of the innermost frame outside torch and graphprof: the user's call."""
     while frame is not None and frame.f_code.co_filename.startswith((_TORCH_DIR, _OWN_DIR)):
         frame = frame.f_back
-    return user_source(frame.f_code.co_filename, frame.f_lineno) if frame is not None else ""
+    return file_line(frame.f_code.co_filename, frame.f_lineno) if frame is not None else ""
 
 
 def _source_of(frames: list[tuple[str, int]]) -> str:
     for filename, line in reversed(frames):
         if not filename.startswith((_TORCH_DIR, _OWN_DIR)):
-            return user_source(filename, line)
+            return file_line(filename, line)
     return ""
 
 

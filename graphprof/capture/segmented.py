@@ -47,7 +47,7 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
-from graphprof.capture.host_reads import HostRead, HostReadTimer
+from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
 from graphprof.passes.annotate import is_op_node

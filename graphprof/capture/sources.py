@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from types import FrameType
 
 import torch
 
@@ -29,16 +30,21 @@ def is_library(filename: str) -> bool:
     return filename.startswith(_SKIP_DIRS)
 
 
+def file_line(filename: str, line: int) -> str:
+    """``file:line``, the file relative to the working directory when it can be (not across drives)."""
+    try:
+        filename = os.path.relpath(filename)
+    except ValueError:
+        pass
+    return f"{filename}:{line}"
+
+
 def user_source(skip: int = 2) -> str:
     """``file:line`` of the innermost frame of user code (not torch, not graphprof)."""
-    frame = sys._getframe(skip)
+    frame: FrameType | None = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_library(filename) and not filename.startswith("<"):
-            try:
-                filename = os.path.relpath(filename)
-            except ValueError:
-                pass
-            return f"{filename}:{frame.f_lineno}"
+            return file_line(filename, frame.f_lineno)
         frame = frame.f_back
     return ""

@@ -94,7 +94,7 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str
     # One level into plain user objects (a dataclass or config holding the
     # model and optimizer); never into modules, classes or torch's own objects.
     nested: list[tuple[str, Any]] = []
-    for name, obj in found:
+    for _name, obj in found:
         if isinstance(obj, (nn.Module, torch.optim.Optimizer, types.ModuleType, type)) or callable(obj):
             continue
         if type(obj).__module__.startswith("torch") or not hasattr(obj, "__dict__"):
@@ -105,7 +105,7 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str
 
 def _filled(cell: types.CellType) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 - reading an empty cell raises ValueError
     except ValueError:
         return False
     return True

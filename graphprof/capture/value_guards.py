@@ -120,7 +120,7 @@ class ValuePrefix:
                     continue
                 args = torch.fx.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
-                env[node] = node.target(*args, **kwargs)
+                env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
             return self.convert(env[self.nodes[-1]])
 
 

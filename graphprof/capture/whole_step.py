@@ -129,7 +129,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     holder: dict[str, Any] = {}
 
     def traced(*inputs: Any) -> Any:
-        recorder = CaptureRecorder(get_proxy_mode().tracer, state)
+        mode = get_proxy_mode()
+        assert mode is not None  # make_fx runs this function under its proxy mode
+        recorder = CaptureRecorder(mode.tracer, state)
         holder["recorder"] = recorder
         placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
         filled = list(leaves)
@@ -202,7 +204,7 @@ def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.P
         if param is None:
             continue
         with gm.graph.inserting_before(node):
-            reader = reader_node(gm.graph, lambda p=param: p.grad, f"{node.target}", None, scalar=False)
+            reader = reader_node(gm.graph, lambda p=param: p.grad, f"{node.target}", None, scalar=False)  # type: ignore[misc]
         reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
         node.replace_all_uses_with(reader)
         gm.graph.erase_node(node)

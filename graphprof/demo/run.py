@@ -47,4 +47,4 @@ def run_demo(model: str = "resnet", steps: int = 5, top: int = 15, output: str |
         notes.append(f"  or `graphprof export {output} -o report.html`")
     header = (f"graphprof demo: {demo.name} training step on CPU, {profile.node_count} graph nodes, "
               f"{len(profile.steps)} profiled steps, last loss {float(loss):.4f}")
-    return "\n".join([header, *notes, "", profile.report(top=top)])
+    return "\n".join([header, *notes, "", profile.report(top=top)])  # type: ignore[attr-defined]  # an api.Profile

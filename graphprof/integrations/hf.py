@@ -45,7 +45,7 @@ def _batch_shape(inputs: Any) -> tuple[int | None, int | None]:
     """(tokens, samples) of a batch: ``input_ids`` elements and first dimension, when it has them."""
     ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
     shape = getattr(ids, "shape", None)
-    if shape is None or len(shape) == 0:
+    if ids is None or shape is None or len(shape) == 0:
         return None, None
     return int(ids.numel()), int(shape[0])
 
@@ -89,7 +89,7 @@ class TrainerProfiler:
                 profiler.uninstall()
 
         self.trainer.training_step = self
-        self._callback = _Restore()
+        self._callback: TrainerCallback | None = _Restore()
         self.trainer.add_callback(self._callback)
         return self
 
@@ -109,10 +109,10 @@ class TrainerProfiler:
 
     def _annotate(self, profile: Profile) -> Profile:
         if self._eager_s:
-            profile = with_eager_times(profile, self._eager_s, first_is_cold=True)
+            profile = with_eager_times(profile, self._eager_s, first_is_cold=True)  # type: ignore[assignment]  # dataclasses.replace keeps the subclass; typed in profile/
         tokens, samples = self._batch
         if tokens or samples:
-            profile = with_workload(profile, tokens_per_step=tokens, samples_per_step=samples)
+            profile = with_workload(profile, tokens_per_step=tokens, samples_per_step=samples)  # type: ignore[assignment]  # dataclasses.replace keeps the subclass; typed in profile/
         return profile
 
 

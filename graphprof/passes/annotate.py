@@ -52,7 +52,7 @@ def tensor_info(value: Any) -> TensorInfo | None:
 
 def _value_of(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Any:
     if node.op == "get_attr":
-        return getattr(gm, node.target, node.meta.get("val"))
+        return getattr(gm, str(node.target), node.meta.get("val"))
     return node.meta.get("val")
 
 

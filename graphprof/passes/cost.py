@@ -26,54 +26,14 @@ import graphprof.passes.cost_formulas_reduce  # noqa: F401
 import graphprof.passes.cost_formulas_rnn  # noqa: F401
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.cost_formulas import (
-    OpCall, cost as _cost_of, default_bytes, lookup, register_cost, tensors_in, unregister_cost,
+    OpCall, cost as _cost_of, default_bytes, lookup, register_cost, unregister_cost,
 )
+from graphprof.passes.op_call import op_call
 from graphprof.passes.records import ANNOTATION, COST, CostRecord
 
 __all__ = ["cost", "op_call", "has_formula", "register_cost", "unregister_cost"]
 
 log = logging.getLogger("graphprof")
-
-
-def _value(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Any:
-    """A node's value: the constant of a get_attr, else the recorded FakeTensor (or None)."""
-    if node.op == "get_attr":
-        return functools.reduce(getattr, str(node.target).split("."), gm)
-    return node.meta.get("val")
-
-
-def _mutated_args(target: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """Tensors an op writes through its arguments without returning them
-    (``_foreach_add_``, batch norm's running statistics)."""
-    schema = getattr(target, "_schema", None)
-    if schema is None:
-        return []
-    returned = {s for r in schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
-    written: list[torch.Tensor] = []
-    for i, argument in enumerate(schema.arguments):
-        info = argument.alias_info
-        if info is None or not info.is_write or set(info.before_set) & returned:
-            continue
-        value = kwargs.get(argument.name, args[i] if i < len(args) and not argument.kwarg_only else None)
-        written.extend(tensors_in(value))
-    return written
-
-
-def op_call(node: torch.fx.Node, gm: torch.fx.GraphModule) -> OpCall:
-    """What a formula sees of ``node``: argument values, distinct inputs, written tensors."""
-    env = functools.partial(_value, gm=gm)
-    args = tuple(torch.fx.node.map_arg(node.args, env))
-    kwargs = dict(torch.fx.node.map_arg(node.kwargs, env))
-    inputs: list[torch.Tensor] = []
-    seen: set[int] = set()
-    for producer in node.all_input_nodes:
-        for t in tensors_in(env(producer)):
-            if id(t) not in seen:
-                seen.add(id(t))
-                inputs.append(t)
-    out = node.meta.get("val")
-    written = tensors_in(out) + _mutated_args(node.target, args, kwargs)
-    return OpCall(target=node.target, args=args, kwargs=kwargs, out=out, inputs=tuple(inputs), written=tuple(written))
 
 
 def has_formula(target: Any) -> bool:

@@ -39,6 +39,7 @@ import torch
 import torch.fx
 
 from graphprof.passes.cost_formulas import OpCall, builtin, cost, nbytes
+from graphprof.passes.op_call import op_call
 from graphprof.passes.records import CostRecord
 
 #: Collective kind of each op (by schema name), and which of its values is
@@ -133,7 +134,7 @@ def world_size_of(call: OpCall) -> int | None:
         try:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            return int(_resolve_process_group(group).size())
+            return int(_resolve_process_group(group).size())  # type: ignore[arg-type]  # a group name
         except (RuntimeError, KeyError, ValueError, AttributeError):
             pass
     return int(dist.get_world_size())
@@ -157,6 +158,4 @@ def node_collective_attrs(node: torch.fx.Node, gm: torch.fx.GraphModule) -> dict
     """``collective_attrs`` of an fx node (empty when it is not a collective)."""
     if collective_kind(node.target) is None:
         return {}
-    from graphprof.passes.cost import op_call  # cost imports this module: import late
-
     return collective_attrs(op_call(node, gm))

@@ -149,7 +149,7 @@ class _Model:
         name = record.name if record is not None else node.name
         value = node.meta.get("val")
         if node.op == "get_attr":
-            value = getattr(self.gm, node.target, value)  # the real tensor: storages can be shared
+            value = getattr(self.gm, str(node.target), value)  # the real tensor: storages can be shared
 
         def one(t: Any) -> Slots:
             if not isinstance(t, torch.Tensor):
@@ -176,7 +176,7 @@ class _Model:
         value = node.meta.get("val")
         target = node.target
         if target is operator.getitem:
-            source = self.slots.get(node.args[0])
+            source = self.slots.get(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else None
             index = node.args[1]
             if isinstance(source, list) and isinstance(index, int) and -len(source) <= index < len(source):
                 return source[index]
@@ -263,7 +263,11 @@ def _output_parts(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[t
     parts: list[list[torch.fx.Node]] = [[], []]
 
     def collect(arg: Any, into: list[torch.fx.Node]) -> None:
-        torch.fx.map_arg(arg, lambda n: into.append(n) or n)
+        def add(n: torch.fx.Node) -> torch.fx.Node:
+            into.append(n)
+            return n
+
+        torch.fx.map_arg(arg, add)
 
     if isinstance(result, (list, tuple)) and len(result) == 2 and all(isinstance(p, (list, tuple)) for p in result):
         collect(result[0], parts[0])

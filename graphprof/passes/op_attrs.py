@@ -33,7 +33,7 @@ def _fast_conv_available(device: torch.device) -> bool:
 
 def _conv_backend(node: torch.fx.Node) -> dict[str, str]:
     """The backend torch selects for this convolution's shapes and current flags."""
-    args = list(node.args)
+    args: list[Any] = list(node.args)
     if node.meta[ANNOTATION].type == "convolution_backward":
         # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed, ...)
         args = [args[1], args[2], None, *args[4:10]]

@@ -89,7 +89,7 @@ class OpAnnotation:
     op: str
     type: str
     inputs: tuple[str, ...]
-    in_tensors: tuple[TensorInfo | None, ...]
+    in_tensors: tuple[TensorInfo, ...]
     out_tensors: tuple[TensorInfo | None, ...]
     module: str
     module_type: str

@@ -79,7 +79,7 @@ def remove_stale_temporaries(directory: str, now: float | None = None) -> list[s
     docstring); anything else, and any error, is left alone.
     """
     now = time.time() if now is None else now
-    removed = []
+    removed: list[str] = []
     uid = os.getuid() if hasattr(os, "getuid") else None
     try:
         entries = list(os.scandir(directory))

@@ -221,7 +221,7 @@ def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
             continue
         col = raw[f.name]
         if isinstance(col, dict):
-            keys = col.get("keys")
+            keys: Any = col.get("keys")
             _check(isinstance(keys, list) and set(map(type, keys)) <= {str}, f"{what}.{f.name}.keys must be strings")
             values = _list_of(col.get("values"), n, (list, type(None)), f"{what}.{f.name}.values")
             # Mappings are sparse: a key a node does not have is written as 0 in
@@ -264,10 +264,10 @@ def _build_all(cls: type, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]
     """
     if hasattr(cls, "__post_init__"):
         return [cls(*row) for row in rows]
-    out = []
+    out: list[Any] = []
     append = out.append
     for row in rows:
-        obj = _new(cls)
+        obj: Any = _new(cls)
         obj.__dict__.update(zip(names, row))
         append(obj)
     return out
@@ -281,7 +281,7 @@ def _raw_from_json(value: Any, default: Any) -> Any:
 
 def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     """Validate and decode one compact graph object; ColumnError says what is wrong."""
-    n = raw.get("size")
+    n: Any = raw.get("size")
     _check(type(n) is int and n >= 0, "size must be a non-negative integer")
     strings = raw.get("strings", [""])
     _check(isinstance(strings, list) and set(map(type, strings)) <= {str}, "strings must be a list of strings")

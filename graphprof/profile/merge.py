@@ -56,7 +56,8 @@ def graph_ranks(profile: Profile) -> dict[int, int]:
     """Graph id → rank, for a merged profile (empty for any other)."""
     if not is_merged(profile):
         return {}
-    return {int(g): int(r["rank"]) for r in rank_info(profile)["ranks"] for g in r.get("graph_ids", ())}
+    ranks = (rank_info(profile) or {}).get("ranks", ())
+    return {int(g): int(r["rank"]) for r in ranks for g in r.get("graph_ids", ())}
 
 
 def split_graph_name(name: str) -> tuple[int | None, str]:

@@ -31,7 +31,7 @@ finite FLOP count into an infinite rate that no JSON writer accepts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SECONDS = 1e9

@@ -81,7 +81,7 @@ class _Column:
 
 def _text_cell(key: str) -> Callable[[Row, "int | None"], str]:
     def cell(row: Row, width: int | None) -> str:
-        value = row.label if key == "label" else getattr(row, key)
+        value: Any = row.label if key == "label" else getattr(row, key)
         if key in ("in_shapes", "out_shapes"):
             return format_shapes(value, limit=None, width=width)
         if value is None:

@@ -22,12 +22,13 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from graphprof.render.escape import dot_html, dot_string
+from graphprof.render.export_options import ExportError
 from graphprof.render.graph_view import GraphView, ViewNode, build_view
 from graphprof.render.units import format_count, format_time
 
 if TYPE_CHECKING:
     from graphprof.profile.model import Profile
-    from graphprof.render.exporters import ExportOptions
+    from graphprof.render.export_options import ExportOptions
 
 #: Lower edge of each heat bin, as a share of the step's time; colours are ColorBrewer YlOrRd.
 HEAT_BINS: tuple[float, ...] = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -160,8 +161,6 @@ def profile_dot(profile: Profile, options: ExportOptions) -> str:
 
 def dot_to_svg(dot_text: str, timeout_s: float = DOT_TIMEOUT_S) -> str:
     """Lay out DOT text with Graphviz's ``dot`` and return the SVG."""
-    from graphprof.render.exporters import ExportError
-
     binary = shutil.which("dot")
     if binary is None:
         raise ExportError("writing SVG needs Graphviz's dot program, which is not installed "

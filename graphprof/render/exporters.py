@@ -1,8 +1,8 @@
 """Writing a profile to a file whose format follows from its name.
 
-Each format is a small ``Exporter`` class (pyinstrument's renderer style):
-a name, the file-name endings it claims, and ``render(profile, options)``
-returning the file's text. ``EXPORTERS`` is the registry; the longest
+Each format is an ``ExportFormat`` record: a name, the file-name endings it
+claims, and ``render(profile, options)`` returning the file's content.
+``EXPORTERS`` is the registry, by name; the longest
 matching ending wins, so ``step.trace.json`` is a Chrome trace,
 ``g.nodelink.json`` node-link JSON and ``step.memory.svg`` the memory
 timeline rather than the graph SVG. ``format=`` overrides the name.
@@ -18,164 +18,113 @@ from __future__ import annotations
 import gzip
 import os
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable
 
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import _gc_paused
+from graphprof.render.export_options import ExportError, ExportOptions
 from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
 
 
-class ExportError(ValueError):
-    """An export the user asked for cannot be done; the message is one sentence."""
-
-
 @dataclass(frozen=True)
-class ExportOptions:
-    """What every exporter may honour (each ignores what does not apply to it).
+class ExportFormat:
+    """One output format: its name, the file-name endings it claims, and what renders it.
 
-    ``module_level``: True collapses graph views to one node per module and
-    phase, False never does, None (default) does so above ``max_nodes``.
-    ``hide_views``: leave views, tuple projections and constant factories out
-    of graph views. ``bounds``: roofline bound per node, keyed by
-    ``(graph_id, node_id)`` or by node id; None computes them from the peaks in
-    the profile's meta (none without peaks). ``findings``: advisor findings
-    (objects with ``severity``, ``title``, ``time_s``, ``hint``, ``sources``)
-    for the HTML report; None runs the advisor. ``graph_id``: the graph the memory timeline shows.
-    ``max_bytes``: refuse a file larger than this (``render.size_guard``): None for the default
-    limit (50 times the profile's size, at least 256 MiB), 0 for none.
+    ``render(profile, options)`` returns the file's content: text (written as
+    UTF-8) or bytes (a compressed format).
     """
 
-    stat: str = "median"
-    module_level: bool | None = None
-    hide_views: bool = False
-    max_nodes: int = 600
-    graph_id: int = 0
-    bounds: Mapping[Any, str] | None = None
-    findings: Sequence[Any] | None = None
-    max_bytes: int | None = None
+    name: str
+    suffixes: tuple[str, ...]
+    description: str
+    render: Callable[[Profile, ExportOptions], str | bytes]
 
 
-class Exporter:
-    """One output format. Subclasses set ``name``/``suffixes`` and implement ``render``."""
+# The renderers import their modules when called, so choosing a format imports none of them.
+def _chrome(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.chrome_trace import chrome_trace_json
 
-    name: ClassVar[str] = ""
-    suffixes: ClassVar[tuple[str, ...]] = ()
-    description: ClassVar[str] = ""
-
-    def render(self, profile: Profile, options: ExportOptions) -> str | bytes:
-        """The file's content: text (written as UTF-8) or bytes (a compressed format)."""
-        raise NotImplementedError
+    return chrome_trace_json(profile, stat=options.stat, bounds=options.bounds)
 
 
-class ChromeTraceExporter(Exporter):
-    name, suffixes, description = "chrome", (".trace.json", ".json"), "Chrome/Perfetto trace (Trace Event Format)"
-
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.chrome_trace import chrome_trace_json
-
-        return chrome_trace_json(profile, stat=options.stat, bounds=options.bounds)
+def _chrome_gz(profile: Profile, options: ExportOptions) -> bytes:
+    # mtime=0: the same profile gives the same bytes (no timestamp in the gzip header).
+    return gzip.compress(_chrome(profile, options).encode("utf-8"), compresslevel=6, mtime=0)
 
 
-class ChromeTraceGzExporter(Exporter):
-    name, suffixes = "chrome-gz", (".trace.json.gz", ".json.gz")
-    description = "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)"
+def _dot(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.dot import profile_dot
 
-    def render(self, profile: Profile, options: ExportOptions) -> bytes:
-        from graphprof.render.chrome_trace import chrome_trace_json
-
-        # mtime=0: the same profile gives the same bytes (no timestamp in the gzip header).
-        return gzip.compress(chrome_trace_json(profile, stat=options.stat, bounds=options.bounds).encode("utf-8"),
-                             compresslevel=6, mtime=0)
+    return profile_dot(profile, options)
 
 
-class DotExporter(Exporter):
-    name, suffixes, description = "dot", (".dot", ".gv"), "annotated graph as Graphviz DOT"
+def _svg(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.dot import dot_to_svg, profile_dot
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.dot import profile_dot
-
-        return profile_dot(profile, options)
+    return dot_to_svg(profile_dot(profile, options))
 
 
-class SvgExporter(Exporter):
-    name, suffixes, description = "svg", (".svg",), "annotated graph as SVG (runs Graphviz's dot)"
+def _graphml(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.graphml import graphml_text
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.dot import dot_to_svg, profile_dot
-
-        return dot_to_svg(profile_dot(profile, options))
+    return graphml_text(profile, stat=options.stat)
 
 
-class GraphMLExporter(Exporter):
-    name, suffixes, description = "graphml", (".graphml",), "dataflow graph as GraphML"
+def _node_link(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.graphml import node_link_json
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.graphml import graphml_text
-
-        return graphml_text(profile, stat=options.stat)
+    return node_link_json(profile, stat=options.stat)
 
 
-class NodeLinkExporter(Exporter):
-    name, suffixes, description = "nodelink", (".nodelink.json",), "dataflow graph as networkx node-link JSON"
+def _folded(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.folded import folded_stacks
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.graphml import node_link_json
-
-        return node_link_json(profile, stat=options.stat)
+    return folded_stacks(profile, stat=options.stat)
 
 
-class FoldedExporter(Exporter):
-    name, suffixes, description = "folded", (".folded",), "folded stacks for flamegraph.pl and speedscope"
+def _html(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.html import html_report
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.folded import folded_stacks
-
-        return folded_stacks(profile, stat=options.stat)
+    return html_report(profile, options)
 
 
-class HtmlExporter(Exporter):
-    name, suffixes, description = "html", (".html", ".htm"), "self-contained HTML report"
+def _memory_svg(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.memory_svg import memory_timeline_svg
 
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        from graphprof.render.html import html_report
-
-        return html_report(profile, options)
+    return memory_timeline_svg(profile, graph_id=options.graph_id)
 
 
-class MemorySvgExporter(Exporter):
-    name, suffixes, description = "memory-svg", ("memory.svg",), "memory timeline as SVG"
-
-    def render(self, profile: Profile, options: ExportOptions) -> str:
-        try:  # written by the memory work; imported lazily so its absence costs nothing else
-            from graphprof.render.memory_svg import memory_timeline_svg
-        except ImportError:
-            raise ExportError("this graphprof has no memory timeline renderer (graphprof.render.memory_svg)") from None
-        return memory_timeline_svg(profile, graph_id=options.graph_id)
-
-
-EXPORTERS: tuple[type[Exporter], ...] = (
-    ChromeTraceExporter, ChromeTraceGzExporter, DotExporter, SvgExporter, GraphMLExporter, NodeLinkExporter,
-    FoldedExporter, HtmlExporter, MemorySvgExporter,
-)
-FORMATS: tuple[str, ...] = tuple(e.name for e in EXPORTERS)
+#: The formats by name, in the order help texts list them; a new format is one entry here.
+EXPORTERS: dict[str, ExportFormat] = {f.name: f for f in (
+    ExportFormat("chrome", (".trace.json", ".json"), "Chrome/Perfetto trace (Trace Event Format)", _chrome),
+    ExportFormat("chrome-gz", (".trace.json.gz", ".json.gz"),
+                 "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)", _chrome_gz),
+    ExportFormat("dot", (".dot", ".gv"), "annotated graph as Graphviz DOT", _dot),
+    ExportFormat("svg", (".svg",), "annotated graph as SVG (runs Graphviz's dot)", _svg),
+    ExportFormat("graphml", (".graphml",), "dataflow graph as GraphML", _graphml),
+    ExportFormat("nodelink", (".nodelink.json",), "dataflow graph as networkx node-link JSON", _node_link),
+    ExportFormat("folded", (".folded",), "folded stacks for flamegraph.pl and speedscope", _folded),
+    ExportFormat("html", (".html", ".htm"), "self-contained HTML report", _html),
+    ExportFormat("memory-svg", ("memory.svg",), "memory timeline as SVG", _memory_svg),
+)}
+FORMATS: tuple[str, ...] = tuple(EXPORTERS)
 
 
-def exporter_for(path: str, format: str | None = None) -> Exporter:
-    """The exporter named ``format``, else the one whose ending of ``path`` is longest."""
+def exporter_for(path: str, format: str | None = None) -> ExportFormat:
+    """The format named ``format``, else the one whose ending of ``path`` is longest."""
     if format is not None:
-        for cls in EXPORTERS:
-            if cls.name == format:
-                return cls()
+        if format in EXPORTERS:
+            return EXPORTERS[format]
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     filename = os.path.basename(path).lower()
-    matches = [(len(s), cls) for cls in EXPORTERS for s in cls.suffixes if filename.endswith(s)]
+    matches = [(len(s), f) for f in EXPORTERS.values() for s in f.suffixes if filename.endswith(s)]
     if not matches:
-        endings = ", ".join(s for cls in EXPORTERS for s in cls.suffixes)
+        endings = ", ".join(s for f in EXPORTERS.values() for s in f.suffixes)
         raise ExportError(f"cannot tell the format of {path} from its name (known endings: {endings}); "
                           "choose one with --format (format= in Python)")
-    return max(matches, key=lambda m: m[0])[1]()
+    return max(matches, key=lambda m: m[0])[1]
 
 
 def check_target(path: str) -> None:

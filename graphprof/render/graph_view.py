@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import networkx as nx
 
+from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import critical_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
 from graphprof.profile.model import NodeRecord, Profile
@@ -96,11 +97,6 @@ def is_hideable(node: NodeRecord) -> bool:
     return node.is_view or node.type == "getitem" or (not node.inputs and node.type in CONSTANT_FACTORIES)
 
 
-def _module_prefix(module: str, depth: int) -> str:
-    parts = [p for p in module.split(".") if p]
-    return ".".join(parts[:depth]) if parts and depth > 0 else ""
-
-
 def _module_depth(module: str) -> int:
     return len([p for p in module.split(".") if p])
 
@@ -119,7 +115,7 @@ def _node_tooltip(node: NodeRecord, time_s: float) -> str:
 def _choose_depth(profile: Profile, max_nodes: int) -> int:
     deepest = max((_module_depth(n.module) for _, n in profile.iter_nodes()), default=0)
     for depth in range(deepest, 0, -1):
-        groups = {(g.id, n.phase, _module_prefix(n.module, depth)) for g, n in profile.iter_nodes()}
+        groups = {(g.id, n.phase, truncate_module(n.module, depth)) for g, n in profile.iter_nodes()}
         if len(groups) <= max_nodes:
             return depth
     return 0
@@ -207,7 +203,7 @@ def _module_view(profile: Profile, dags: list, paths: dict, total: float, stat: 
     for graph, dag in dags:
         prefix = (graph.name or f"graph {graph.id}",) if multi else ()
         for node in graph.nodes:
-            module = _module_prefix(node.module, depth)
+            module = truncate_module(node.module, depth)
             key = f"g{graph.id}_{node.phase.value}_{len(info)}"
             ident = (graph.id, node.phase.value, module)
             entry = info.get(str(ident))

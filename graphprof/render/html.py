@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.eager import eager_overhead
@@ -30,7 +31,7 @@ from graphprof.render.html_plots import RooflinePoint, bar_rows, roofline_svg
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
-    from graphprof.render.exporters import ExportOptions
+    from graphprof.render.export_options import ExportOptions
 
 TOP_NODES = 50
 CRITICAL_ROWS = 1000
@@ -102,9 +103,9 @@ def utilisation_cards(profile: Profile, stat: str) -> str:
     elif u is not None:
         cards.append(_card("model FLOP/s", format_count(u.step.model_flop_per_s, "FLOP/s"),
                            "no peak recorded: run graphprof calibrate for MFU"))
-    if u is not None and u.tokens_per_s is not None:
+    if u is not None and u.tokens_per_s is not None and u.workload is not None:
         cards.append(_card("tokens/s", format_count(u.tokens_per_s, ""), f"{u.workload.tokens_per_step:g} per step"))
-    if u is not None and u.samples_per_s is not None:
+    if u is not None and u.samples_per_s is not None and u.workload is not None:
         cards.append(_card("samples/s", format_count(u.samples_per_s, ""), f"{u.workload.samples_per_step:g} per step"))
     e = eager_overhead(profile, stat)
     if e is not None:
@@ -195,7 +196,7 @@ def _breakdown(timed: list[Timed], total: float, key: Any, detail: Any, limit: i
 
 
 def _module_prefix(module: str, depth: int) -> str:
-    return ".".join(module.split(".")[:depth]) if module else "(top level)"
+    return truncate_module(module, depth) or "(top level)"
 
 
 def _module_type(items: list[Timed], prefix: str) -> str:
@@ -256,7 +257,7 @@ def _memory_section(profile: Profile, options: ExportOptions) -> str:
 
 def _roofline(timed: list[Timed], total: float, profile: Profile) -> str:
     points = []
-    for g, n, t in timed:
+    for _g, n, t in timed:
         moved = _moved(n)
         if n.flops and moved and t > 0:
             points.append(RooflinePoint(f"{n.type} ({n.module or '-'}) #{n.id}", n.phase.value, n.flops / moved,
@@ -297,7 +298,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
            f"{meta.created_at or ''} · {len(profile.steps)} profiled steps, {stat} shown")
     sections = [
         ("summary", "Summary", _summary(profile, timed, total, paths, stat) + utilisation_cards(profile, stat)),
-        ("findings", "Advisor findings", _findings(options.findings)),
+        ("findings", "Advisor findings", _findings(options.findings or ())),
         ("top-ops", f"Top {min(TOP_NODES, len(timed))} nodes", _top_nodes(timed, total, critical, options.bounds)
          + "<h3>By op type</h3>" + _by_op_type(timed, total)),
         ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase

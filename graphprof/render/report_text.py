@@ -56,6 +56,7 @@ def _header(report: Report) -> list[str]:
 def _host_device(report: Report) -> str:
     """Host dispatch beside device time, and which side sets the pace."""
     hd = report.host_device
+    assert hd is not None  # only called for a report with host and device times
     timing = report.profile.meta.extra.get("timing", "")
     if hd.device_s > 1.25 * hd.host_s:
         pace = "the host runs ahead; the device sets the pace"
@@ -107,7 +108,8 @@ def _roofline(report: Report, width: int | None) -> str:
 
 def _critical(report: Report) -> list[str]:
     lines = ["critical path (dataflow, weighted by measured time)"]
-    offsets, start = {}, 0
+    offsets: dict[int, int] = {}
+    start = 0
     for g in report.profile.graphs:
         offsets.setdefault(g.id, start)
         start += len(g.nodes)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from operator import attrgetter
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
 from graphprof.render.labels import shapes_text
@@ -65,13 +65,14 @@ def _longest(nodes: Sequence[NodeRecord]) -> int:
 
 
 def _clip_node(node: NodeRecord, limit: int) -> NodeRecord:
-    changes: dict[str, object] = {f: clip_middle(getattr(node, f), limit) for f in _NODE_TEXT if len(getattr(node, f)) > limit}
+    changes: dict[str, Any] = {f: clip_middle(getattr(node, f), limit) for f in _NODE_TEXT if len(getattr(node, f)) > limit}
     for f in ("in_dtypes", "out_dtypes"):
         values = getattr(node, f)
         if any(d is not None and len(d) > limit for d in values):
             changes[f] = tuple(None if d is None else clip_middle(d, limit) for d in values)
-    if any(len(k) > limit or len(v) > limit for k, v in node.attrs):
-        changes["attrs"] = tuple((clip_middle(k, limit), clip_middle(v, limit)) for k, v in node.attrs)
+    if any(len(k) > limit or (isinstance(v, str) and len(v) > limit) for k, v in node.attrs):
+        changes["attrs"] = tuple((clip_middle(k, limit), clip_middle(v, limit) if isinstance(v, str) else v)
+                                 for k, v in node.attrs)
     return replace(node, **changes) if changes else node
 
 
@@ -93,7 +94,7 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     """``profile`` with every name longer than ``limit`` clipped in the middle (itself when none is)."""
     graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
     meta = profile.meta
-    long_meta = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
+    long_meta: dict[str, Any] = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
                  if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
     if long_meta:
         meta = replace(meta, **long_meta)

@@ -41,8 +41,6 @@ def render_utilisation(u: UtilisationReport, width: int | None = None) -> str:
     if u.ranks > 1:
         lines.append(f"  per device: FLOPs and phase times are averages over the profile's {u.ranks} ranks")
     names = [p.source for p in peaks]
-    headers = ["", "time", "model FLOPs", "model FLOP/s", *(f"MFU ({n})" for n in names), "executed FLOPs",
-               *(f"HFU ({n})" for n in names)]
     rows = [_row(u.step, peaks)] + [_row(p, peaks) for p in u.phases]
     columns = [TextColumn("", keep=True), TextColumn("time", keep=True), TextColumn("model FLOPs", 3),
                TextColumn("model FLOP/s", 4), *(TextColumn(f"MFU ({n})", keep=True) for n in names),
@@ -56,9 +54,9 @@ def render_utilisation(u: UtilisationReport, width: int | None = None) -> str:
             lines.append(f"  MFU ({peaks[0].source}) per profiled step: {min(mfus) * 100:.1f}% to "
                          f"{max(mfus) * 100:.1f}% over {len(mfus)} steps")
     throughput = []
-    if u.tokens_per_s is not None:
+    if u.tokens_per_s is not None and u.workload is not None:
         throughput.append(f"{format_count(u.tokens_per_s, 'tokens/s')} ({u.workload.tokens_per_step:g} tokens per step)")
-    if u.samples_per_s is not None:
+    if u.samples_per_s is not None and u.workload is not None:
         throughput.append(f"{format_count(u.samples_per_s, 'samples/s')} ({u.workload.samples_per_step:g} samples per step)")
     if throughput:
         lines.extend(wrap_lines(["  throughput: " + ", ".join(throughput)], width))

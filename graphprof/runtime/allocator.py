@@ -32,7 +32,8 @@ def accelerator_type() -> str | None:
     """The accelerator's device type ("cuda", "xpu", ...), or None without one."""
     if not torch.accelerator.is_available():
         return None
-    return torch.accelerator.current_accelerator().type
+    device = torch.accelerator.current_accelerator()
+    return device.type if device is not None else None
 
 
 def graph_device_types(gm: torch.fx.GraphModule) -> set[str]:

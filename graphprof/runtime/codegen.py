@@ -66,7 +66,7 @@ def _target(node: torch.fx.Node) -> Any:
     if isinstance(target, torch._ops.OpOverload):
         target = target._op
     if needs_grad_mode(node):  # its kernel reads grad mode (capture/grad_mode.py)
-        return with_grad_mode(target)
+        return with_grad_mode(target)  # type: ignore[arg-type]  # call_function nodes
     return target
 
 
@@ -113,7 +113,7 @@ def compile_graph(gm: torch.fx.GraphModule, constants: Mapping[str, Any] | None 
         else:  # output
             body.append(f"    return {src.render(node.args[0])}")
         for used in node.all_input_nodes:
-            if last_use.get(used) is node and node.op != "output":
+            if node.op != "output" and used in last_use and last_use[used] is node:
                 to_free.setdefault(node, []).append(src.names[used])
         if node in to_free:
             body.append(f"    del {', '.join(to_free[node])}")

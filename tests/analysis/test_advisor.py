@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 import torch
 from torch import nn
 
-import graphprof
 from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.advisor import advise
 from graphprof.analysis.roofline import Bound, Peaks, roofline
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, StepRecord
+from tests.analysis.conftest import one_graph_profile, traced_profile
 
 # Peaks far above anything a CPU test reaches: every matmul counts as far below its roofline.
 HUGE = {"flops_per_s": 1e15, "bytes_per_s": 1e13}
 REAL = {"flops_per_s": 1e11, "bytes_per_s": 2e10}
-
-
-def _profile(step, inputs, steps: int = 6, **options):
-    fn = graphprof.trace(step, **options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i in range(steps):
-            fn(*inputs(i))
-    return fn.get_profile()
 
 
 def _rules(profile, peaks=None):
@@ -57,18 +47,18 @@ def _mlp_step(dtype=torch.float32, foreach=None, width=64, log_item=False):
 
 def test_float64_work_is_flagged_at_the_model_line() -> None:
     step, inputs = _mlp_step(torch.float64)
-    finding = _rules(_profile(step, inputs))["float64"]
+    finding = _rules(traced_profile(step, inputs))["float64"]
     assert any("test_advisor.py" in s for s in finding.sources)
     clean_step, clean_inputs = _mlp_step(torch.float32)
-    assert "float64" not in _rules(_profile(clean_step, clean_inputs))
+    assert "float64" not in _rules(traced_profile(clean_step, clean_inputs))
 
 
 def test_host_sync_from_item_logging() -> None:
     step, inputs = _mlp_step(log_item=True)
-    finding = _rules(_profile(step, inputs))["host-sync"]
+    finding = _rules(traced_profile(step, inputs))["host-sync"]
     assert any("test_advisor.py" in s for s in finding.sources)
     clean_step, clean_inputs = _mlp_step()
-    assert "host-sync" not in _rules(_profile(clean_step, clean_inputs))
+    assert "host-sync" not in _rules(traced_profile(clean_step, clean_inputs))
 
 
 def test_single_tensor_optimizer_and_foreach_fix() -> None:
@@ -83,7 +73,7 @@ def test_single_tensor_optimizer_and_foreach_fix() -> None:
             model(x).square().mean().backward()
             opt.step()
 
-        profile = _profile(step, lambda i: (torch.randn(4, 8),))
+        profile = traced_profile(step, lambda i: (torch.randn(4, 8),))
         assert ("single-tensor-optimizer" in _rules(profile)) is expected
 
 
@@ -92,7 +82,7 @@ def test_layout_copies() -> None:
         y = x.transpose(0, 1).contiguous()  # a layout copy: most of this step's time
         return y[:8].sum()
 
-    finding = _rules(_profile(step, lambda i: (torch.randn(1024, 1024),)))["layout-copy"]
+    finding = _rules(traced_profile(step, lambda i: (torch.randn(1024, 1024),)))["layout-copy"]
     assert any("test_advisor.py" in s for s in finding.sources)
 
 
@@ -104,14 +94,14 @@ def test_dispatch_bound_run_of_tiny_ops() -> None:
         with torch.no_grad():
             return model(x)
 
-    profile = _profile(step, lambda i: (torch.randn(2, 4),))
+    profile = traced_profile(step, lambda i: (torch.randn(2, 4),))
     finding = _rules(profile, REAL)["dispatch-bound"]
     assert len(finding.nodes) >= 20
 
 
 def test_slow_matmuls_need_peaks_and_flag_the_matmul() -> None:
     step, inputs = _mlp_step(width=512)
-    profile = _profile(step, inputs)
+    profile = traced_profile(step, inputs)
     assert "slow-matmul" not in _rules(profile)  # no peaks: no roofline claims
     finding = _rules(profile, HUGE)["slow-matmul"]
     assert finding.sources
@@ -126,15 +116,10 @@ def test_slow_convolution_path_is_named(monkeypatch) -> None:
             return conv(x)  # the convolution the finding must name
 
     inputs = lambda i: (torch.randn(16, 16, 32, 32),)  # noqa: E731
-    assert "slow-conv" not in _rules(_profile(step, inputs))
+    assert "slow-conv" not in _rules(traced_profile(step, inputs))
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
-    finding = _rules(_profile(step, inputs))["slow-conv"]
+    finding = _rules(traced_profile(step, inputs))["slow-conv"]
     assert "convolution" in finding.title and any("test_advisor.py" in s for s in finding.sources)
-
-
-def _hand_profile(nodes, wall=1e-3):
-    graph = GraphRecord(id=0, name="step", kind=GraphKind.STEP, nodes=tuple(nodes))
-    return Profile(steps=(StepRecord(index=2, wall_time_s=wall),), graphs=(graph,))
 
 
 def test_device_copies_from_a_hand_built_profile() -> None:
@@ -143,7 +128,7 @@ def test_device_copies_from_a_hand_built_profile() -> None:
                       phase=Phase.FORWARD, host_time_ns=seconds_to_ns((2e-4,)), attrs=(("devices", "cuda:0,cpu"),))
     same = NodeRecord(id=1, name="_to_copy_1", op="aten._to_copy.default", type="_to_copy", source="train.py:10",
                       phase=Phase.FORWARD, host_time_ns=seconds_to_ns((2e-4,)), attrs=(("devices", "cpu"),))
-    rules = _rules(_hand_profile([copy, same]))
+    rules = _rules(one_graph_profile([copy, same], walls_s=(1e-3,), first_step=2))
     assert rules["device-copy"].sources == ("train.py:9",)
 
 
@@ -164,12 +149,12 @@ def test_roofline_bounds_on_hand_values() -> None:
     mk = lambda i, flops, moved, t: NodeRecord(id=i, name=f"n{i}", op="aten.mm.default", type="mm",  # noqa: E731
                                                flops=flops, bytes_read=moved, bytes_written=0, host_time_ns=seconds_to_ns((t,)))
     nodes = [mk(0, 10**9, 10**6, 0.02), mk(1, 10**6, 10**8, 0.02), mk(2, 10, 10, 5e-6), mk(3, 10**8, 10**6, 0.5)]
-    points = {p.node_id: p for p in roofline(_hand_profile(nodes), peaks)}
+    points = {p.node_id: p for p in roofline(one_graph_profile(nodes, walls_s=(1e-3,), first_step=2), peaks)}
     assert points[0].bound is Bound.COMPUTE and points[0].fraction_of_attainable == pytest.approx(0.5)
     assert points[1].bound is Bound.MEMORY and points[1].fraction_of_attainable == pytest.approx(0.5)
     assert points[2].bound is Bound.OVERHEAD
     assert points[3].bound is Bound.SLOW
-    no_peaks = roofline(_hand_profile(nodes), None)
+    no_peaks = roofline(one_graph_profile(nodes, walls_s=(1e-3,), first_step=2), None)
     assert {p.bound for p in no_peaks} == {Bound.UNKNOWN}
 
 
@@ -177,7 +162,7 @@ def test_demo_steps_only_get_defensible_findings() -> None:
     from graphprof.demo.steps import gpt_adamw_step, resnet_sgd_step
 
     for demo in (resnet_sgd_step(batch_size=8, image_size=16), gpt_adamw_step(batch_size=2, seq_len=32)):
-        profile = _profile(demo.step_fn, demo.make_inputs, peaks=REAL)
+        profile = traced_profile(demo.step_fn, demo.make_inputs, peaks=REAL)
         rules = set(_rules(profile))
         # Real on CPU: single-tensor optimizer loops (foreach is off by default on CPU), layout copies
         # (the GPT's attention reshapes), tiny-op runs and below-roofline matmuls at these toy sizes.

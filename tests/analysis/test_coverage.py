@@ -8,25 +8,17 @@ import sys
 
 from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.coverage import cost_coverage, node_coverage
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
-
-
-def _node(i: int, op: str, flops: int | None, times: tuple[float, ...]) -> NodeRecord:
-    return NodeRecord(id=i, name=f"n{i}", op=op, type=op.split(".")[1], flops=flops, bytes_read=0,
-                      bytes_written=0, host_time_ns=seconds_to_ns(times))
-
-
-def _profile(nodes: list[NodeRecord]) -> Profile:
-    return Profile(graphs=(GraphRecord(id=0, name="step", kind=GraphKind.STEP, nodes=tuple(nodes)),))
+from graphprof.profile.model import NodeRecord
+from tests.analysis.conftest import node, one_graph_profile
 
 
 def test_shares_of_nodes_and_of_median_time() -> None:
-    profile = _profile([
-        _node(0, "aten.mm.default", 100, (3.0, 1.0, 2.0)),      # median 2
-        _node(1, "aten.view.default", 0, (0.5, 0.5, 0.5)),      # free, and covered
-        _node(2, "mylib.fancy.default", None, (1.0, 1.0, 9.0)),  # median 1
-        _node(3, "mylib.other.default", None, (0.25, 0.25, 0.25)),
-        _node(4, "mylib.fancy.default", None, (0.25, 0.25, 0.25)),
+    profile = one_graph_profile([
+        node(0, "mm", times=(3.0, 1.0, 2.0), flops=100),      # median 2
+        node(1, "view", times=(0.5, 0.5, 0.5), flops=0),      # free, and covered
+        node(2, "fancy", times=(1.0, 1.0, 9.0), op="mylib.fancy.default", flops=None),  # median 1
+        node(3, "other", times=(0.25, 0.25, 0.25), op="mylib.other.default", flops=None),
+        node(4, "fancy", times=(0.25, 0.25, 0.25), op="mylib.fancy.default", flops=None),
     ])
     cov = cost_coverage(profile)
     assert (cov.nodes, cov.covered_nodes) == (5, 2)
@@ -39,18 +31,18 @@ def test_shares_of_nodes_and_of_median_time() -> None:
 
 
 def test_to_dict_is_plain_json_and_an_empty_profile_misses_nothing() -> None:
-    cov = cost_coverage(_profile([_node(0, "aten.relu.default", None, (1e-6,))]))
+    cov = cost_coverage(one_graph_profile([node(0, "relu", times=(1e-06,), flops=None)]))
     doc = json.loads(json.dumps(cov.to_dict()))
     assert doc["node_share"] == 0.0 and doc["time_share"] == 0.0
     assert doc["ops_without_formula"] == [{"op": "aten.relu.default", "nodes": 1, "time_s": 1e-6}]
     empty = node_coverage([])
     assert (empty.node_share, empty.time_share, empty.uncovered) == (1.0, 1.0, ())
-    untimed = node_coverage([_node(0, "aten.mm.default", 1, ()), _node(1, "aten.x.default", None, ())])
+    untimed = node_coverage([node(0, "mm", times=(), flops=1), node(1, "x", times=(), flops=None)])
     assert untimed.time_share == untimed.node_share == 0.5  # no samples: the node share stands in
 
 
 def test_host_time_records_of_segmented_capture_are_not_ops() -> None:
-    nodes = [_node(0, "aten.mm.default", 10, (1.0,)),
+    nodes = [node(0, "mm", times=(1.0,), flops=10),
              NodeRecord(id=1, name="host gap: a -> b", op="host.gap", type="host_gap", host_time_ns=seconds_to_ns((5.0,))),
              NodeRecord(id=2, name="Tensor.item() at x.py:3", op="Tensor.item", type="item", host_time_ns=seconds_to_ns((2.0,)))]
     cov = node_coverage(nodes)

@@ -8,24 +8,16 @@ import random
 import networkx as nx
 import pytest
 
-from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.critical_path import critical_path, critical_paths, longest_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile
-
-
-def _node(i: int, inputs: tuple[int, ...], *times: float, op_type: str = "op") -> NodeRecord:
-    return NodeRecord(id=i, name=f"n{i}", op=f"aten.{op_type}.default", type=op_type, inputs=inputs,
-                      host_time_ns=seconds_to_ns(tuple(times)))
-
-
-def _graph(*nodes: NodeRecord, graph_id: int = 0) -> GraphRecord:
-    return GraphRecord(id=graph_id, name="g", kind=GraphKind.STEP, nodes=nodes)
+from graphprof.profile.model import Profile
+from tests.analysis.conftest import graph, node
 
 
 def test_diamond_takes_the_slower_branch() -> None:
     # a(1) -> b(5) -> d(1) and a -> c(2) -> d: longest a, b, d = 7 of 9 serial.
-    g = _graph(_node(0, (), 1.0), _node(1, (0,), 5.0), _node(2, (0,), 2.0), _node(3, (1, 2), 1.0))
+    g = graph(node(0, "op", (), (1.0,)), node(1, "op", (0,), (5.0,)), node(2, "op", (0,), (2.0,)),
+              node(3, "op", (1, 2), (1.0,)))
     cp = critical_path(g)
     assert cp.nodes == (0, 1, 3)
     assert cp.length_s == pytest.approx(7.0) and cp.serial_s == pytest.approx(9.0)
@@ -41,10 +33,10 @@ def test_independent_chains_of_known_cost() -> None:
         for chain, times in costs.items():
             if step < len(times):
                 i = len(nodes)
-                nodes.append(_node(i, (prev[chain],) if chain in prev else (), times[step]))
+                nodes.append(node(i, "op", (prev[chain],) if chain in prev else (), (times[step],)))
                 ids.setdefault(chain, []).append(i)
                 prev[chain] = i
-    cp = critical_path(_graph(*nodes))
+    cp = critical_path(graph(*nodes))
     assert cp.nodes == tuple(ids["b"]) and cp.length_s == pytest.approx(9.0)
     assert cp.serial_s == pytest.approx(19.0)
 
@@ -52,8 +44,8 @@ def test_independent_chains_of_known_cost() -> None:
 def test_an_inplace_write_after_a_slow_reader_lengthens_the_path() -> None:
     # x(1); slow reader relu(10) of x; x.mul_(1) must wait for relu; exp(1) reads the written x.
     # Without the ordering edge the longest path would be x, relu = 11; with it x, relu, mul_, exp = 13.
-    g = _graph(_node(0, (), 1.0), _node(1, (0,), 10.0, op_type="relu"), _node(2, (0,), 1.0, op_type="mul_"),
-               _node(3, (2,), 1.0, op_type="exp"))
+    g = graph(node(0, "op", (), (1.0,)), node(1, "relu", (0,), (10.0,)), node(2, "mul_", (0,), (1.0,)),
+              node(3, "exp", (2,), (1.0,)))
     cp = critical_path(g)
     assert cp.nodes == (0, 1, 2, 3) and cp.length_s == pytest.approx(13.0)
     assert cp.edge_kinds == (EdgeKind.DATA, EdgeKind.ORDER, EdgeKind.DATA)
@@ -61,17 +53,18 @@ def test_an_inplace_write_after_a_slow_reader_lengthens_the_path() -> None:
 
 def test_the_statistic_decides_the_weights() -> None:
     # Branch 1 is usually fast with one slow outlier; branch 2 is steady.
-    g = _graph(_node(0, (), 1.0, 1.0, 1.0), _node(1, (0,), 1.0, 1.0, 30.0), _node(2, (0,), 5.0, 5.0, 5.0))
+    g = graph(node(0, "op", (), (1.0, 1.0, 1.0)), node(1, "op", (0,), (1.0, 1.0, 30.0)),
+              node(2, "op", (0,), (5.0, 5.0, 5.0)))
     assert critical_path(g, stat="median").nodes == (0, 2)
     assert critical_path(g, stat="mean").nodes == (0, 1)
     assert critical_path(g, stat="max").length_s == pytest.approx(31.0)
 
 
 def test_a_chain_has_ratio_one_and_an_empty_graph_zero() -> None:
-    chain = _graph(*[_node(i, (i - 1,) if i else (), 0.5) for i in range(6)])
+    chain = graph(*[node(i, "op", (i - 1,) if i else (), (0.5,)) for i in range(6)])
     cp = critical_path(chain)
     assert cp.nodes == tuple(range(6)) and cp.ratio == pytest.approx(1.0)
-    empty = critical_path(_graph())
+    empty = critical_path(graph())
     assert (empty.nodes, empty.length_s, empty.serial_s, empty.ratio) == ((), 0.0, 0.0, 0.0)
 
 
@@ -94,8 +87,8 @@ def test_random_dags_match_brute_force(seed: int) -> None:
     for i in range(14):
         inputs = tuple(sorted(rng.sample(range(i), k=min(i, rng.randint(0, 3)))))
         op_type = "add_" if rng.random() < 0.15 else "op"
-        nodes.append(_node(i, inputs, rng.choice([0.5, 1.0, 2.0, 3.5, 7.0]), op_type=op_type))
-    dag = dataflow_graph(_graph(*nodes))
+        nodes.append(node(i, op_type, inputs, (rng.choice([0.5, 1.0, 2.0, 3.5, 7.0]),)))
+    dag = dataflow_graph(graph(*nodes))
     path, length = longest_path(dag)
     assert length == pytest.approx(_all_paths_longest(dag))
     assert all(dag.has_edge(a, b) for a, b in zip(path, path[1:]))
@@ -103,8 +96,8 @@ def test_random_dags_match_brute_force(seed: int) -> None:
 
 
 def test_one_path_per_graph_of_a_profile() -> None:
-    g0 = _graph(_node(0, (), 1.0), _node(1, (), 2.0), graph_id=0)
-    g1 = _graph(_node(0, (), 3.0), _node(1, (0,), 4.0), graph_id=1)
+    g0 = graph(node(0, "op", (), (1.0,)), node(1, "op", (), (2.0,)), graph_id=0)
+    g1 = graph(node(0, "op", (), (3.0,)), node(1, "op", (0,), (4.0,)), graph_id=1)
     paths = critical_paths(Profile(graphs=(g0, g1)))
     assert [p.graph_id for p in paths] == [0, 1]
     assert [p.length_s for p in paths] == [pytest.approx(2.0), pytest.approx(7.0)]

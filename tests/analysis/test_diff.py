@@ -14,29 +14,26 @@ from typing import Sequence
 import pytest
 
 import graphprof
-from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.diff import diff, parse_diff_order
 from graphprof.analysis.match import MatchKind, match_graphs
 from graphprof.analysis.regression import compare_steps, parse_percent, regression_gate
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord
+from tests.analysis.conftest import node, one_graph_profile
 
 Spec = tuple  # (type, module, phase, in_shapes, flops, time_s)
 
 
 def _nodes(specs: Sequence[Spec], steps: int = 3) -> tuple[NodeRecord, ...]:
-    out = []
-    for i, (type_, module, phase, shapes, flops, time_s) in enumerate(specs):
-        out.append(NodeRecord(id=i, name=f"{type_}_{i}", op=f"aten.{type_}.default", type=type_,
-                              inputs=(i - 1,) if i else (), in_shapes=shapes, module=module, phase=phase,
-                              flops=flops, host_time_ns=seconds_to_ns((time_s,) * steps)))
-    return tuple(out)
+    """A chain of nodes, one per spec, each taking the same time in every step."""
+    return tuple(node(i, type_, (i - 1,) if i else (), (time_s,) * steps, in_shapes=shapes, module=module,
+                      phase=phase, flops=flops)
+                 for i, (type_, module, phase, shapes, flops, time_s) in enumerate(specs))
 
 
 def _profile(specs: Sequence[Spec], walls: Sequence[float] = (1e-3, 1e-3, 1e-3), name: str = "step",
              kind: GraphKind = GraphKind.STEP) -> Profile:
-    steps = tuple(StepRecord(index=i, wall_time_s=w) for i, w in enumerate(walls))
-    graph = GraphRecord(id=0, name=name, kind=kind, nodes=_nodes(specs, len(walls)))
-    return Profile(meta=ProfileMeta(function="step"), steps=steps, graphs=(graph,))
+    return one_graph_profile(_nodes(specs, len(walls)), walls, meta=ProfileMeta(function="step"), name=name,
+                             kind=kind)
 
 
 F, B, O = Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER

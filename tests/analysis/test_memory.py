@@ -11,12 +11,13 @@ from graphprof.demo.steps import mlp_sgd_step
 from graphprof.profile.model import (
     DeviceMemorySample, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase,
 )
+from tests.analysis.conftest import node, one_graph_profile
 from tests.helpers import run_traced
 
 
 def _node(i: int, name: str, phase: Phase, alloc: int, freed: int, live: dict[str, int], **kw) -> NodeRecord:
-    return NodeRecord(id=i, name=name, op=f"aten.{name}.default", type=name, phase=phase,
-                      memory=MemoryRecord(alloc, freed, sum(live.values()), live), **kw)
+    return node(i, name, name=name, times=(), phase=phase,
+                memory=MemoryRecord(alloc, freed, sum(live.values()), live), **kw)
 
 
 def _hand_profile(device: tuple[DeviceMemorySample, ...] = ()) -> Profile:
@@ -34,8 +35,7 @@ def _hand_profile(device: tuple[DeviceMemorySample, ...] = ()) -> Profile:
                                        PeakTensor("mm_1", 100, "gradients", 2),
                                        PeakTensor("mm", 40, "activations", 0)),
                       start_bytes=100, allocated_bytes=150)
-    graph = GraphRecord(id=0, name="step", kind=GraphKind.STEP, nodes=nodes, memory_peak=peak, device_memory=device)
-    return Profile(graphs=(graph,))
+    return one_graph_profile(nodes, memory_peak=peak, device_memory=device)
 
 
 def test_summary_of_a_hand_made_profile() -> None:

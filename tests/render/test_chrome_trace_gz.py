@@ -44,4 +44,4 @@ def test_size_per_node_per_step(real: Profile, tmp_path: Path, capsys: pytest.Ca
     assert main(["export", str(saved), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     per = out.stat().st_size / node_events(real)
-    assert f"(chrome-gz, " in err and f"{per:.0f} bytes per node per step" in err
+    assert "(chrome-gz, " in err and f"{per:.0f} bytes per node per step" in err

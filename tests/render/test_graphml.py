@@ -9,7 +9,7 @@ import networkx as nx
 
 from graphprof.api import Profile
 from graphprof.render.graphml import graphml_attributes, graphml_text, node_link_json, node_key, profile_graph
-from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, real_profile, synthetic_profile
+from tests.render.export_profiles import HOSTILE, empty_profile, hostile_profile, synthetic_profile
 
 
 def _json_native(value: object) -> object:

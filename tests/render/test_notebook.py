@@ -11,7 +11,7 @@ from graphprof.profile.model import ProfileMeta
 from graphprof.profile.step_facts import with_eager_times, with_workload
 from graphprof.render.notebook import ROOT_CLASS, notebook_html, scoped_css
 from tests.render.cdp import Browser, find_chromium
-from tests.render.export_profiles import HOSTILE, empty_profile, make_profile, node, real_profile
+from tests.render.export_profiles import HOSTILE, empty_profile, make_profile, node
 
 CHROMIUM = find_chromium()
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
@@ -19,9 +19,9 @@ EVIL = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"
 
 
 @pytest.fixture(scope="module")
-def real() -> Profile:
-    profile = real_profile()
-    return with_workload(with_eager_times(profile, [0.5, 0.2, 0.21], first_is_cold=True), samples_per_step=16)
+def real(real: Profile) -> Profile:
+    """The shared real profile (conftest.py) with eager times and a workload, so every card shows."""
+    return with_workload(with_eager_times(real, [0.5, 0.2, 0.21], first_is_cold=True), samples_per_step=16)
 
 
 def _notebook_page(tmp_path: Path, fragment: str, name: str = "nb.html") -> Path:

@@ -67,10 +67,10 @@ def test_the_default_limit_refuses_a_hostile_trace_before_rendering_it(tmp_path:
     hostile = _with_nodes(synthetic_profile(200, 250), name=long, op=long, module=long, module_type=long,
                           source=long, scope=long)
 
-    def never(self: object, profile: object, options: object) -> str:
+    def never(profile: object, options: object) -> str:
         raise AssertionError("rendered although the estimate was over the limit")
 
-    monkeypatch.setattr(exporters.ChromeTraceExporter, "render", never)
+    monkeypatch.setitem(exporters.EXPORTERS, "chrome", replace(exporters.EXPORTERS["chrome"], render=never))
     with pytest.raises(ExportError, match=r"the chrome export would be about .* over the 256 MiB limit"):
         export_profile(hostile, tmp_path / "t.trace.json")
     assert os.listdir(tmp_path) == []

@@ -84,7 +84,7 @@ def test_allocator_reads_on_an_accelerator_next_to_the_model() -> None:
         return loss
 
     fn = graphprof.trace(step, sample_rate=4)
-    for i in range(5):
+    for _ in range(5):
         fn(torch.randn(64, 256, device=device), torch.randint(0, 10, (64,), device=device))
     profile = fn.get_profile()
     graph = profile.graphs[0]
