@@ -239,8 +239,14 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
     refusal = estimate is not None and too_large(exporter.name, estimate, limit, input_bytes, estimated=True)
     if refusal:
         raise ExportError(refusal)
+    from graphprof.render.streamed import STREAMED, analysed_options, write_streamed
+
     with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
-        text = exporter.render(profile, with_analysis(profile, opts))
+        opts = analysed_options(exporter.name, profile, opts)
+        if exporter.name in STREAMED:
+            write_streamed(path, exporter.name, STREAMED[exporter.name], profile, opts, limit, input_bytes)
+            return exporter.name
+        text = exporter.render(profile, opts)
     refusal = too_large(exporter.name, len(text), limit, input_bytes, estimated=False)
     if refusal:
         raise ExportError(refusal)

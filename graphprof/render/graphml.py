@@ -71,8 +71,9 @@ def graphml_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def graphml_text(profile: Profile, stat: str = "median") -> str:
-    """GraphML of the profile's dataflow graphs."""
+def graphml_via_networkx(profile: Profile, stat: str = "median") -> str:
+    """GraphML through networkx's writer: for profiles whose fields hold other types than the model's
+    (``graph_stream.model_typed``), whose keys networkx types per value."""
     combined = profile_graph(profile, stat)
     flat = nx.DiGraph(**graphml_attributes(dict(combined.graph)))
     for n, attrs in combined.nodes(data=True):
@@ -83,7 +84,19 @@ def graphml_text(profile: Profile, stat: str = "median") -> str:
     return buffer.getvalue().decode("utf-8")
 
 
+def graphml_text(profile: Profile, stat: str = "median") -> str:
+    """GraphML of the profile's dataflow graphs (``graph_stream.write_graphml`` into a string)."""
+    from graphprof.render.graph_stream import write_graphml
+
+    buffer = io.StringIO()
+    write_graphml(profile, buffer, stat)
+    return buffer.getvalue()
+
+
 def node_link_json(profile: Profile, stat: str = "median") -> str:
     """networkx node-link JSON (``nx.node_link_graph(json.load(f), edges="edges")`` reads it back)."""
-    data = nx.node_link_data(profile_graph(profile, stat), edges="edges")
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=1)
+    from graphprof.render.graph_stream import write_node_link
+
+    buffer = io.StringIO()
+    write_node_link(profile, buffer, stat)
+    return buffer.getvalue()
