@@ -25,7 +25,7 @@ import json
 from operator import attrgetter
 from typing import IO, Any, Callable, Iterator, Sequence
 
-from graphprof.analysis.critical_path import critical_paths
+from graphprof.analysis.critical_path import _longest_in_order as longest_in_order
 from graphprof.analysis.dataflow import edge_arrays, is_inplace_write
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import stat_fn
@@ -74,6 +74,14 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
+def _numbers_text(values: tuple) -> str:
+    """JSON of a tuple of ints or finite floats (``repr`` is JSON's own number text), else ``json.dumps``'s."""
+    text = ", ".join(map(repr, values))
+    if "n" in text or "(" in text:  # inf, nan or something that is not a plain number: let json decide
+        return _json_text(values)
+    return f"[{text}]"
+
+
 def _types(nodes: Sequence[NodeRecord], field: str) -> set[type]:
     return set(map(type, map(attrgetter(field), nodes)))
 
@@ -106,17 +114,18 @@ def _graph_rows(profile: Profile, stat: str) -> Iterator[tuple[GraphRecord, list
     edges' destinations in networkx's adjacency order (data edges, then ordering edges as ``~d``)."""
     stat_fn(stat)
     times = node_frame(profile).times(stat, "node")
-    paths = critical_paths(profile, stat=stat)
     start = 0
-    for graph, path in zip(profile.graphs, paths):
+    for graph in profile.graphs:
         n = len(graph.nodes)
         edges = edge_arrays(graph)
+        graph_times = [float(t) for t in times[start:start + n]]
+        path, _ = longest_in_order(graph_times, edges.predecessors(n))  # as critical_paths, without a second edge pass
         succ: list[list[int]] = [[] for _ in range(n)]
         for s, d in edges.data:
             succ[s].append(d)
         for s, d in edges.order:
             succ[s].append(~d)
-        yield graph, [float(t) for t in times[start:start + n]], path.node_set, succ
+        yield graph, graph_times, frozenset(graph.nodes[i].id for i in path), succ
         start += n
 
 
@@ -218,13 +227,13 @@ def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
                 f'    <node id="{gid}:{nid}">\n      <data key="{kgid}">{gid}</data>\n'
                 f'      <data key="{kpos}">{i}</data>\n      <data key="{knid}">{nid}</data>\n'
                 f'{_data(kname, text[node.name])}{op_l[node.op]}{type_l[node.type]}'
-                f'      <data key="{kin}">{_json_text(node.inputs)}</data>\n'
+                f'      <data key="{kin}">{_numbers_text(node.inputs)}</data>\n'
                 f'{in_s[node.in_shapes]}{in_d[node.in_dtypes]}{out_s[node.out_shapes]}{out_d[node.out_dtypes]}'
                 f'{mod_l[node.module]}{mtype_l[node.module_type]}{src_l[node.source]}{phase_l[node.phase]}'
                 f'{scope_l[node.scope]}{view_l[node.is_view]}{inplace_l[is_inplace_write(node)]}'
                 f'{count_data}{memory_data}'
-                f'      <data key="{khost}">{_json_text(node.host_time_s)}</data>\n'
-                f'      <data key="{kdev}">{_json_text(node.device_time_s)}</data>\n'
+                f'      <data key="{khost}">{_numbers_text(node.host_time_s)}</data>\n'
+                f'      <data key="{kdev}">{_numbers_text(node.device_time_s)}</data>\n'
                 f'      <data key="{ktime}">{times[i]!r}</data>\n'
                 f'{name_data}{crit_l[nid in on_path]}    </node>\n')
             if len(chunk) >= CHUNK_NODES:
@@ -266,7 +275,7 @@ def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
             flops, read, written = node.flops, node.bytes_read, node.bytes_written
             chunk.append(
                 f'{sep}{{"graph_id": {gid}, "position": {i}, "node_id": {nid}, "name": {text[node.name]}, '
-                f'"op": {text[node.op]}, "type": {text[node.type]}, "inputs": {_json_text(node.inputs)}, '
+                f'"op": {text[node.op]}, "type": {text[node.type]}, "inputs": {_numbers_text(node.inputs)}, '
                 f'"in_shapes": {listed[node.in_shapes]}, "in_dtypes": {listed[node.in_dtypes]}, '
                 f'"out_shapes": {listed[node.out_shapes]}, "out_dtypes": {listed[node.out_dtypes]}, '
                 f'"module": {text[node.module]}, "module_type": {text[node.module_type]}, "source": {text[node.source]}, '
@@ -274,7 +283,7 @@ def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
                 f'"inplace": {boolean[is_inplace_write(node)]}, '
                 f'"flops": {"null" if flops is None else flops}, "bytes_read": {"null" if read is None else read}, '
                 f'"bytes_written": {"null" if written is None else written}, "memory": {memory}, '
-                f'"host_time_s": {_json_text(node.host_time_s)}, "device_time_s": {_json_text(node.device_time_s)}, '
+                f'"host_time_s": {_numbers_text(node.host_time_s)}, "device_time_s": {_numbers_text(node.device_time_s)}, '
                 f'"time_s": {_json_text(times[i])}, "graph_name": {graph_name}, '
                 f'"critical_path": {boolean[nid in on_path]}, "id": "{gid}:{nid}"}}')
             sep = ",\n"
