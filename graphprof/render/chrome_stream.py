@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+from json.encoder import encode_basestring_ascii
 from typing import IO, Any, Mapping
 
 from graphprof.analysis.critical_path import critical_paths
 from graphprof.analysis.dataflow import node_samples_s
 from graphprof.profile.merge import graph_ranks, rank_info
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
 
 PID = 1
@@ -32,8 +33,7 @@ CRITICAL_CNAME = "terrible"
 CHUNK_EVENTS = 4000
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+_json = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 
 def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
@@ -44,30 +44,65 @@ def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pi
     return events
 
 
-def _static_text(graph: GraphRecord, node: NodeRecord, critical: bool, pid: int, tid: int) -> tuple[str, str, str, str]:
+class _Texts:
+    """JSON text of the values node events repeat, each encoded once (names, shapes, dtypes, series)."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, str] = {}
+        self.shapes: dict[tuple, str] = {}
+        self.dtypes: dict[tuple, str] = {}
+        self.series: dict[tuple, str] = {}
+
+    def string(self, text: str) -> str:
+        out = self.strings.get(text)
+        if out is None:
+            out = self.strings[text] = encode_basestring_ascii(text)  # what json.dumps writes for a str
+        return out
+
+    def shape_list(self, shapes: tuple) -> str:
+        out = self.shapes.get(shapes)
+        if out is None:
+            out = self.shapes[shapes] = encode_basestring_ascii(shapes_text(shapes, limit=8))
+        return out
+
+    def dtype_list(self, dtypes: tuple) -> str:
+        out = self.dtypes.get(dtypes)
+        if out is None:
+            out = self.dtypes[dtypes] = encode_basestring_ascii(", ".join(d or "-" for d in dtypes))
+        return out
+
+    def memory_series(self, node: NodeRecord) -> str | None:
+        memory = node.memory
+        if memory is None:
+            return None
+        key = (tuple(memory.live_by_category_bytes.items()), memory.live_bytes)
+        out = self.series.get(key)
+        if out is None:
+            series = {str(k): int(v) for k, v in key[0]} or {"live": memory.live_bytes}
+            out = self.series[key] = _json(series)
+        return out
+
+
+def _count(value: Any) -> str:
+    return "null" if value is None else str(value) if type(value) is int else _json(value)
+
+
+def _static_text(texts: _Texts, graph_name: str, node: NodeRecord, critical: bool, pid: int,
+                 tid: int) -> tuple[str, str, str, str]:
     """The parts of a node's event no step changes: before ``ts``, between ``dur`` and ``step``, after ``step``
-    (the static args), and the end (with the critical-path colour)."""
-    head = {"graph": graph.name, "node": node.id, "name": node.name, "op": node.op}
-    tail = {
-        "module": node.module, "module_type": node.module_type, "source": node.source,
-        "phase": node.phase.value, "scope": node.scope,
-        "in_shapes": shapes_text(node.in_shapes, limit=8), "out_shapes": shapes_text(node.out_shapes, limit=8),
-        "in_dtypes": ", ".join(d or "-" for d in node.in_dtypes),
-        "flops": node.flops, "bytes_read": node.bytes_read, "bytes_written": node.bytes_written,
-        "critical_path": critical,
-    }
-    start = f'{{"name":{_json(node.type)},"cat":{_json(node.phase.value)},"ph":"X","ts":'
-    middle = f',"pid":{pid},"tid":{tid},"args":{_json(head)[:-1]},"step":'
+    (the static args), and the end (with the critical-path colour). Key order is the documented one."""
+    s = texts.string
+    phase = s(node.phase.value)
+    start = f'{{"name":{s(node.type)},"cat":{phase},"ph":"X","ts":'
+    middle = (f',"pid":{pid},"tid":{tid},"args":{{"graph":{graph_name},"node":{_count(node.id)},'
+              f'"name":{s(node.name)},"op":{s(node.op)},"step":')
+    tail = (f',"module":{s(node.module)},"module_type":{s(node.module_type)},"source":{s(node.source)},'
+            f'"phase":{phase},"scope":{s(node.scope)},"in_shapes":{texts.shape_list(node.in_shapes)},'
+            f'"out_shapes":{texts.shape_list(node.out_shapes)},"in_dtypes":{texts.dtype_list(node.in_dtypes)},'
+            f'"flops":{_count(node.flops)},"bytes_read":{_count(node.bytes_read)},'
+            f'"bytes_written":{_count(node.bytes_written)},"critical_path":{"true" if critical else "false"}')
     end = f'}},"cname":"{CRITICAL_CNAME}"}}' if critical else "}}"
-    return start, middle, "," + _json(tail)[1:-1], end
-
-
-def _memory_series(node: NodeRecord) -> str | None:
-    memory = node.memory
-    if memory is None:
-        return None
-    series = {str(k): int(v) for k, v in memory.live_by_category_bytes.items()} or {"live": memory.live_bytes}
-    return _json(series)
+    return start, middle, tail, end
 
 
 def _finite(values: Any) -> None:
@@ -109,7 +144,9 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
     n_steps = max([len(s) for s in samples.values()] + [len(profile.steps)], default=0)
     # Per graph, per node: (samples, static text, memory series, flops, bytes moved or None, bound text).
     plan = []
+    texts = _Texts()
     for graph in profile.graphs:
+        graph_name = _json(graph.name)
         cp = critical.get(graph.id, frozenset())
         pid = pid_of.get(graph.id, PID)
         rows = []
@@ -118,8 +155,8 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
                 (node.bytes_read or 0) + (node.bytes_written or 0)
             bound = bound_of(bounds, graph.id, node.id)
             rows.append((node.id, samples[(graph.id, node.id)],
-                         _static_text(graph, node, node.id in cp, pid, tracks[(graph.id, node.phase.value)]),
-                         _memory_series(node), node.flops, moved,
+                         _static_text(texts, graph_name, node, node.id in cp, pid, tracks[(graph.id, node.phase.value)]),
+                         texts.memory_series(node), node.flops, moved,
                          "" if bound is None else ',"bound":' + _json(bound)))
         plan.append((graph, pid, rows))
     counter_head = '{"name":"live memory (bytes)","ph":"C","ts":'
