@@ -25,7 +25,7 @@ import json
 from operator import attrgetter
 from typing import IO, Any, Callable, Iterator, Sequence
 
-from graphprof.analysis.critical_path import _longest_in_order as longest_in_order
+from graphprof.analysis.critical_path import graph_critical_path
 from graphprof.analysis.dataflow import edge_arrays, is_inplace_write
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import stat_fn
@@ -119,13 +119,13 @@ def _graph_rows(profile: Profile, stat: str) -> Iterator[tuple[GraphRecord, list
         n = len(graph.nodes)
         edges = edge_arrays(graph)
         graph_times = [float(t) for t in times[start:start + n]]
-        path, _ = longest_in_order(graph_times, edges.predecessors(n))  # as critical_paths, without a second edge pass
+        path = graph_critical_path(graph, graph_times, stat, edges)  # as critical_paths, without a second edge pass
         succ: list[list[int]] = [[] for _ in range(n)]
         for s, d in edges.data:
             succ[s].append(d)
         for s, d in edges.order:
             succ[s].append(~d)
-        yield graph, graph_times, frozenset(graph.nodes[i].id for i in path), succ
+        yield graph, graph_times, path.node_set, succ
         start += n
 
 

@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import networkx as nx
 
-from graphprof.analysis.critical_path import critical_path, critical_paths
-from graphprof.analysis.dataflow import EdgeKind, dataflow_graph, edge_arrays
+from graphprof.analysis.critical_path import critical_path, graph_critical_path
+from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, dataflow_graph, edge_arrays
 from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
@@ -127,7 +127,8 @@ def _choose_depth(profile: Profile, max_nodes: int) -> int:
     parts = {module: [p for p in module.split(".") if p] for _, _, module in triples}
     deepest = max(map(len, parts.values()), default=0)
     for depth in range(deepest, 0, -1):
-        groups = {(gid, phase, ".".join(parts[module][:depth])) for gid, phase, module in triples}
+        prefix = {module: ".".join(p[:depth]) for module, p in parts.items()}
+        groups = {(gid, phase, prefix[module]) for gid, phase, module in triples}
         if len(groups) <= max_nodes:
             return depth
     return 0
@@ -140,9 +141,7 @@ def build_view(profile: Profile, stat: str = "median", module_level: bool | None
     collapse = op_nodes > max_nodes if module_level is None else module_level
     multi = len(profile.graphs) > 1
     if collapse:  # from edge arrays and the node frame: no networkx graph of every op
-        paths = {cp.graph_id: cp for cp in critical_paths(profile, stat=stat)}
-        total = sum(cp.serial_s for cp in paths.values())
-        return _module_view(profile, paths, total, stat, max_nodes, multi, op_nodes)
+        return _module_view(profile, stat, max_nodes, multi, op_nodes)
     dags = [(g, dataflow_graph(g, stat=stat)) for g in profile.graphs]
     paths = {g.id: critical_path(dag, stat=stat) for g, dag in dags}
     total = sum(cp.serial_s for cp in paths.values())
@@ -209,9 +208,8 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
     return edges
 
 
-def _successors(graph: GraphRecord) -> list[list[int]]:
+def _successors(graph: GraphRecord, edges: EdgeArrays) -> list[list[int]]:
     """Per position, the destinations of its edges in the dataflow graph's adjacency order (data, then order)."""
-    edges = edge_arrays(graph)
     succ: list[list[int]] = [[] for _ in graph.nodes]
     for src, dst in edges.data:
         succ[src].append(dst)
@@ -220,10 +218,17 @@ def _successors(graph: GraphRecord) -> list[list[int]]:
     return succ
 
 
-def _module_view(profile: Profile, paths: dict, total: float, stat: str, max_nodes: int,
-                 multi: bool, op_nodes: int) -> GraphView:
+def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_nodes: int) -> GraphView:
     depth = _choose_depth(profile, min(max_nodes, MODULE_LEVEL_BOXES))
     times = node_frame(profile).times(stat, "node")
+    edges_of: dict[int, EdgeArrays] = {}
+    paths = {}
+    start = 0
+    for graph in profile.graphs:
+        edges_of[graph.id] = edge_arrays(graph)
+        paths[graph.id] = graph_critical_path(graph, times[start:start + len(graph.nodes)], stat, edges_of[graph.id])
+        start += len(graph.nodes)
+    total = sum(cp.serial_s for cp in paths.values())
     prefix_of: dict[str, str] = {}
     group_of: dict[tuple[int, int], str] = {}
     info: dict[tuple[int, str, str], dict[str, Any]] = {}
@@ -259,7 +264,7 @@ def _module_view(profile: Profile, paths: dict, total: float, stat: str, max_nod
         crit_groups.update(seq)
         crit_edges.update((a, b) for a, b in zip(seq, seq[1:]) if a != b)
         groups = [group_of[(graph.id, n.id)] for n in graph.nodes]
-        for src, targets in enumerate(_successors(graph)):
+        for src, targets in enumerate(_successors(graph, edges_of[graph.id])):
             ga = groups[src]
             for dst in targets:
                 gb = groups[dst if dst >= 0 else ~dst]
