@@ -15,7 +15,8 @@ the same way (``workload_step`` finds either kind by name).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -32,8 +32,8 @@ from typing import Callable
 import torch
 
 import graphprof
-from graphprof.analysis.steps import step_accounts
 from benchmarks.hf_workloads import WORKLOAD_NAMES, workload_step
+from graphprof.analysis.steps import step_accounts
 from graphprof.demo.steps import DemoStep
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 from graphprof.analysis.critical_path import critical_paths
 from graphprof.analysis.dataflow import node_samples_s

@@ -38,8 +38,8 @@ from graphprof.analysis.dataflow import node_samples_s
 from graphprof.profile.model import Profile
 from graphprof.render.chrome_stream import CRITICAL_CNAME, PID, STEP_TID, write_chrome_trace
 
-__all__ = ["CRITICAL_CNAME", "PID", "STEP_TID", "chrome_trace", "chrome_trace_json", "node_events",
-           "bytes_per_node_step"]
+__all__ = ["CRITICAL_CNAME", "PID", "STEP_TID", "bytes_per_node_step", "chrome_trace", "chrome_trace_json",
+           "node_events"]
 
 
 def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> str:

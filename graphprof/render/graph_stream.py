@@ -22,8 +22,9 @@ hand-built one can) goes through networkx as before, so its types are kept.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any
 
 from graphprof.analysis.critical_path import graph_critical_path
 from graphprof.analysis.dataflow import edge_arrays, is_inplace_write

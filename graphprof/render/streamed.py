@@ -15,8 +15,9 @@ says which format reads roofline bounds and which the advisor's findings.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import replace
-from typing import IO, TYPE_CHECKING, Callable
+from typing import IO, TYPE_CHECKING
 
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile

@@ -7,7 +7,8 @@ document; tests compare the two on real, synthetic and hostile profiles.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from graphprof.analysis.critical_path import critical_paths
 from graphprof.analysis.dataflow import node_samples_s

@@ -98,7 +98,7 @@ def test_a_segmented_steps_graphs_host_gaps_and_reads_add_up_to_its_wall_time() 
         step(x)
     profile = step.get_profile()
     assert len(profile.steps) == 4 and len(logged) == 6
-    host = [g for g in profile.graphs if g.name == "host"][0]
+    host = next(g for g in profile.graphs if g.name == "host")
     kinds = {n.op for n in host.nodes}
     assert "host.gap" in kinds and "Tensor.item" in kinds and OVERHEAD_OP not in kinds
     for k, step_record in enumerate(profile.steps):
