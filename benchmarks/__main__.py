@@ -1,7 +1,8 @@
 """``python -m benchmarks``: every measurement, as one markdown report.
 
-Runs, in one process and one go, on the demo ResNet and GPT training steps
-and a deliberately hostile deep MLP of tiny ops:
+Runs, in one process and one go, on the demo ResNet and GPT training steps,
+a deliberately hostile deep MLP of tiny ops, and Hugging Face BERT and GPT-2
+steps with AdamW, clipping and a logged loss (hf_workloads.py):
 
 * overhead.py: fidelity (graph / eager), probe overhead, coverage, idle
   schedule cost, segmented capture (GPT), torch.profiler / eager;
@@ -13,8 +14,9 @@ and a deliberately hostile deep MLP of tiny ops:
 * agreement.py: per-op-type time against torch.profiler, top 5 types;
 * coverage_threads.py: coverage step by step at 1 and 2 torch threads;
 * analyze_scale.py: bytes per node of 10,000 and 100,000-node profiles;
-* cli_scale.py: analyze, report, diff and every export of those profiles,
-  one process each: wall and CPU time, peak RSS.
+* cli_scale.py: analyze, report, diff and every export of 10,000, 100,000
+  and 1,000,000-node profiles, one process each: wall and CPU time, peak RSS
+  (``--quick``: 10,000 and 100,000 nodes only).
 
 Writes the report to stdout and to benchmarks/results.md. Use ``--quick`` for
 fewer rounds (numbers get noisier).
@@ -36,13 +38,16 @@ from benchmarks import (
     capture_cost,
     cli_scale,
     coverage_threads,
+    hf_workloads,
     overhead,
     real_loops,
     segmented,
 )
 
-WORKLOADS = ("resnet", "gpt", "tiny-mlp")
-TARGETS = {"resnet": 1.02, "gpt": 1.05, "tiny-mlp": 1.15}
+WORKLOADS = ("resnet", "gpt", "tiny-mlp", *hf_workloads.HF_STEPS)
+TARGETS = {"resnet": 1.02, "gpt": 1.05, "tiny-mlp": 1.15, **hf_workloads.TARGETS}
+#: Profile sizes of the command rows; the last only in a full run (its trace export alone is gigabytes).
+CLI_NODES = (10_000, 100_000, 1_000_000)
 
 
 def _mark(ok: bool) -> str:
@@ -75,7 +80,7 @@ def run(quick: bool) -> str:
               segmented.markdown([segmented.measure(w, rounds=rounds // 2) for w in segmented.WORKLOADS])]
     lines += ["", "## Capture cost against torch.compile(backend=\"aot_eager\")", "",
               "| workload | graphprof capture | aot_eager compile | ratio |", "|---|---|---|---|"]
-    for w in WORKLOADS:
+    for w in ("resnet", "gpt", "tiny-mlp"):
         c = capture_cost.measure(w, repeat=1 if quick else 3)
         lines.append(f"| {w} | {c.graphprof_s:.2f} s | {c.aot_eager_s:.2f} s | {c.ratio:.2f} ({_mark(c.ratio <= 1.0)}) |")
     lines += ["", "## Agreement with torch.profiler (top 5 op types, same graph, its overhead counted out)", "",
@@ -98,9 +103,10 @@ def run(quick: bool) -> str:
         lines += ["", "## Commands on large profiles (one process each, interpreter start included)", "",
                   "Wall and CPU (user + sys) time, median of runs; peak RSS of the process. Targets: 1.5 s at "
                   "100,000 nodes; analyze, report and diff of 1,000,000 nodes in 15 s and 4 GiB "
-                  "(`python -m benchmarks.cli_scale --nodes 1000000 --no-exports`).", ""]
-        rows = [r for nodes in (10_000, 100_000)
-                for r in cli_scale.measure(nodes, directory, 1 if quick else 3)]
+                  "(one size: `python -m benchmarks.cli_scale --nodes 1000000`).", ""]
+        sizes = CLI_NODES[:2] if quick else CLI_NODES
+        rows = [r for nodes in sizes
+                for r in cli_scale.measure(nodes, directory, 1 if quick or nodes >= 1_000_000 else 3)]
         lines.append(cli_scale.markdown(rows))
     lines.append(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}.")
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ collecting the stamps), which the profile shows as the ``graphprof.overhead``
 node; the "own" column is its median share of the step. Target: coverage at
 least 0.97 on every workload.
 
-Usage: python -m benchmarks.coverage_threads [--workload resnet gpt tiny-mlp] [--threads 1 2] [--steps 20]
+Usage: python -m benchmarks.coverage_threads [--workload resnet gpt tiny-mlp hf-bert hf-gpt2] [--threads 1 2] [--steps 20]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 import graphprof
-from graphprof.demo.steps import DEMO_STEPS
+from benchmarks.hf_workloads import WORKLOAD_NAMES, workload_step
 from graphprof.analysis.steps import step_accounts
 from graphprof.profile.model import Profile
 
@@ -57,7 +57,7 @@ def measure(workload: str, threads: int, steps: int = 20) -> CoverageResult:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        demo = DEMO_STEPS[workload](seed=0)
+        demo = workload_step(workload, seed=0)
         inputs = demo.make_inputs(0)
         traced = graphprof.trace(demo.step_fn, profiling=True)
         with warnings.catch_warnings():
@@ -83,7 +83,7 @@ def markdown(results: list[CoverageResult]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", nargs="+", default=["resnet", "gpt", "tiny-mlp"], choices=sorted(DEMO_STEPS))
+    parser.add_argument("--workload", nargs="+", default=["resnet", "gpt", "tiny-mlp"], choices=WORKLOAD_NAMES)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=20, help="profiled steps per run (default 20)")
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ neighbour slows all variants of a round alike).
               with_flops) / eager; time is taken inside the active profiler,
               so its start/stop and post-processing are not counted.
 
-Usage: python -m benchmarks.overhead [--workload resnet gpt tiny-mlp] [--rounds N]
+Usage: python -m benchmarks.overhead [--workload resnet gpt tiny-mlp hf-bert hf-gpt2] [--rounds N]
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import Callable
 import torch
 
 import graphprof
+from benchmarks.hf_workloads import WORKLOAD_NAMES, workload_step
 from graphprof.analysis.steps import step_accounts
-from graphprof.demo.steps import DEMO_STEPS, DemoStep
+from graphprof.demo.steps import DemoStep
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def measure(workload: str, rounds: int = 30, steps_per_round: int = 3, segmented
     probed graph are even the same traced function with ``profiling``
     toggled, so their ratio is the probes' cost and nothing else.
     """
-    demo: DemoStep = DEMO_STEPS[workload](seed=0)
+    demo: DemoStep = workload_step(workload, seed=0)
     inputs = demo.make_inputs(0)
     traced = graphprof.trace(demo.step_fn, profiling=True)
     idle = graphprof.trace(demo.step_fn, schedule=graphprof.schedule(skip_first=10**9))
@@ -144,7 +145,7 @@ def markdown(results: list[OverheadResult]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", nargs="+", default=["resnet"], choices=sorted(DEMO_STEPS))
+    parser.add_argument("--workload", nargs="+", default=["resnet"], choices=WORKLOAD_NAMES)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--segmented", action="store_true", help="also measure capture='dynamo' segments")
     args = parser.parse_args()

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import networkx as nx
 
-from graphprof.analysis.dataflow import EdgeKind, edge_arrays
+from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, edge_arrays
 from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import stat_fn
@@ -104,9 +104,9 @@ def _longest_in_order(times: Sequence[float], preds: list[list[int]]) -> tuple[l
     return path, best[end]
 
 
-def _record_path(graph: GraphRecord, times: Sequence[float], stat: str) -> CriticalPath:
+def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: EdgeArrays | None = None) -> CriticalPath:
     """The critical path of a graph record from its edge arrays: no networkx graph is built."""
-    edges = edge_arrays(graph)
+    edges = edge_arrays(graph) if edges is None else edges
     path, length = _longest_in_order(times, edges.predecessors(len(times)))
     serial = sum(float(t or 0.0) for t in times)
     data = set(edges.data)
@@ -132,6 +132,15 @@ def critical_path(graph: GraphRecord | nx.DiGraph, stat: str = "median") -> Crit
         nodes=tuple(path), edge_kinds=kinds, length_s=length, serial_s=serial,
         ratio=length / serial if serial > 0 else 0.0,
     )
+
+
+def graph_critical_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: EdgeArrays) -> CriticalPath:
+    """The critical path of one graph from its node times under ``stat`` and its ``edge_arrays``.
+
+    For callers that need the edges themselves too (an export walking every
+    edge): one edge pass instead of two, which is a second on 100,000 nodes.
+    """
+    return _record_path(graph, times, stat, edges)
 
 
 def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath, ...]:

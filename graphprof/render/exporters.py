@@ -25,6 +25,7 @@ from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
 from graphprof.profile.serialize import _gc_paused
 from graphprof.render.export_options import ExportError, ExportOptions
+from graphprof.render.streamed import ANALYSIS, STREAMED, Analysis, write_streamed
 from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
 
 
@@ -151,6 +152,16 @@ def write_atomic(path: str, text: str | bytes) -> None:
         raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def analysed_options(format: str, profile: Profile, options: ExportOptions) -> ExportOptions:
+    """``options`` with the roofline bounds and advisor findings ``format`` shows filled in, and only those."""
+    need = ANALYSIS.get(format, Analysis.NONE)
+    if need is Analysis.NONE:
+        return options
+    if need is Analysis.BOUNDS and options.findings is None:
+        return replace(with_analysis(profile, replace(options, findings=())), findings=None)
+    return with_analysis(profile, options)
+
+
 def with_analysis(profile: Profile, options: ExportOptions) -> ExportOptions:
     """Fill in roofline bounds and advisor findings the caller did not give."""
     from graphprof.analysis.advisor import advise
@@ -188,8 +199,13 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
     refusal = estimate is not None and too_large(exporter.name, estimate, limit, input_bytes, estimated=True)
     if refusal:
         raise ExportError(refusal)
+
     with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
-        text = exporter.render(profile, with_analysis(profile, opts))
+        opts = analysed_options(exporter.name, profile, opts)
+        if exporter.name in STREAMED:
+            write_streamed(path, exporter.name, STREAMED[exporter.name], profile, opts, limit, input_bytes)
+            return exporter.name
+        text = exporter.render(profile, opts)
     refusal = too_large(exporter.name, len(text), limit, input_bytes, estimated=False)
     if refusal:
         raise ExportError(refusal)

@@ -27,9 +27,10 @@ from typing import Any, Mapping
 import networkx as nx
 
 from graphprof.analysis.aggregate import truncate_module
-from graphprof.analysis.critical_path import critical_path
-from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
-from graphprof.profile.model import NodeRecord, Profile
+from graphprof.analysis.critical_path import critical_path, graph_critical_path
+from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, dataflow_graph, edge_arrays
+from graphprof.analysis.frame import node_frame
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.units import format_bytes, format_count, format_time
 
@@ -113,9 +114,17 @@ def _node_tooltip(node: NodeRecord, time_s: float) -> str:
 
 
 def _choose_depth(profile: Profile, max_nodes: int) -> int:
-    deepest = max((_module_depth(n.module) for _, n in profile.iter_nodes()), default=0)
+    """The deepest module depth whose (graph, phase, module prefix) groups fit in ``max_nodes`` boxes.
+
+    Works on the distinct (graph, phase, module) triples, a few thousand even
+    in a 100,000-node profile, rather than on every node at every depth.
+    """
+    triples = {(g.id, n.phase, n.module) for g, n in profile.iter_nodes()}
+    parts = {module: [p for p in module.split(".") if p] for _, _, module in triples}
+    deepest = max(map(len, parts.values()), default=0)
     for depth in range(deepest, 0, -1):
-        groups = {(g.id, n.phase, truncate_module(n.module, depth)) for g, n in profile.iter_nodes()}
+        prefix = {module: truncate_module(module, depth) for module in parts}
+        groups = {(gid, phase, prefix[module]) for gid, phase, module in triples}
         if len(groups) <= max_nodes:
             return depth
     return 0
@@ -126,12 +135,12 @@ def build_view(profile: Profile, stat: str = "median", module_level: bool | None
     """The picture's content under the options above (see the module docstring)."""
     op_nodes = profile.node_count
     collapse = op_nodes > max_nodes if module_level is None else module_level
+    multi = len(profile.graphs) > 1
+    if collapse:  # from edge arrays and the node frame: no networkx graph of every op
+        return _module_view(profile, stat, max_nodes, multi, op_nodes)
     dags = [(g, dataflow_graph(g, stat=stat)) for g in profile.graphs]
     paths = {g.id: critical_path(dag, stat=stat) for g, dag in dags}
     total = sum(cp.serial_s for cp in paths.values())
-    multi = len(profile.graphs) > 1
-    if collapse:
-        return _module_view(profile, dags, paths, total, stat, max_nodes, multi, op_nodes)
     nodes: list[ViewNode] = []
     edges: list[ViewEdge] = []
     hidden = 0
@@ -195,23 +204,47 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
     return edges
 
 
-def _module_view(profile: Profile, dags: list, paths: dict, total: float, stat: str, max_nodes: int,
-                 multi: bool, op_nodes: int) -> GraphView:
+def _successors(graph: GraphRecord, edges: EdgeArrays) -> list[list[int]]:
+    """Per position, the destinations of its edges in the dataflow graph's adjacency order (data, then order)."""
+    succ: list[list[int]] = [[] for _ in graph.nodes]
+    for src, dst in edges.data:
+        succ[src].append(dst)
+    for src, dst in edges.order:
+        succ[src].append(~dst)  # ~dst: an ordering edge
+    return succ
+
+
+def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_nodes: int) -> GraphView:
     depth = _choose_depth(profile, min(max_nodes, MODULE_LEVEL_BOXES))
+    times = node_frame(profile).times(stat, "auto")
+    edges_of: dict[int, EdgeArrays] = {}
+    paths = {}
+    start = 0
+    for graph in profile.graphs:
+        edges_of[graph.id] = edge_arrays(graph)
+        paths[graph.id] = graph_critical_path(graph, times[start:start + len(graph.nodes)], stat, edges_of[graph.id])
+        start += len(graph.nodes)
+    total = sum(cp.serial_s for cp in paths.values())
+    prefix_of: dict[str, str] = {}
     group_of: dict[tuple[int, int], str] = {}
-    info: dict[str, dict[str, Any]] = {}
-    for graph, dag in dags:
+    info: dict[tuple[int, str, str], dict[str, Any]] = {}
+    position = 0
+    for graph in profile.graphs:
         prefix = (graph.name or f"graph {graph.id}",) if multi else ()
         for node in graph.nodes:
-            module = truncate_module(node.module, depth)
-            key = f"g{graph.id}_{node.phase.value}_{len(info)}"
-            ident = (graph.id, node.phase.value, module)
-            entry = info.get(str(ident))
+            module = prefix_of.get(node.module)
+            if module is None:
+                module = prefix_of[node.module] = truncate_module(node.module, depth)
+            phase = node.phase.value
+            ident = (graph.id, phase, module)
+            entry = info.get(ident)
             if entry is None:
-                entry = info[str(ident)] = {"key": key, "module": module, "types": {}, "time": 0.0, "flops": 0,
-                                            "flops_known": True, "count": 0, "cluster": prefix + (node.phase.value,)}
+                entry = info[ident] = {"key": f"g{graph.id}_{phase}_{len(info)}", "module": module, "types": {},
+                                       "time": 0.0, "flops": 0, "flops_known": True, "count": 0,
+                                       "cluster": prefix + (phase,)}
             group_of[(graph.id, node.id)] = entry["key"]
-            entry["time"] += dag.nodes[node.id]["time_s"]
+            entry["time"] += times[position]
+            position += 1
             entry["count"] += 1
             if node.flops is None:
                 entry["flops_known"] = False
@@ -222,14 +255,17 @@ def _module_view(profile: Profile, dags: list, paths: dict, total: float, stat: 
     crit_groups: set[str] = set()
     crit_edges: set[tuple[str, str]] = set()
     edges: dict[tuple[str, str], EdgeKind] = {}
-    for graph, dag in dags:
+    for graph in profile.graphs:
         seq = [group_of[(graph.id, n)] for n in paths[graph.id].nodes]
         crit_groups.update(seq)
         crit_edges.update((a, b) for a, b in zip(seq, seq[1:]) if a != b)
-        for a, b, kind in dag.edges(data="kind"):
-            ga, gb = group_of[(graph.id, a)], group_of[(graph.id, b)]
-            if ga != gb and edges.get((ga, gb)) != EdgeKind.DATA:
-                edges[(ga, gb)] = kind
+        groups = [group_of[(graph.id, n.id)] for n in graph.nodes]
+        for src, targets in enumerate(_successors(graph, edges_of[graph.id])):
+            ga = groups[src]
+            for dst in targets:
+                gb = groups[dst if dst >= 0 else ~dst]
+                if ga != gb and edges.get((ga, gb)) != EdgeKind.DATA:
+                    edges[(ga, gb)] = EdgeKind.DATA if dst >= 0 else EdgeKind.ORDER
     nodes = []
     for entry in info.values():
         module = entry["module"] or TOP_LEVEL

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import IO, Any
 
 import networkx as nx
 
@@ -25,6 +25,7 @@ from graphprof.analysis.critical_path import critical_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
 from graphprof.profile.model import Profile
 from graphprof.render.escape import strip_control
+from graphprof.render.graph_stream import model_typed, write_graphml, write_node_link
 
 
 def node_key(graph_id: int, node_id: int) -> str:
@@ -71,8 +72,9 @@ def graphml_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def graphml_text(profile: Profile, stat: str = "median") -> str:
-    """GraphML of the profile's dataflow graphs."""
+def graphml_via_networkx(profile: Profile, stat: str = "median") -> str:
+    """GraphML through networkx's writer: for profiles whose fields hold other types than the model's
+    (``graph_stream.model_typed``), whose keys networkx types per value."""
     combined = profile_graph(profile, stat)
     flat = nx.DiGraph(**graphml_attributes(dict(combined.graph)))
     for n, attrs in combined.nodes(data=True):
@@ -83,7 +85,24 @@ def graphml_text(profile: Profile, stat: str = "median") -> str:
     return buffer.getvalue().decode("utf-8")
 
 
+def write_graphml_file(profile: Profile, f: IO[str], stat: str = "median") -> None:
+    """GraphML of the profile's dataflow graphs into ``f``: streamed, or through networkx
+    for a hand-built profile whose fields hold other types than the model's."""
+    if model_typed(profile):
+        write_graphml(profile, f, stat)
+    else:
+        f.write(graphml_via_networkx(profile, stat))
+
+
+def graphml_text(profile: Profile, stat: str = "median") -> str:
+    """GraphML of the profile's dataflow graphs as a string (``write_graphml_file``)."""
+    buffer = io.StringIO()
+    write_graphml_file(profile, buffer, stat)
+    return buffer.getvalue()
+
+
 def node_link_json(profile: Profile, stat: str = "median") -> str:
     """networkx node-link JSON (``nx.node_link_graph(json.load(f), edges="edges")`` reads it back)."""
-    data = nx.node_link_data(profile_graph(profile, stat), edges="edges")
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=1)
+    buffer = io.StringIO()
+    write_node_link(profile, buffer, stat)
+    return buffer.getvalue()

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
-from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.eager import eager_overhead
+from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
@@ -170,6 +170,18 @@ def _group(timed: Iterable[Timed], key: Any) -> dict[str, list[Timed]]:
     return groups
 
 
+class _PerModule(dict):
+    """``_module_prefix(module, depth)`` once per distinct module: 100,000 nodes share a few thousand."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.depth = depth
+
+    def __missing__(self, module: str) -> str:
+        prefix = self[module] = _module_prefix(module, self.depth)
+        return prefix
+
+
 def _by_op_type(timed: list[Timed], total: float) -> str:
     rows = []
     for op_type, items in sorted(_group(timed, lambda x: x[1].type).items(), key=lambda kv: -sum(i[2] for i in kv[1])):
@@ -203,9 +215,9 @@ def _module_type(items: list[Timed], prefix: str) -> str:
     return next((i[1].module_type for i in items if i[1].module == prefix and i[1].module_type), "")
 
 
-def _critical_section(paths: Sequence[CriticalPath], profile: Profile, total: float) -> str:
+def _critical_section(paths: Sequence[CriticalPath], timed: list[Timed], total: float) -> str:
     """Length against the serial sum, the slowest ops on the path, then the whole path (capped)."""
-    records = {(g.id, n.id): (g, n) for g, n in profile.iter_nodes()}
+    records = {(g.id, n.id): (n, t) for g, n, t in timed}
     length = sum(p.length_s for p in paths)
     ratio = length / total if total > 0 else 0.0
     head = (f"<p>The longest chain of dependent ops (data edges and in-place ordering) takes "
@@ -213,8 +225,7 @@ def _critical_section(paths: Sequence[CriticalPath], profile: Profile, total: fl
             f"(<b>{ratio:.0%}</b>): running independent ops concurrently could save at most "
             f"{html_text(format_time(max(total - length, 0.0)))} per step; only faster ops on this path "
             "shorten it further.</p>")
-    on_path = [(i, p, records[(p.graph_id, nid)][1]) for p in paths for i, nid in enumerate(p.nodes)]
-    timed = [(i, p, n, node_time_s(n, p.stat)) for i, p, n in on_path]
+    timed_path = [(i, p, *records[(p.graph_id, nid)]) for p in paths for i, nid in enumerate(p.nodes)]
 
     def row(i: int, p: CriticalPath, n: NodeRecord, t: float) -> str:
         via = p.edge_kinds[i - 1].value if i > 0 else ""
@@ -230,13 +241,13 @@ def _critical_section(paths: Sequence[CriticalPath], profile: Profile, total: fl
                 '<th class="num">% of path</th><th>reached by</th></tr></thead><tbody>' + "".join(rows)
                 + "</tbody></table></div>")
 
-    if not timed:
+    if not timed_path:
         return head
-    slowest = [row(*item) for item in sorted(timed, key=lambda x: x[3], reverse=True)[:10]]
-    every = [row(*item) for item in timed[:CRITICAL_ROWS]]
-    more = f" (the first {CRITICAL_ROWS})" if len(timed) > CRITICAL_ROWS else ""
+    slowest = [row(*item) for item in sorted(timed_path, key=lambda x: x[3], reverse=True)[:10]]
+    every = [row(*item) for item in timed_path[:CRITICAL_ROWS]]
+    more = f" (the first {CRITICAL_ROWS})" if len(timed_path) > CRITICAL_ROWS else ""
     return (head + "<h3>Slowest ops on the path</h3>" + table(slowest, "critical-path-slowest")
-            + f"<details><summary>all {len(timed)} nodes on the path{more}, in order</summary>"
+            + f"<details><summary>all {len(timed_path)} nodes on the path{more}, in order</summary>"
             + table(every, "critical-path-nodes") + "</details>")
 
 
@@ -274,16 +285,18 @@ def _roofline(timed: list[Timed], total: float, profile: Profile) -> str:
 def html_report(profile: Profile, options: ExportOptions) -> str:
     """The report as one HTML document."""
     stat = options.stat
-    timed: list[Timed] = [(g, n, node_time_s(n, stat)) for g, n in profile.iter_nodes()]
+    frame = node_frame(profile)  # the per-node times analysis already computed, not one statistic per node again
+    timed: list[Timed] = [(g, n, t) for (g, n), t in zip(frame.pairs, frame.times(stat, "auto"))]
     total = sum(t for _, _, t in timed)
     paths = critical_paths(profile, stat=stat)
     critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
     meta = profile.meta
     title = f"graphprof report: {meta.function or 'profile'}"
-    depth1 = _breakdown(timed, total, lambda x: _module_prefix(x[1].module, 1),
-                        lambda items: _module_type(items, _module_prefix(items[0][1].module, 1)), 25)
-    depth2 = _breakdown(timed, total, lambda x: _module_prefix(x[1].module, 2),
-                        lambda items: _module_type(items, _module_prefix(items[0][1].module, 2)), 30)
+    prefix1, prefix2 = _PerModule(1), _PerModule(2)
+    depth1 = _breakdown(timed, total, lambda x: prefix1[x[1].module],
+                        lambda items: _module_type(items, prefix1[items[0][1].module]), 25)
+    depth2 = _breakdown(timed, total, lambda x: prefix2[x[1].module],
+                        lambda items: _module_type(items, prefix2[items[0][1].module]), 30)
     by_phase = _breakdown(timed, total, lambda x: x[1].phase.value, lambda items: "", 10, None)
     by_source = _breakdown(timed, total, lambda x: x[1].source or "-", lambda items: items[0][1].module or "", 20,
                            "first module")
@@ -306,7 +319,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
          + "<h3>By source line</h3>" + by_source + "</div></div>"),
         ("roofline", "Roofline", _roofline(timed, total, profile)),
         ("memory", "Memory timeline", _memory_section(profile, options)),
-        ("critical-path", "Critical path", _critical_section(paths, profile, total)),
+        ("critical-path", "Critical path", _critical_section(paths, timed, total)),
     ]
     nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{html_text(name)}</h2>{content}</section>' for sid, name, content in sections)

@@ -38,7 +38,7 @@ LIMIT_FLOOR_BYTES = 256 * 2**20
 STORED_BYTES_PER_NODE = 150
 STORED_BYTES_PER_SAMPLE = 8
 #: Nodes looked at to estimate a file's size; larger graphs are sampled evenly.
-ESTIMATE_SAMPLE_NODES = 20_000
+ESTIMATE_SAMPLE_NODES = 5_000
 
 _NODE_TEXT = ("name", "op", "type", "module", "module_type", "source", "scope")
 #: Estimated bytes per node (fixed, per sample, per character of its text) of the formats whose size

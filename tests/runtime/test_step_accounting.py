@@ -68,3 +68,41 @@ def test_nodes_plus_graphprofs_own_node_add_up_to_each_steps_wall_time() -> None
         assert abs(account.unaccounted_s) < 1e-12
         assert 0 < account.coverage < 1
         assert _ns(account.nodes_s) + _ns(account.overhead_s) == _ns(account.wall_time_s)
+
+
+def test_a_segmented_steps_graphs_host_gaps_and_reads_add_up_to_its_wall_time() -> None:
+    """capture="dynamo" has no graphprof.overhead node: its host gaps hold all time between graphs.
+
+    Between segments run the user's Python, torch.compile's guards and
+    graphprof's own bookkeeping around each segment; the host graph's gap
+    nodes take all of it (less host reads and compiles, shown or left out on
+    their own), so on an uneven fake clock the nodes add up to the wall time
+    of every step to the nanosecond, and nothing is unaccounted for.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(4, 8)
+    logged: list[float] = []
+
+    @graphprof.trace(profiling=True, clock=UnevenClock(), capture="dynamo")
+    def step(inp):
+        opt.zero_grad(set_to_none=True)
+        loss = model(inp).square().mean()
+        logged.append(loss.item())  # a host read between the forward and the backward segment
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(6):
+        step(x)
+    profile = step.get_profile()
+    assert len(profile.steps) == 4 and len(logged) == 6
+    host = next(g for g in profile.graphs if g.name == "host")
+    kinds = {n.op for n in host.nodes}
+    assert "host.gap" in kinds and "Tensor.item" in kinds and OVERHEAD_OP not in kinds
+    for k, step_record in enumerate(profile.steps):
+        total_ns = sum(_ns(n.host_time_s[k]) for _, n in profile.iter_nodes())
+        assert total_ns == _ns(step_record.wall_time_s)
+    for account in step_accounts(profile):
+        assert abs(account.unaccounted_s) < 1e-12 and account.overhead_s == 0

@@ -1,0 +1,95 @@
+"""Streamed exports: the same documents as the writers they replaced, and files that stay whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from graphprof.api import Profile
+from graphprof.profile.model import DeviceMemorySample
+from graphprof.render import exporters, streamed
+from graphprof.render.chrome_trace import chrome_trace_json
+from graphprof.render.exporters import ExportError, export_profile
+from graphprof.render.graph_stream import model_typed
+from graphprof.render.graphml import graphml_text, graphml_via_networkx, node_link_json, profile_graph
+from graphprof.render.units import format_bytes
+from tests.render.export_profiles import empty_profile, hostile_profile, synthetic_profile
+from tests.render.reference_trace import reference_trace_json
+
+BOUNDS = {(0, 3): "compute", 1: "memory"}
+
+
+def _profiles(real: Profile) -> dict[str, Profile]:
+    return {"real": real, "synthetic": synthetic_profile(), "hostile": hostile_profile(), "empty": empty_profile()}
+
+
+def test_trace_is_byte_identical_to_the_dict_built_trace(real: Profile) -> None:
+    for name, profile in _profiles(real).items():
+        for bounds in (None, BOUNDS):
+            assert chrome_trace_json(profile, bounds=bounds) == reference_trace_json(profile, bounds=bounds), name
+    p = synthetic_profile()
+    graph = dataclasses.replace(p.graphs[0], device_memory=(
+        DeviceMemorySample(step=p.steps[1].index, node_id=3, allocated_bytes=4096, peak_bytes=8192, reserved_bytes=2**20),))
+    with_reads = dataclasses.replace(p, graphs=(graph,))
+    assert chrome_trace_json(with_reads, stat="max") == reference_trace_json(with_reads, stat="max")
+
+
+def test_graphml_is_byte_identical_to_networkx_output(real: Profile) -> None:
+    for name, profile in _profiles(real).items():
+        assert model_typed(profile), name
+        assert graphml_text(profile) == graphml_via_networkx(profile), name
+    assert graphml_text(real, stat="min") == graphml_via_networkx(real, stat="min")
+
+
+def test_a_field_of_another_type_than_the_model_keeps_networkx_types() -> None:
+    p = synthetic_profile()
+    graph = p.graphs[0]
+    odd = dataclasses.replace(p, graphs=(dataclasses.replace(graph, nodes=(
+        dataclasses.replace(graph.nodes[0], flops=1.5), *graph.nodes[1:])),))
+    assert not model_typed(odd)
+    back = nx.read_graphml(io.BytesIO(graphml_text(odd).encode("utf-8")))
+    assert back.nodes["0:0"]["flops"] == 1.5 and back.nodes["0:1"]["flops"] == p.graphs[0].nodes[1].flops
+
+
+def test_node_link_json_reads_back_as_the_networkx_document(real: Profile) -> None:
+    for name, profile in _profiles(real).items():
+        expected = json.loads(json.dumps(nx.node_link_data(profile_graph(profile), edges="edges")))
+        assert json.loads(node_link_json(profile)) == expected, name
+
+
+@pytest.mark.parametrize("filename", ["t.trace.json", "g.graphml", "g.nodelink.json"])
+def test_a_failing_streamed_write_leaves_the_old_file(filename: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    target = tmp_path / filename
+    target.write_text("old")
+    name = {"t.trace.json": "chrome", "g.graphml": "graphml", "g.nodelink.json": "nodelink"}[filename]
+    original = streamed.STREAMED[name]
+
+    def half_then_crash(profile: Profile, options: object, f: object) -> None:
+        original(profile, options, f)  # type: ignore[arg-type]
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setitem(streamed.STREAMED, name, half_then_crash)
+    with pytest.raises(RuntimeError):
+        export_profile(synthetic_profile(), target)
+    assert target.read_text() == "old" and os.listdir(tmp_path) == [filename]
+
+
+def test_a_streamed_document_over_the_limit_is_refused_with_its_whole_size(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    monkeypatch.setattr(exporters, "estimated_bytes", lambda profile, fmt: None)  # only the streamed count decides
+    target = tmp_path / "t.trace.json"
+    export_profile(synthetic_profile(), target, max_bytes=0)
+    text = target.read_text()
+    target.unlink()
+    with pytest.raises(ExportError, match=f"the chrome export would be {format_bytes(len(text))},"):
+        export_profile(synthetic_profile(), target, max_bytes=len(text) - 1)
+    assert os.listdir(tmp_path) == []
+    export_profile(synthetic_profile(), target, max_bytes=len(text))
+    assert target.read_text() == text
