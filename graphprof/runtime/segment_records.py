@@ -60,6 +60,16 @@ class SegmentedStep:
         return total
 
 
+def compute_intervals(step: SegmentedStep) -> list[tuple[int, int]]:
+    """(start, end) clock readings of every graph run of the step: its computation, for overlap."""
+    out = []
+    for ev in step.events:
+        stamps = ev[1] if isinstance(ev, tuple) else ev.stamps if isinstance(ev, OptimizerRun) else ()
+        if stamps:
+            out.append((stamps[0], stamps[-1]))
+    return out
+
+
 def _node_times(n_ops: int, runs: list[tuple[int, ...]]) -> list[int]:
     times = [0] * n_ops
     for stamps in runs:
