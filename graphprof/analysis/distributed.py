@@ -22,8 +22,10 @@ took for it (the last rank to arrive waits least). A rank's *busy* time is
 its step time minus its waits; the straggler is the rank with the most busy
 time, its *lag* how much more it needs than the median of the others. The
 waits of collectives that overlap each other (DDP's bucket allreduces, timed
-by graphprof's comm hook, all wait for the same late rank) count once, by
-their largest; collectives inside a graph run one after another and add up.
+by graphprof's comm hook, and FSDP2 collectives launched with
+``async_op=True``, all wait for the same late rank) count once, by their
+largest; collectives inside a graph, and FSDP2's blocking ones, run one
+after another and add up.
 Without collectives, busy time is step time. The straggler's slow nodes are
 its non-collective nodes ordered by *excess*: its time minus the median time
 of the other ranks.
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from graphprof.analysis.dataflow import node_samples_s
+from graphprof.analysis.sharding import ShardingAnalysis, analyze_sharding
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks, is_merged, rank_info, split_graph_name
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
@@ -167,6 +170,7 @@ class DistributedAnalysis:
     spread: tuple[NodeAcrossRanks, ...]
     collectives: tuple[CollectiveStat, ...]
     nodes: tuple[NodeAcrossRanks, ...]
+    sharding: ShardingAnalysis | None = None  # FSDP2 ranks: overlap and sharded memory
 
 
 def _kind(graph: GraphRecord, node: NodeRecord) -> str:
@@ -226,7 +230,8 @@ def _comm_waits(nodes: tuple[NodeAcrossRanks, ...], ranks: tuple[int, ...],
         if node.kind != "comm" or _is_wait(node, attrs) or len(node.times_s) < 2:
             continue
         fastest = min(node.times_s.values())
-        overlaps = attrs[(node.graph, node.node_id, node.op)].get("source") == "ddp_comm_hook"
+        a = attrs[(node.graph, node.node_id, node.op)]
+        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") == "false"  # asynchronous: may overlap
         for r, t in node.times_s.items():
             if overlaps:
                 overlapping[r] = max(overlapping[r], t - fastest)
@@ -310,5 +315,5 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
         ranks=ranks, missing_ranks=tuple(info.get("missing_ranks", ())),
         straggler=_straggler(ranks, nodes, "collective waits" if has_comm else "step time", top),
         spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, int(info.get("world_size", len(ranks)))),
-        nodes=nodes,
+        nodes=nodes, sharding=analyze_sharding(profile, stat),
     )

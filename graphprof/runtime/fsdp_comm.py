@@ -163,6 +163,9 @@ class FsdpCommTimer:
         self._unsharded_peak = 0
         self._saved: list[tuple[Any, str, Any]] = []
         self.recording = False
+        #: Told of each blocking collective as it completes (the segmented step's timeline, so that host gaps
+        #: leave the collective's time to the comm graph).
+        self.sink: Callable[[CollectiveEvent], None] | None = None
         self.steps: dict[int, tuple[tuple[CollectiveEvent, ...], ShardedMemory]] = {}
 
     def watch_optimizers(self, optimizers: Iterable[torch.optim.Optimizer]) -> None:
@@ -187,7 +190,10 @@ class FsdpCommTimer:
             work = original(*args, **kwargs)
             meta = (kind, nbytes, numel, dtype, size, module, phase, launch)
             if work is None or not hasattr(work, "get_future"):
-                current.append(CollectiveEvent(*meta, clock(), True))
+                event = CollectiveEvent(*meta, clock(), True)
+                current.append(event)
+                if self.sink is not None:
+                    self.sink(event)
                 self._sample_unsharded(nbytes if kind == "allgather" else 0)
             else:
                 def completed(fut: torch.futures.Future) -> None:

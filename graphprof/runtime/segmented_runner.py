@@ -42,6 +42,8 @@ class SegmentedRunner:
         self._fsdp: FsdpCommTimer | None = fsdp_timer_for(fn, clock)  # FSDP2 collectives and memory
         self.capture = SegmentedCapture(fn, prepare_graph, clock, optimizer_step, name)
         self.capture.probing = False
+        if self._fsdp is not None:
+            self._fsdp.sink = lambda event: self.capture.timeline.events.append(event)
         self._compiled = False
         self._buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
         self._key: Hashable = None
