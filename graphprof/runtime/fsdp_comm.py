@@ -162,6 +162,7 @@ class FsdpCommTimer:
         self._current: list[CollectiveEvent] = []
         self._unsharded_peak = 0
         self._saved: list[tuple[Any, str, Any]] = []
+        self._wrappers: dict[str, Callable[..., Any]] = {}  # made once, installed for each recorded step
         self.recording = False
         #: Told of each blocking collective as it completes (the segmented step's timeline, so that host gaps
         #: leave the collective's time to the comm graph).
@@ -212,7 +213,10 @@ class FsdpCommTimer:
             original = getattr(c10d, name, None)
             if original is None:
                 continue
-            wrapper = self._wrap(original, kind, size_arg)
+            wrapper = self._wrappers.get(name)
+            if wrapper is None or wrapper.__wrapped_original__ is not original:  # type: ignore[attr-defined]
+                wrapper = self._wrappers[name] = self._wrap(original, kind, size_arg)
+                wrapper.__wrapped_original__ = original  # type: ignore[attr-defined]
             for namespace in (dist, c10d):
                 if getattr(namespace, name, None) is original:
                     self._saved.append((namespace, name, original))
