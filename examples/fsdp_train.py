@@ -9,7 +9,7 @@ or, without torchrun (the script spawns the ranks itself):
     python examples/fsdp_train.py --nproc 2
 
 A small transformer language model gets ``fully_shard`` on every block and on
-the root, and trains with AdamW. ``--slow-rank 1 --delay-ms 30`` makes rank 1
+the root, and trains with AdamW. ``--slow-rank 1 --delay-ms 60`` makes rank 1
 sleep inside its step, so the report names it as the straggler. Each rank
 saves ``fsdp_profiles/rank<r>.json``; rank 0 merges them into
 ``fsdp_profiles/merged.json`` (what ``graphprof merge fsdp_profiles/rank*.json
@@ -148,12 +148,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="calls of the step (the first two are not profiled)")
     parser.add_argument("--slow-rank", type=int, default=1, help="rank that sleeps in its step (-1: none)")
-    parser.add_argument("--delay-ms", type=float, default=30.0, help="how long the slow rank sleeps per step")
+    parser.add_argument("--delay-ms", type=float, default=60.0, help="how long the slow rank sleeps per step")
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--compare", action="store_true", help="also time the steps unprofiled")
     parser.add_argument("--out", default="fsdp_profiles", help="folder for the per-rank and merged profiles")
     parser.add_argument("--nproc", type=int, default=2, help="ranks to spawn when not started by torchrun")
