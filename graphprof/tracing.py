@@ -28,6 +28,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.profile.model import Profile
+from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.inputs import guards_hold
 from graphprof.capture.state import StateIndex
@@ -302,6 +303,7 @@ class TracedFunction:
             return step(*args, **kwargs)
 
         optimizer_step.__qualname__ = optimizer_step.__name__ = f"{type(opt).__name__}.step"
+        setattr(optimizer_step, OPTIMIZER_ONLY, True)  # it names the model, it does not run it
         traced = TracedFunction(optimizer_step, capture="fx", clock=self._clock, cache_size=self.cache_size,
                                 max_steps=1)
         traced._calls = 1  # the step's eager call already created the optimizer's state: capture at once

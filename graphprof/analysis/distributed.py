@@ -22,8 +22,10 @@ took for it (the last rank to arrive waits least). A rank's *busy* time is
 its step time minus its waits; the straggler is the rank with the most busy
 time, its *lag* how much more it needs than the median of the others. The
 waits of collectives that overlap each other (DDP's bucket allreduces, timed
-by graphprof's comm hook, all wait for the same late rank) count once, by
-their largest; collectives inside a graph run one after another and add up.
+by graphprof's comm hook, and FSDP2 collectives launched with
+``async_op=True``, all wait for the same late rank) count once, by their
+largest; collectives inside a graph, and FSDP2's blocking ones, run one
+after another and add up.
 Without collectives, busy time is step time. The straggler's slow nodes are
 its non-collective nodes ordered by *excess*: its time minus the median time
 of the other ranks.
@@ -47,9 +49,10 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from graphprof.analysis.node_time import node_samples_s
+from graphprof.analysis.sharding import ShardingAnalysis, analyze_sharding
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks, is_merged, rank_info, split_graph_name
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import AttrValue, GraphRecord, NodeRecord, Profile
 
 #: NCCL-tests bus-bandwidth factor of each collective kind, as a function of the rank count.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -167,6 +170,7 @@ class DistributedAnalysis:
     spread: tuple[NodeAcrossRanks, ...]
     collectives: tuple[CollectiveStat, ...]
     nodes: tuple[NodeAcrossRanks, ...]
+    sharding: ShardingAnalysis | None = None  # FSDP2 ranks: overlap and sharded memory
 
 
 def _kind(graph: GraphRecord, node: NodeRecord) -> str:
@@ -214,19 +218,20 @@ def match_nodes(profile: Profile, stat: str = "median") -> tuple[NodeAcrossRanks
     )
 
 
-def _is_wait(node: NodeAcrossRanks, attrs: Mapping[Key, dict[str, str]]) -> bool:
+def _is_wait(node: NodeAcrossRanks, attrs: Mapping[Key, dict[str, AttrValue]]) -> bool:
     return attrs[(node.graph, node.node_id, node.op)].get("collective") == "wait"
 
 
 def _comm_waits(nodes: tuple[NodeAcrossRanks, ...], ranks: tuple[int, ...],
-                attrs: Mapping[Key, dict[str, str]]) -> dict[int, float]:
+                attrs: Mapping[Key, dict[str, AttrValue]]) -> dict[int, float]:
     serial = {r: 0.0 for r in ranks}
     overlapping = {r: 0.0 for r in ranks}
     for node in nodes:
         if node.kind != "comm" or _is_wait(node, attrs) or len(node.times_s) < 2:
             continue
         fastest = min(node.times_s.values())
-        overlaps = attrs[(node.graph, node.node_id, node.op)].get("source") == "ddp_comm_hook"
+        a = attrs[(node.graph, node.node_id, node.op)]
+        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") == "false"  # asynchronous: may overlap
         for r, t in node.times_s.items():
             if overlaps:
                 overlapping[r] = max(overlapping[r], t - fastest)
@@ -235,8 +240,8 @@ def _comm_waits(nodes: tuple[NodeAcrossRanks, ...], ranks: tuple[int, ...],
     return {r: serial[r] + overlapping[r] for r in ranks}
 
 
-def _node_attrs(profile: Profile) -> dict[Key, dict[str, str]]:
-    out = {}
+def _node_attrs(profile: Profile) -> dict[Key, dict[str, AttrValue]]:
+    out: dict[Key, dict[str, AttrValue]] = {}
     for graph in profile.graphs:
         _, name = split_graph_name(graph.name)
         for node in graph.nodes:
@@ -265,12 +270,12 @@ def _straggler(ranks: tuple[RankTimes, ...], nodes: tuple[NodeAcrossRanks, ...],
                      basis, tuple(slow_nodes[:top]))
 
 
-def _collectives(nodes: tuple[NodeAcrossRanks, ...], attrs: Mapping[Key, dict[str, str]],
+def _collectives(nodes: tuple[NodeAcrossRanks, ...], attrs: Mapping[Key, dict[str, AttrValue]],
                  world_size: int) -> tuple[CollectiveStat, ...]:
     out = []
     for node in nodes:
         a = attrs[(node.graph, node.node_id, node.op)]
-        kind = a.get("collective")
+        kind = None if a.get("collective") is None else str(a.get("collective"))
         if node.kind != "comm" or kind in (None, "wait") or not node.times_s:
             continue
         nbytes = int(a.get("bytes", "0") or 0)
@@ -287,7 +292,7 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
     """The rank comparison of a merged profile; None for a single-rank profile."""
     if not is_merged(profile):
         return None
-    info = rank_info(profile)
+    info = rank_info(profile) or {}
     fn = stat_fn(stat)
     nodes = match_nodes(profile, stat)
     attrs = _node_attrs(profile)
@@ -310,5 +315,5 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
         ranks=ranks, missing_ranks=tuple(info.get("missing_ranks", ())),
         straggler=_straggler(ranks, nodes, "collective waits" if has_comm else "step time", top),
         spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, int(info.get("world_size", len(ranks)))),
-        nodes=nodes,
+        nodes=nodes, sharding=analyze_sharding(profile, stat),
     )

@@ -38,8 +38,14 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.fx
 
+from graphprof.capture.fsdp import REASON as FSDP_REASON, FullyShardedStep, is_fsdp
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.cost_formulas_comm import WORK_OPS, schema_name
+
+
+#: Set on a function that only runs an optimizer's step: the modules it names are there to name
+#: parameters, it does not run them (a module it does run is still refused when called).
+OPTIMIZER_ONLY = "__graphprof_optimizer_only__"
 
 
 class DistributedDataParallelStep(RuntimeError):
@@ -60,28 +66,34 @@ _REASON = ("DistributedDataParallel communicates from C++ autograd hooks; a stat
 
 @contextlib.contextmanager
 def refuse_ddp(fn: Callable[..., Any] | None = None) -> Iterator[None]:
-    """Raise ``DistributedDataParallelStep`` for a step that uses a DDP module.
+    """Raise ``DistributedDataParallelStep`` for a step that uses a DDP module (``FullyShardedStep`` for FSDP2).
 
-    A DDP module ``fn`` reaches by name (closure, globals, ``self``) is refused
-    on entering the block, before anything runs: nothing to undo, and no
-    collective is run twice. One reached otherwise is refused when it is
-    called, before its forward runs (capture then restores what the step wrote).
+    A DDP or FSDP2 module ``fn`` reaches by name (closure, globals, ``self``)
+    is refused on entering the block, before anything runs: nothing to undo,
+    and no collective is run twice. One reached otherwise is refused when it
+    is called, before its forward runs (capture then restores what the step wrote).
     """
-    if fn is not None:
+    if fn is not None and not getattr(fn, OPTIMIZER_ONLY, False):
         from graphprof.capture.state import discover_state
 
-        if any(_is_ddp(m) for _, m in discover_state(fn).modules.values()):
-            raise DistributedDataParallelStep(_REASON)
+        for _, module in discover_state(fn).modules.values():
+            _refuse(module)
 
     def check(module: torch.nn.Module, args: Any) -> None:
-        if _is_ddp(module):
-            raise DistributedDataParallelStep(_REASON)
+        _refuse(module)
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(check)
     try:
         yield
     finally:
         handle.remove()
+
+
+def _refuse(module: torch.nn.Module) -> None:
+    if _is_ddp(module):
+        raise DistributedDataParallelStep(_REASON)
+    if is_fsdp(module):
+        raise FullyShardedStep(FSDP_REASON)
 
 
 def _wait_all(out: Any) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from graphprof.capture.dtensor import local_shard
 from graphprof.passes.records import StateRecord, StateRole
 
 
@@ -47,6 +48,13 @@ class StateIndex:
     def describe(self, tensor: torch.Tensor) -> StateRecord | None:
         return self.tensors.get(id(tensor))
 
+    def name(self, tensor: torch.Tensor, record: StateRecord) -> None:
+        """Record ``tensor``'s name and role, for a DTensor its local shard's too (what a graph holds)."""
+        self.tensors[id(tensor)] = record
+        shard = local_shard(tensor)
+        if shard is not tensor:
+            self.tensors[id(shard)] = record
+
     def module_of(self, tensor: torch.Tensor) -> str:
         record = self.tensors.get(id(tensor))
         return record.module if record is not None else ""
@@ -56,7 +64,7 @@ class StateIndex:
         for p in self.params.values():
             if p.grad is not None:
                 base = self.tensors[id(p)]
-                self.tensors[id(p.grad)] = StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module)
+                self.name(p.grad, StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module))
 
 
 def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str, Any]]:
@@ -130,23 +138,23 @@ def discover_state(fn: Callable[..., Any]) -> StateIndex:
             for pname, p in module.named_parameters(recurse=False):
                 if id(p) not in index.tensors:
                     full = f"{path}.{pname}" if path else pname
-                    index.tensors[id(p)] = StateRecord(full, StateRole.PARAMETER, path)
+                    index.name(p, StateRecord(full, StateRole.PARAMETER, path))
                     index.params[id(p)] = p
             for bname, b in module.named_buffers(recurse=False):
                 if id(b) not in index.tensors:
                     full = f"{path}.{bname}" if path else bname
-                    index.tensors[id(b)] = StateRecord(full, StateRole.BUFFER, path)
+                    index.name(b, StateRecord(full, StateRole.BUFFER, path))
     for oi, opt in enumerate(optimizers):
         index.optimizers.append(opt)
         for group in opt.param_groups:
             for pi, p in enumerate(group["params"]):
                 if id(p) not in index.tensors:
-                    index.tensors[id(p)] = StateRecord(f"optimizer{oi}.param{pi}", StateRole.PARAMETER, "")
+                    index.name(p, StateRecord(f"optimizer{oi}.param{pi}", StateRole.PARAMETER, ""))
                     index.params[id(p)] = p
                 base = index.tensors[id(p)]
                 for key, value in opt.state.get(p, {}).items():
                     if isinstance(value, torch.Tensor):
-                        index.tensors[id(value)] = StateRecord(f"{base.name}.{key}", StateRole.OPTIMIZER_STATE, base.module)
+                        index.name(value, StateRecord(f"{base.name}.{key}", StateRole.OPTIMIZER_STATE, base.module))
     index.refresh_gradients()
     return index
 

@@ -26,6 +26,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
+from graphprof.capture.dtensor import check_new_gradients, local_shard, same_gradient
 from graphprof.capture.inputs import PythonState, assignment_source, reader_node
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
@@ -154,7 +155,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder.update(out=out, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
-        return plain, [p.grad for p in params]
+        check_new_gradients(params, pre_grads)
+        return plain, [local_shard(p.grad) for p in params]
 
     try:
         gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
@@ -162,8 +164,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _name_state(gm, state)
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         params = holder["params"]
-        clear = [p for p in params if pre_grads.get(id(p)) is not None and id(pre_grads[id(p)]) not in referenced]
-        _read_grads_at_run_time(gm, {id(g): p for p in params if (g := pre_grads.get(id(p))) is not None})
+        clear = [p for p in params
+                 if pre_grads.get(id(p)) is not None and id(local_shard(pre_grads[id(p)])) not in referenced]
+        _read_grads_at_run_time(gm, {id(local_shard(g)): p for p in params if (g := pre_grads.get(id(p))) is not None})
         gm.graph.lint()
         gm.recompile()
     except BaseException:
@@ -204,7 +207,7 @@ def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.P
         if param is None:
             continue
         with gm.graph.inserting_before(node):
-            reader = reader_node(gm.graph, lambda p=param: p.grad, f"{node.target}", None, scalar=False)  # type: ignore[misc]
+            reader = reader_node(gm.graph, lambda p=param: local_shard(p.grad), f"{node.target}", None, scalar=False)  # type: ignore[misc]
         reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
         node.replace_all_uses_with(reader)
         gm.graph.erase_node(node)
@@ -251,7 +254,7 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
         out, stamps = out
     out_flat, grads = out
     for p, g in zip(step.grad_params, grads):
-        if p.grad is not g:
+        if not same_gradient(p.grad, g):
             p.grad = g
     host = (started, clock()) if instrumented and clock is not None else None
     return pytree.tree_unflatten(out_flat, step.out_spec), stamps, host

@@ -19,7 +19,7 @@ Layout of a merged profile (torch-free, plain JSON like any profile):
 - ``meta``: rank 0's (function, capture, device, versions, peaks), and
   ``extra["distributed"]`` = ``{"merged": true, "world_size", "backend",
   "ranks": [{"rank", "graph_ids", "wall_time_s", "graph_time_s", "host",
-  "capture", "created_at", "notes"?}, ...], "missing_ranks": [...]}``, per rank
+  "capture", "created_at", "notes"?, "fsdp"?}, ...], "missing_ranks": [...]}``, per rank
   its graphs and its own step times (aligned with ``steps``). Rank 0's
   ``cost_coverage`` is not carried over (``analysis.coverage`` recomputes it
   for the whole job).
@@ -141,6 +141,8 @@ def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = N
         }
         if info.get("notes"):
             entry["notes"] = list(info["notes"])
+        if isinstance(info.get("fsdp"), Mapping):  # per-step overlap and memory of an FSDP2 rank
+            entry["fsdp"] = dict(info["fsdp"])
         ranks.append(entry)
     steps = tuple(StepRecord(index=k, wall_time_s=max(w[j] for w in walls), graph_time_s=max(g[j] for g in graph_times))
                   for j, k in enumerate(kept))

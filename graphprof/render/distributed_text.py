@@ -3,7 +3,8 @@
 One section of ``graphprof report`` on a merged profile: time per rank
 (compute, host, communication, waiting), the straggler and its slow nodes,
 the nodes whose time differs most across ranks, and the bandwidth of each
-collective (NCCL-tests bus bandwidth).
+collective (NCCL-tests bus bandwidth); for FSDP2 ranks, the overlap of
+communication with computation and the sharded memory (``sharding_text``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from graphprof.analysis.distributed import DistributedAnalysis, NodeAcrossRanks
+from graphprof.render.sharding_text import render_sharding
 from graphprof.render.units import clip, share_of, format_bytes, format_time
 
 _WIDTH = 34
@@ -86,4 +88,6 @@ def _collectives(analysis: DistributedAnalysis) -> list[str]:
 def render_distributed(analysis: DistributedAnalysis) -> str:
     """The whole rank comparison, sub-sections separated by blank lines."""
     parts = [_ranks(analysis), _straggler(analysis), _spread(analysis), _collectives(analysis)]
+    if analysis.sharding is not None:
+        parts.append([render_sharding(analysis.sharding)])
     return "\n\n".join("\n".join(p) for p in parts)

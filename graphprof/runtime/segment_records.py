@@ -9,10 +9,11 @@ becomes nodes of a "host" graph: one gap node per boundary between graphs
 previous graph ends, one node per host read of tensor data (``item``,
 ``numpy``, ``cpu``, ``tolist``) at its source line, and one per optimizer
 run that was not profiled (its warm-up or an eager fallback). Gap nodes hold
-the boundary's time minus the host reads and compiles inside it. Compile
+the boundary's time minus the host reads, compiles and blocking FSDP2
+collectives inside it (those are nodes of the "comm" graph). Compile
 time (dynamo, or an optimizer's capture) is not the user's work: it is left
 out of the step's wall time and reported as recompiles instead. So graphs,
-gaps and reads add up to the step's wall time.
+gaps, reads and blocking collectives add up to the step's wall time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from graphprof.capture.segmented import CompileSpan, OptimizerRun, Segment
 from graphprof.passes.annotate import is_op_node
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
 from graphprof.runtime.collect import graph_record_from_times
+from graphprof.runtime.fsdp_comm import CollectiveEvent
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,16 @@ class SegmentedStep:
             if stamps:
                 total += stamps[-1] - stamps[0]
         return total
+
+
+def compute_intervals(step: SegmentedStep) -> list[tuple[int, int]]:
+    """(start, end) clock readings of every graph run of the step: its computation, for overlap."""
+    out = []
+    for ev in step.events:
+        stamps = ev[1] if isinstance(ev, tuple) else ev.stamps if isinstance(ev, OptimizerRun) else ()
+        if stamps:
+            out.append((stamps[0], stamps[-1]))
+    return out
 
 
 def _node_times(n_ops: int, runs: list[tuple[int, ...]]) -> list[int]:
@@ -154,6 +166,9 @@ def host_graph_record(segments: Sequence[Segment], steps: Sequence[SegmentedStep
             times[i] = times.get(i, 0) + max(0, until - cursor - excluded)
 
         for ev in step.events:
+            if isinstance(ev, CollectiveEvent):  # a blocking collective between graphs: a node of the comm graph
+                excluded += ev.done_ns - ev.launch_ns
+                continue
             if isinstance(ev, (HostRead, CompileSpan)) or (isinstance(ev, OptimizerRun) and not ev.stamps):
                 excluded += ev.end_ns - ev.start_ns
                 if isinstance(ev, HostRead):

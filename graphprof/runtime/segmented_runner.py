@@ -22,7 +22,8 @@ from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer
 from graphprof.runtime.schedule import Action
-from graphprof.runtime.segment_records import SegmentedStep, segment_graph_records
+from graphprof.runtime.fsdp_comm import FsdpCommTimer, fsdp_timer_for
+from graphprof.runtime.segment_records import SegmentedStep, compute_intervals, segment_graph_records
 
 log = logging.getLogger("graphprof")
 _RECORDING = (Action.RECORD, Action.RECORD_AND_SAVE)
@@ -38,8 +39,11 @@ class SegmentedRunner:
         self._limit = limit
         self._cache_size = cache_size
         self._comm: CommTimer | None = comm_timer_for(fn, clock)  # DDP bucket allreduce times
+        self._fsdp: FsdpCommTimer | None = fsdp_timer_for(fn, clock)  # FSDP2 collectives and memory
         self.capture = SegmentedCapture(fn, prepare_graph, clock, optimizer_step, name)
         self.capture.probing = False
+        if self._fsdp is not None:
+            self._fsdp.sink = lambda event: self.capture.timeline.events.append(event)
         self._compiled = False
         self._buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
         self._key: Hashable = None
@@ -60,8 +64,14 @@ class SegmentedRunner:
         self.capture.probing = action is not Action.NONE
         if self._comm is not None:
             self._comm.begin_step(action in _RECORDING)
+        if self._fsdp is not None:
+            self._fsdp.begin_step(action in _RECORDING)
         before = len(self.capture.compiles)
-        result = self.capture(*args, **kwargs)
+        try:
+            result = self.capture(*args, **kwargs)
+        finally:
+            if self._fsdp is not None:
+                self._fsdp.end_step(call)  # puts torch.distributed's functions back, whatever happened
         self.recompiles.extend((call, span) for span in self.capture.compiles[before:])
         if self._comm is not None:
             self._comm.end_step(call)
@@ -86,9 +96,16 @@ class SegmentedRunner:
             comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
             if comm is not None:
                 graphs.append(comm)
+        extra = distributed_extra(self._comm)
+        if self._fsdp is not None:
+            comm = self._fsdp.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
+            if comm is not None:
+                graphs.append(comm)
+            if extra is not None:
+                extra["fsdp"] = self._fsdp.extra([s.index for s in steps], {s.index: compute_intervals(s) for s in steps})
         return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [s.graph_module for s in self.capture.segments], None,
-                             distributed_extra(self._comm), {"recompiles": self.recompile_notes()})
+                             extra, {"recompiles": self.recompile_notes()})
 
     def recompile_notes(self) -> list[dict[str, Any]]:
         """Every compile after the first call: when, what, why and what it cost (seconds)."""

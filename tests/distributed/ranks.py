@@ -152,10 +152,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(world_size: int, out_dir: str, deadline_s: float = 240.0) -> None:
-    """Run ``rank_main`` on ``world_size`` spawned processes; raise if one fails or the deadline passes."""
+def launch(world_size: int, out_dir: str, deadline_s: float = 240.0,
+           main: Callable[[int, int, int, str], None] = rank_main) -> None:
+    """Run ``main`` (``rank_main``) on ``world_size`` spawned processes; raise if one fails or the deadline passes."""
     context = torch.multiprocessing.start_processes(
-        rank_main, args=(world_size, free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
+        main, args=(world_size, free_port(), out_dir), nprocs=world_size, join=False, start_method="spawn")
     end = time.monotonic() + deadline_s
     while not context.join(timeout=max(0.1, end - time.monotonic())):
         if time.monotonic() > end:
