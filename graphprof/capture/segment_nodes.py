@@ -8,6 +8,7 @@ carries, so the passes after capture do not know which front end ran.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
@@ -43,11 +44,20 @@ def _frames(meta: dict[str, Any]) -> list[tuple[str, int]]:
 
 def user_source(filename: str, line: int) -> str:
     """``file:line`` relative to the working directory when possible."""
+    return f"{_relative(filename, os.getcwd())}:{line}"
+
+
+@functools.lru_cache(maxsize=256)
+def _relative(filename: str, cwd: str) -> str:
+    """``filename`` relative to ``cwd``: cached, because host reads are named on every probed step.
+
+    ``os.path.relpath`` took 12-15 us, as long as the read it names (an
+    ``.item()`` of the demo GPT step's loss).
+    """
     try:
-        filename = os.path.relpath(filename)
+        return os.path.relpath(filename, cwd)
     except ValueError:
-        pass
-    return f"{filename}:{line}"
+        return filename
 
 
 def caller_source(frame: Any) -> str:

@@ -47,6 +47,7 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.host_reads import HostRead, HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
@@ -122,6 +123,8 @@ def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
     all of them, and every model of one class shares its forward: past
     ``recompile_limit`` (8) entries dynamo runs it eagerly without a word.
     A fresh entry function per traced module gives each its own cache.
+    While its one cached graph's guards hold, it is called without entering
+    dynamo's frame machinery (capture/dynamo_entry.py says why that is exact).
     """
     forward = module.forward
 
@@ -129,7 +132,7 @@ def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
         return forward(*args, **kwargs)
 
     entry.__code__ = entry.__code__.replace()  # a new code object: a cache of its own
-    return torch.compile(entry, backend=backend, dynamic=False)
+    return DirectEntry(entry, torch.compile(entry, backend=backend, dynamic=False))
 
 
 class SegmentedCapture:
