@@ -14,7 +14,8 @@ with the same guard manager and the same bytecode, and only where nothing
 else could differ:
 
 * the code object has exactly one cache entry (with several, dynamo's pick
-  depends on its most-recently-used order; we leave that to dynamo);
+  depends on its most-recently-used order; we leave that to dynamo), and
+  it has not been invalidated (dynamo then swaps in an empty guard set);
 * the transformed bytecode makes no call dynamo could intercept: it loads
   no global but its one compiled graph and dynamo's own bookkeeping module,
   and builds no function (a graph break's resume function would be compiled
@@ -37,6 +38,7 @@ from typing import Any, Callable
 import torch
 from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, get_eval_frame_callback
 from torch._dynamo import eval_frame
+from torch._dynamo.guards import DeletedGuardManagerWrapper
 
 _OWN_GLOBALS = ("__compiled_fn", "__import_torch_dot__dynamo_dot_utils")
 _ALLOWED_CALLS = 3  # record_pregraph_bytecode_enter, the compiled graph, record_pregraph_bytecode_exit
@@ -88,6 +90,9 @@ class DirectEntry:
         if len(entries) != 1:
             return None
         cache_entry = entries[0]
+        if isinstance(cache_entry.guard_manager, DeletedGuardManagerWrapper) or not isinstance(
+                cache_entry.code, types.CodeType):
+            return None  # invalidated (a guarded object died): its empty guards would pass anything
         if self._known is None or self._known[0] is not cache_entry.code:
             fn = None
             if _runs_only_its_graph(cache_entry.code):

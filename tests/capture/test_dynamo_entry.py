@@ -154,3 +154,32 @@ def test_a_non_default_stance_goes_through_dynamo() -> None:
         with torch.compiler.set_stance("force_eager"):
             traced(*_batch(4, 5))
     assert entry.direct_calls == direct
+
+
+def test_an_invalidated_cache_entry_goes_through_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo invalidates an entry whose guarded object died by giving it guards that pass anything."""
+    from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+    import graphprof.capture.dynamo_entry as dynamo_entry
+
+    model = _model()
+    logs: list[float] = []
+    traced = graphprof.trace(_step(model, torch.optim.SGD(model.parameters(), lr=0.1), logs), capture="dynamo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(3):
+            traced(*_batch(4, i))
+    entry = _entry(traced)
+    direct = entry.direct_calls
+    (real,) = dynamo_entry._debug_get_cache_entry_list(entry._code)
+
+    class Invalidated:
+        code = real.code
+        guard_manager = DeletedGuardManagerWrapper("a guarded object was deallocated")
+
+    assert Invalidated.guard_manager.check({})  # what running it would have trusted
+    monkeypatch.setattr(dynamo_entry, "_debug_get_cache_entry_list", lambda code: [Invalidated()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced(*_batch(4, 7))
+    assert entry.direct_calls == direct
