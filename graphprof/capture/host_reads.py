@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch._dynamo.eval_frame import skip_code
 
 from graphprof.capture.segment_nodes import caller_source
 
@@ -127,5 +128,9 @@ def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             timer.record(HostRead(name, caller_source(sys._getframe(1)), start, end))
 
     host_read.__graphprof_original__ = original(method)  # type: ignore[attr-defined]
+    # A graph break on a read inside a compiled forward calls the wrapper from dynamo's frame callback:
+    # left to it, dynamo compiled the wrapper, guarded on the timer's state and recompiled it whenever that
+    # changed (and those guard failures were reported as the user's). It only times the original method.
+    skip_code(host_read.__code__)  # type: ignore[attr-defined]  # functools.wraps keeps the function's code
     return host_read
 

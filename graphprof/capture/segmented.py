@@ -47,6 +47,8 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.dynamo_entry import DirectEntry
+from graphprof.capture.identity_dropout import drop_skipped_dropouts
 from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
@@ -104,8 +106,14 @@ class _Compiling:
     """The compile in progress, between dynamo's start and end callbacks."""
 
     start_ns: int
-    failures_before: int
+    failures_before: dict[Any, int]  # per key of dynamo's guard_failures, how many it held
     graphs: list[str] = field(default_factory=list)
+
+
+def _failure_counts() -> dict[Any, int]:
+    """How many guard failures dynamo has recorded so far, per code."""
+    from torch._dynamo.utils import guard_failures
+    return {code: len(reasons) for code, reasons in list(guard_failures.items())}
 
 
 def _compile_target(module: nn.Module) -> nn.Module:
@@ -122,6 +130,8 @@ def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
     all of them, and every model of one class shares its forward: past
     ``recompile_limit`` (8) entries dynamo runs it eagerly without a word.
     A fresh entry function per traced module gives each its own cache.
+    While its one cached graph's guards hold, it is called without entering
+    dynamo's frame machinery (capture/dynamo_entry.py says why that is exact).
     """
     forward = module.forward
 
@@ -129,7 +139,7 @@ def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
         return forward(*args, **kwargs)
 
     entry.__code__ = entry.__code__.replace()  # a new code object: a cache of its own
-    return torch.compile(entry, backend=backend, dynamic=False)
+    return DirectEntry(entry, torch.compile(entry, backend=backend, dynamic=False))
 
 
 class SegmentedCapture:
@@ -149,7 +159,7 @@ class SegmentedCapture:
         self._fn = fn
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
-        self._failures_seen = 0  # guard failures dynamo had recorded when this call started
+        self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
         weakref.finalize(self, host_reads.uninstall)
         state = discover_state(fn)
@@ -166,11 +176,17 @@ class SegmentedCapture:
 
     # -- compiling ------------------------------------------------------------------
     def _backend(self, root_type: str) -> Any:
-        return aot_autograd(
+        aot = aot_autograd(
             fw_compiler=self._compiler(GraphKind.FORWARD, root_type),
             bw_compiler=self._compiler(GraphKind.BACKWARD, root_type),
             inference_compiler=self._compiler(GraphKind.SEGMENT, root_type),
         )
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            drop_skipped_dropouts(gm)  # no copies eager does not make (capture/identity_dropout.py)
+            return aot(gm, example_inputs)
+
+        return backend
 
     def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
@@ -201,8 +217,10 @@ class SegmentedCapture:
         self._reads.paused = False
         if started is None or not self.compiled_once:
             return  # the first call's compiles are expected: nothing to report
-        reasons = [r for v in guard_failures.values() for r in v][started.failures_before:]
-        self._failures_seen = started.failures_before + len(reasons)
+        # Per code: equal code objects share one key (every module's entry is a copy of one code), so a
+        # new failure can land in the middle of the flattened lists; count from each key's own length.
+        reasons = [r for k, v in list(guard_failures.items()) for r in v[started.failures_before.get(k, 0):]]
+        self._failures_seen = _failure_counts()
         reason = reasons[-1].split("\n", 1)[0] if reasons else "a new code path (no guard failed)"
         what = ", ".join(started.graphs) or "no new graph"
         lazy = getattr(getattr(args, "callback_trigger", None), "name", "") == "LAZY_BACKWARD"
@@ -258,8 +276,8 @@ class SegmentedCapture:
         return OptimizerRun(slot, start, end)
 
     # -- calling ----------------------------------------------------------------------
-    def _install(self) -> list[tuple[Any, Any]]:
-        saved = []
+    def _install(self) -> list[tuple[Any, str, Any]]:
+        saved: list[tuple[Any, str, Any]] = []
         for obj, replacement in [*self.modules, *self.optimizers]:
             attr = "forward" if isinstance(obj, nn.Module) else "step"
             saved.append((obj, attr, obj.__dict__.get(attr, _MISSING)))
@@ -276,9 +294,8 @@ class SegmentedCapture:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the step; with ``probing`` set, record its timeline."""
-        from torch._dynamo.utils import guard_failures
         self.timeline = StepTimeline()
-        self._failures_seen = sum(len(v) for v in guard_failures.values())
+        self._failures_seen = _failure_counts()
         handler = torch._dynamo.callback_handler
         handler.register_start_callback(self._on_compile_start)
         handler.register_end_callback(self._on_compile_end)

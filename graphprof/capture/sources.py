@@ -7,6 +7,7 @@ every refusal to capture names the line that caused it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from types import FrameType
@@ -32,11 +33,20 @@ def is_library(filename: str) -> bool:
 
 def file_line(filename: str, line: int) -> str:
     """``file:line``, the file relative to the working directory when it can be (not across drives)."""
+    return f"{_relative(filename, os.getcwd())}:{line}"
+
+
+@functools.lru_cache(maxsize=256)
+def _relative(filename: str, cwd: str) -> str:
+    """``filename`` relative to ``cwd``: cached, because host reads are named on every probed step.
+
+    ``os.path.relpath`` took 12-15 us, as long as the read it names (an
+    ``.item()`` of the demo GPT step's loss).
+    """
     try:
-        filename = os.path.relpath(filename)
+        return os.path.relpath(filename, cwd)
     except ValueError:
-        pass
-    return f"{filename}:{line}"
+        return filename
 
 
 def user_source(skip: int = 2) -> str:

@@ -8,6 +8,7 @@ seconds only when a Profile is built: per step, bookkeeping is one append.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,12 @@ class StepSamples:
         return [s[i + 1] - s[i] for i in range(len(s) - 1)]
 
 
+#: What a runner records per step (StepSamples for whole-step graphs, SegmentedStep for segments).
+Step = TypeVar("Step")
+
+
 @dataclass
-class SampleBuffer:
+class SampleBuffer(Generic[Step]):
     """Steps recorded for one captured graph.
 
     ``limit`` bounds memory on long runs: only the newest ``limit`` steps are
@@ -56,9 +61,9 @@ class SampleBuffer:
     """
 
     limit: int | None = None
-    steps: list[StepSamples] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
 
-    def add(self, step: StepSamples) -> None:
+    def add(self, step: Step) -> None:
         self.steps.append(step)
         if self.limit is not None and len(self.steps) > self.limit:
             del self.steps[: len(self.steps) - self.limit]

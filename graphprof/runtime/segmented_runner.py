@@ -45,7 +45,7 @@ class SegmentedRunner:
         if self._fsdp is not None:
             self._fsdp.sink = lambda event: self.capture.timeline.events.append(event)
         self._compiled = False
-        self._buffers: OrderedDict[Hashable, SampleBuffer] = OrderedDict()
+        self._buffers: OrderedDict[Hashable, SampleBuffer[SegmentedStep]] = OrderedDict()
         self._key: Hashable = None
         self.recompiles: list[tuple[int, CompileSpan]] = []  # (call, span) after the first call
 
@@ -80,7 +80,7 @@ class SegmentedRunner:
             self._buffers[key].add(SegmentedStep(call, start_ns, self._clock(), events))
         return result
 
-    def _samples(self) -> SampleBuffer:
+    def _samples(self) -> SampleBuffer[SegmentedStep]:
         return self._buffers.get(self._key) or SampleBuffer()
 
     def recorded(self) -> int:

@@ -44,7 +44,7 @@ class WholeStepRunner:
                  limit: int | None) -> None:
         self.captured = captured
         self.instrumented = instrumented
-        self.samples = SampleBuffer(limit=limit)
+        self.samples: SampleBuffer[StepSamples] = SampleBuffer(limit=limit)
         self.sampler: AllocatorSampler | None = None  # accelerator allocator reads (sample_rate > 0)
         self.timeline: DeviceTimeline | None = None  # device events (graphs on an accelerator)
         self.workspace: dict[str, Workspace] | None = None  # measured kernel scratch per node name
