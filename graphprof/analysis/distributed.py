@@ -231,7 +231,7 @@ def _comm_waits(nodes: tuple[NodeAcrossRanks, ...], ranks: tuple[int, ...],
             continue
         fastest = min(node.times_s.values())
         a = attrs[(node.graph, node.node_id, node.op)]
-        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") == "false"  # asynchronous: may overlap
+        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") is False  # asynchronous: may overlap
         for r, t in node.times_s.items():
             if overlaps:
                 overlapping[r] = max(overlapping[r], t - fastest)
@@ -278,8 +278,9 @@ def _collectives(nodes: tuple[NodeAcrossRanks, ...], attrs: Mapping[Key, dict[st
         kind = None if a.get("collective") is None else str(a.get("collective"))
         if node.kind != "comm" or kind in (None, "wait") or not node.times_s:
             continue
-        nbytes = int(a.get("bytes", "0") or 0)
-        n = int(a.get("world_size", world_size) or world_size)
+        nbytes, n = a.get("bytes", 0), a.get("world_size", world_size)
+        nbytes = nbytes if type(nbytes) is int else 0  # a count, typed on load (old files' text included)
+        n = n if type(n) is int and n > 0 else world_size
         time_s, max_s = min(node.times_s.values()), max(node.times_s.values())
         factor = bus_factor(kind, n)
         alg = nbytes / time_s if time_s > 0 and nbytes > 0 else None

@@ -29,6 +29,23 @@ NS_PER_S = 1_000_000_000
 #: An op attribute's value: what the pass recorded, typed (a count stays an int, a flag a bool).
 AttrValue = Union[str, int, float, bool]
 
+#: Attribute keys whose values are counts or flags. Files written before attrs
+#: were typed hold them as text ("1024", "true", ""); ``typed_attr`` reads that
+#: form back as the value it stood for, so old and new files analyse the same.
+_INT_ATTRS = frozenset({"bucket", "bytes", "params", "world_size"})
+_BOOL_ATTRS = frozenset({"blocking", "fast_conv_available"})
+
+
+def typed_attr(key: str, value: AttrValue) -> AttrValue:
+    """``value`` of attribute ``key``, with the old text form of a count or flag read as int/bool."""
+    if not isinstance(value, str):
+        return value
+    if key in _INT_ATTRS and value.lstrip("-").isdigit():
+        return int(value)
+    if key in _BOOL_ATTRS and value in ("true", "false", ""):
+        return value == "true"
+    return value
+
 
 def ns_to_s(ns: float) -> float:
     """Seconds of ``ns`` nanoseconds (a division: correctly rounded, so 1500 ns is exactly 1.5e-6)."""

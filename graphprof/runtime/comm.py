@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from graphprof.capture.state import discover_state
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
+from graphprof.profile.model import AttrValue, GraphKind, GraphRecord, NodeRecord, Phase
 
 log = logging.getLogger("graphprof")
 #: Steps of bucket events kept (a profile never holds more steps than this).
@@ -167,8 +167,9 @@ class CommTimer:
         for node_id, (bucket, ev) in enumerate(first.items()):
             times = tuple(sum((e.done_ns - e.launch_ns) for e in events if e.bucket == bucket)
                           for events in per_step)
-            attrs = (("bucket", str(bucket)), ("bytes", str(ev.nbytes)), ("collective", "allreduce"),
-                     ("params", str(ev.n_params)), ("source", "ddp_comm_hook"), ("world_size", str(ev.world_size)))
+            attrs: tuple[tuple[str, AttrValue], ...] = (
+                ("bucket", bucket), ("bytes", ev.nbytes), ("collective", "allreduce"), ("params", ev.n_params),
+                ("source", "ddp_comm_hook"), ("world_size", ev.world_size))
             nodes.append(NodeRecord(
                 id=node_id, name=f"allreduce bucket {bucket}", op="c10d.allreduce", type="allreduce",
                 in_shapes=((ev.numel,),), in_dtypes=(ev.dtype,), out_shapes=((ev.numel,),), out_dtypes=(ev.dtype,),

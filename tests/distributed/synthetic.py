@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from graphprof.profile.records import seconds_to_ns
+from graphprof.profile.records import AttrValue, seconds_to_ns
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase, Profile, ProfileMeta, StepRecord
 
 
 def comm_node(node_id: int, nbytes: int, world: int, times: Sequence[float], kind: str = "allreduce",
               source: str = "ddp_comm_hook") -> NodeRecord:
-    attrs = tuple(sorted({"collective": kind, "bytes": str(nbytes), "world_size": str(world),
-                          "source": source, "bucket": str(node_id)}.items()))
+    attrs: tuple[tuple[str, AttrValue], ...] = tuple(sorted({"collective": kind, "bytes": nbytes, "world_size": world,
+                          "source": source, "bucket": node_id}.items()))
     return NodeRecord(id=node_id, name=f"{kind} bucket {node_id}", op=f"c10d.{kind}", type=kind, phase=Phase.BACKWARD,
                       flops=0, bytes_read=nbytes, bytes_written=nbytes, host_time_ns=seconds_to_ns(tuple(times)), attrs=attrs)
 

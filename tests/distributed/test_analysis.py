@@ -80,7 +80,7 @@ def test_functional_collective_time_includes_its_wait() -> None:
     def profile(rank: int) -> Profile:
         launch = NodeRecord(id=0, name="all_reduce", op="_c10d_functional.all_reduce.default", type="all_reduce",
                             flops=0, bytes_read=64, bytes_written=64, host_time_ns=seconds_to_ns((0.001,)),
-                            attrs=(("bytes", "64"), ("collective", "allreduce"), ("world_size", "2")))
+                            attrs=(("bytes", 64), ("collective", "allreduce"), ("world_size", 2)))
         wait = NodeRecord(id=1, name="wait_tensor", op="_c10d_functional.wait_tensor.default", type="wait_tensor",
                           inputs=(0,), flops=0, host_time_ns=seconds_to_ns((0.005 * (rank + 1),)), attrs=(("collective", "wait"),))
         meta = ProfileMeta(capture="dynamo", extra={"distributed": {"rank": rank, "world_size": 2, "backend": "gloo"}})
