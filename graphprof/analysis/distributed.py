@@ -293,14 +293,15 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
     """The rank comparison of a merged profile; None for a single-rank profile."""
     if not is_merged(profile):
         return None
-    info = rank_info(profile) or {}
+    info = rank_info(profile)
+    assert info is not None  # a merged profile has its distributed section
     fn = stat_fn(stat)
     nodes = match_nodes(profile, stat)
     attrs = _node_attrs(profile)
-    rank_ids = tuple(int(r["rank"]) for r in info["ranks"])
+    rank_ids = tuple(int(r["rank"]) for r in info.ranks)
     waits = _comm_waits(nodes, rank_ids, attrs)
     rows = []
-    for entry in info["ranks"]:
+    for entry in info.ranks:
         r = int(entry["rank"])
         sums = {"compute": 0.0, "host": 0.0, "comm": 0.0}
         for node in nodes:
@@ -312,9 +313,9 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
     has_comm = any(n.kind == "comm" for n in nodes)
     spread = sorted((n for n in nodes if n.spread_s(rank_ids) > 0), key=lambda n: -n.spread_s(rank_ids))
     return DistributedAnalysis(
-        world_size=int(info.get("world_size", len(ranks))), backend=str(info.get("backend", "")), stat=stat,
-        ranks=ranks, missing_ranks=tuple(info.get("missing_ranks", ())),
+        world_size=info.world_size or len(ranks), backend=info.backend, stat=stat,
+        ranks=ranks, missing_ranks=info.missing_ranks,
         straggler=_straggler(ranks, nodes, "collective waits" if has_comm else "step time", top),
-        spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, int(info.get("world_size", len(ranks)))),
+        spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, info.world_size or len(ranks)),
         nodes=nodes, sharding=analyze_sharding(profile, stat),
     )

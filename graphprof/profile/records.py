@@ -233,8 +233,65 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class ScheduleInfo:
+    """The ``graphprof.schedule`` a profile was taken under, and which cycle of it (file: ``extra.schedule``/``cycle``)."""
+
+    skip_first: int = 0
+    wait: int = 0
+    warmup: int = 0
+    active: int = 1
+    repeat: int = 0
+    #: Which active window of the schedule this profile is (0 first); None when not recorded.
+    cycle: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """How the graphs were timed and on what (file: ``extra.timing``, ``device``, ``device_capability``...).
+
+    ``timing`` is "pipelined"/"isolated" with device events, "host" when only
+    the host clock ran; the rest is known only where a device was found.
+    """
+
+    timing: str = "host"
+    device: str = ""
+    capability: str = ""
+    #: Host cost of one device mark in seconds (part of every node's host time); None when not measured.
+    mark_cost_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """The ``torch.distributed`` layout of a profile (file: ``extra.distributed``).
+
+    One rank's profile has ``rank``, ``world_size``, ``backend`` and ``host``;
+    a merged one (``graphprof.profile.merge``) has ``merged``, ``ranks`` (per
+    rank: its graph ids, step times, host, capture... as plain JSON mappings)
+    and ``missing_ranks``. ``fsdp`` is an FSDP2 rank's per-step overlap and
+    memory; ``details`` keeps every other entry as it was written (DDP notes,
+    ``ddp_buckets_timed``, and values of the wrong type in hand-edited files,
+    which merge then refuses with its own sentence).
+    """
+
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str = ""
+    host: str = ""
+    merged: bool = False
+    ranks: tuple[Mapping[str, Any], ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+    fsdp: Mapping[str, Any] | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ProfileMeta:
-    """Where and how a profile was taken."""
+    """Where and how a profile was taken.
+
+    The optional sections (``schedule``, ``device``, ``distributed``,
+    ``peaks_note``) are typed here and written under the ``extra`` keys files
+    have always used; ``extra`` holds only what has no typed field.
+    """
 
     function: str = ""
     capture: str = "fx"
@@ -246,6 +303,11 @@ class ProfileMeta:
     python_version: str = ""
     probe_cost_s: float = 0.0
     peaks: Mapping[str, float] = field(default_factory=dict)
+    schedule: ScheduleInfo | None = None
+    device: DeviceInfo | None = None
+    distributed: DistributedInfo | None = None
+    #: Why the peaks may not fit this run (calibrated with another thread count); "" when they do.
+    peaks_note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

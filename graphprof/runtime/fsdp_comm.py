@@ -299,7 +299,7 @@ class FsdpCommTimer:
         return GraphRecord(id=graph_id, name="comm", kind=GraphKind.HOST, nodes=tuple(nodes))
 
     def extra(self, step_indices: Sequence[int], compute: dict[int, list[tuple[int, int]]]) -> dict[str, Any]:
-        """``meta.extra["distributed"]["fsdp"]``: per step, communication, hidden time and memory."""
+        """``DistributedInfo.fsdp``: per step, communication, hidden time and memory."""
         per_step: dict[str, Any] = {}
         for index in step_indices:
             if index not in self.steps:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Callable, Hashable
 
 from graphprof.capture.segmented import CompileSpan, SegmentedCapture
 from graphprof.passes.instrument import Clock
 from graphprof.passes.pipeline import prepare_graph
-from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
+from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_info
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer
 from graphprof.runtime.schedule import Action
@@ -96,16 +97,17 @@ class SegmentedRunner:
             comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
             if comm is not None:
                 graphs.append(comm)
-        extra = distributed_extra(self._comm)
+        info = distributed_info(self._comm)
         if self._fsdp is not None:
             comm = self._fsdp.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
             if comm is not None:
                 graphs.append(comm)
-            if extra is not None:
-                extra["fsdp"] = self._fsdp.extra([s.index for s in steps], {s.index: compute_intervals(s) for s in steps})
+            if info is not None:
+                fsdp = self._fsdp.extra([s.index for s in steps], {s.index: compute_intervals(s) for s in steps})
+                info = replace(info, fsdp=fsdp)
         return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [s.graph_module for s in self.capture.segments], None,
-                             extra, {"recompiles": self.recompile_notes()})
+                             info, {"recompiles": self.recompile_notes()})
 
     def recompile_notes(self) -> list[dict[str, Any]]:
         """Every compile after the first call: when, what, why and what it cost (seconds)."""

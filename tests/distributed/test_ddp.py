@@ -60,14 +60,14 @@ def test_ddp_falls_back_to_segments_and_whole_step_capture_refuses(results: list
     for r in results:
         assert any("DistributedDataParallel" in w and "torch.compile segments" in w for w in r["warnings"])
         assert r["fx_error"] is not None and "DistributedDataParallel" in r["fx_error"]
-    assert {rank["capture"] for rank in ddp_merged.meta.extra["distributed"]["ranks"]} == {"dynamo"}
+    assert {rank["capture"] for rank in ddp_merged.meta.distributed.ranks} == {"dynamo"}
 
 
 def test_each_rank_profile_records_rank_world_size_and_backend(ranks_dir: Path) -> None:
     for r in range(WORLD):
-        info = load_profile(str(ranks_dir / f"ddp_rank{r}.json")).meta.extra["distributed"]
-        assert (info["rank"], info["world_size"], info["backend"]) == (r, WORLD, "gloo")
-        assert info["ddp_buckets_timed"] is True
+        info = load_profile(str(ranks_dir / f"ddp_rank{r}.json")).meta.distributed
+        assert info is not None and (info.rank, info.world_size, info.backend) == (r, WORLD, "gloo")
+        assert info.details["ddp_buckets_timed"] is True
 
 
 def test_bucket_allreduces_are_nodes_with_ddps_bucket_bytes(ddp_merged: Profile,

@@ -101,7 +101,8 @@ def test_graphs_host_gaps_and_collectives_add_up_to_each_step(profiles: list[Pro
 
 def test_overlap_figures_are_consistent_with_the_comm_nodes(profiles: list[Profile], merged: Profile) -> None:
     for profile in profiles:
-        info = profile.meta.extra["distributed"]["fsdp"]
+        assert profile.meta.distributed is not None and profile.meta.distributed.fsdp is not None
+        info = profile.meta.distributed.fsdp
         comm = next(g for g in profile.graphs if g.name == "comm")
         for j, step in enumerate(profile.steps):
             figures = info["steps"][str(step.index)]
