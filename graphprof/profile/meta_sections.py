@@ -1,7 +1,7 @@
 """The typed meta sections to and from the ``extra`` object of a profile file.
 
-Files have always kept the schedule, the device timing, the distributed layout
-and the peaks note under ``meta.extra`` keys; ``ProfileMeta`` now has typed
+Files have always kept the schedule, the device timing, the distributed layout,
+the peaks note and the recompiles under ``meta.extra`` keys; ``ProfileMeta`` now has typed
 fields for them, and this module maps one to the other so that the file layout
 is unchanged: new files read in older graphprof versions, old files here.
 
@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from graphprof.profile.records import DeviceInfo, DistributedInfo, ProfileMeta, ScheduleInfo
+from graphprof.profile.records import DeviceInfo, DistributedInfo, ProfileMeta, Recompile, ScheduleInfo
 
 _SCHEDULE_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
 #: DeviceInfo field → its ``extra`` key.
 _DEVICE_KEYS = {"timing": "timing", "device": "device", "capability": "device_capability",
                 "mark_cost_s": "device_mark_cost_s"}
 #: Every ``extra`` key a typed section owns.
-SECTION_KEYS = frozenset({"schedule", "cycle", "distributed", "peaks_note", *_DEVICE_KEYS.values()})
+SECTION_KEYS = frozenset({"schedule", "cycle", "distributed", "peaks_note", "recompiles", *_DEVICE_KEYS.values()})
+_RECOMPILE_TYPES = {"call": (int,), "graphs": (str,), "reason": (str,), "compile_time_s": (int, float)}
 
 
 def _is_int(value: Any) -> bool:
@@ -72,6 +73,9 @@ def sections_to_extra(meta: ProfileMeta) -> dict[str, Any]:
         out["distributed"] = distributed_to_json(meta.distributed)
     if meta.peaks_note:
         out["peaks_note"] = meta.peaks_note
+    if meta.recompiles is not None:
+        out["recompiles"] = [{"call": r.call, "graphs": r.graphs, "reason": r.reason,
+                              "compile_time_s": r.compile_time_s} for r in meta.recompiles]
     return out
 
 
@@ -99,6 +103,16 @@ def _device(extra: dict[str, Any]) -> DeviceInfo | None:
     if _is_number(cost):
         fields["mark_cost_s"] = float(extra.pop("device_mark_cost_s"))
     return DeviceInfo(**fields)
+
+
+def _recompiles(extra: dict[str, Any]) -> tuple[Recompile, ...] | None:
+    raw = extra.get("recompiles")
+    if not (isinstance(raw, list) and all(
+            isinstance(r, Mapping) and set(r) == set(_RECOMPILE_TYPES)
+            and all(type(r[k]) in types for k, types in _RECOMPILE_TYPES.items()) for r in raw)):
+        return None
+    extra.pop("recompiles")
+    return tuple(Recompile(r["call"], r["graphs"], r["reason"], float(r["compile_time_s"])) for r in raw)
 
 
 def distributed_from_json(raw: Mapping[str, Any]) -> DistributedInfo:
@@ -129,7 +143,7 @@ def distributed_from_json(raw: Mapping[str, Any]) -> DistributedInfo:
 def sections_from_extra(raw_extra: Mapping[str, Any]) -> dict[str, Any]:
     """ProfileMeta keyword arguments of a file's ``extra``: the typed sections and what is left in ``extra``."""
     extra = dict(raw_extra)
-    out: dict[str, Any] = {"schedule": _schedule(extra), "device": _device(extra)}
+    out: dict[str, Any] = {"schedule": _schedule(extra), "device": _device(extra), "recompiles": _recompiles(extra)}
     if isinstance(extra.get("distributed"), Mapping):
         out["distributed"] = distributed_from_json(extra.pop("distributed"))
     if isinstance(extra.get("peaks_note"), str):

@@ -30,7 +30,7 @@ from graphprof.profile import serialize
 from graphprof.profile.records import (  # noqa: F401  (re-exported: the data model's one import point)
     MEMORY_CATEGORIES, NS_PER_S, OVERHEAD_NODE, OVERHEAD_OP, SCHEMA_ID, AttrValue, DeviceInfo, DeviceMemorySample,
     DistributedInfo, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase, ProfileMeta,
-    ScheduleInfo, StepRecord, ns_to_s, seconds_to_ns,
+    Recompile, ScheduleInfo, StepRecord, ns_to_s, seconds_to_ns,
 )
 from graphprof.profile.serialize import ProfileError
 
@@ -194,5 +194,5 @@ __all__ = [
     "Profile", "ProfileError", "load_profile", "profile_from_document", "save_profile", "require_samples",
     "MEMORY_CATEGORIES", "NS_PER_S", "OVERHEAD_NODE", "OVERHEAD_OP", "SCHEMA_ID", "AttrValue", "DeviceInfo",
     "DeviceMemorySample", "DistributedInfo", "GraphKind", "GraphRecord", "MemoryPeak", "MemoryRecord", "NodeRecord",
-    "PeakTensor", "Phase", "ProfileMeta", "ScheduleInfo", "StepRecord", "ns_to_s", "seconds_to_ns",
+    "PeakTensor", "Phase", "ProfileMeta", "Recompile", "ScheduleInfo", "StepRecord", "ns_to_s", "seconds_to_ns",
 ]

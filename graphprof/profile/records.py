@@ -285,11 +285,21 @@ class DistributedInfo:
 
 
 @dataclass(frozen=True)
+class Recompile:
+    """One torch.compile compile after the first call of a segmented capture (file: ``extra.recompiles``)."""
+
+    call: int
+    graphs: str  # which segments compiled ("segment 1 forward, segment 1 backward")
+    reason: str  # the guard that failed, as dynamo words it
+    compile_time_s: float
+
+
+@dataclass(frozen=True)
 class ProfileMeta:
     """Where and how a profile was taken.
 
     The optional sections (``schedule``, ``device``, ``distributed``,
-    ``peaks_note``) are typed here and written under the ``extra`` keys files
+    ``peaks_note``, ``recompiles``) are typed here and written under the ``extra`` keys files
     have always used; ``extra`` holds only what has no typed field.
     """
 
@@ -308,6 +318,8 @@ class ProfileMeta:
     distributed: DistributedInfo | None = None
     #: Why the peaks may not fit this run (calibrated with another thread count); "" when they do.
     peaks_note: str = ""
+    #: Compiles after the first call (segmented capture); None where the capture cannot recompile.
+    recompiles: tuple[Recompile, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

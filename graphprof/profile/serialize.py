@@ -45,7 +45,7 @@ from graphprof.profile.meta_sections import sections_from_extra, sections_to_ext
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
 #: ProfileMeta fields written inside ``meta.extra`` (``meta_sections``), not as meta keys of their own.
-_SECTION_FIELDS = frozenset({"schedule", "device", "distributed", "peaks_note"})
+_SECTION_FIELDS = frozenset({"schedule", "device", "distributed", "peaks_note", "recompiles"})
 
 #: What ``parts_from_document`` returns: the fields of a Profile, in order.
 ProfileParts = tuple[ProfileMeta, tuple[StepRecord, ...], tuple[GraphRecord, ...]]

@@ -47,5 +47,5 @@ def assemble_profile(name: str, recorded: RecordedSteps, *, clock: Clock, peaks:
     meta = profile_meta(name, recorded.mode, probe_cost_s, peaks=peaks, device_type=device_type,
                         device_name=device_name, **recorded.notes)
     meta = replace(meta, schedule=schedule_info, device=device, distributed=recorded.distributed,
-                   peaks_note=peaks_note)
+                   peaks_note=peaks_note, recompiles=recorded.recompiles)
     return build_profile(recorded.graphs, recorded.steps, meta)

@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence
 
 import torch.fx
 
-from graphprof.profile.model import DistributedInfo, GraphRecord
+from graphprof.profile.model import DistributedInfo, GraphRecord, Recompile
 from graphprof.runtime.device_clock import DeviceTimeline
 from graphprof.runtime.schedule import Action
 
@@ -40,6 +40,7 @@ class RecordedSteps:
     timeline: DeviceTimeline | None = None
     distributed: DistributedInfo | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    recompiles: tuple[Recompile, ...] | None = None  # segmented capture only
 
 
 class Runner(Protocol):

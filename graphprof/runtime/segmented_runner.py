@@ -6,7 +6,7 @@ Recorded steps are kept per input signature, like whole-step runners, so a
 profile never mixes the segments of two signatures. Compiles after the first
 call (dynamo's recompiles, an optimizer's new capture) are kept with the call
 they happened in, their reason and their cost, for the profile's
-``meta.extra["recompiles"]``.
+``meta.recompiles``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Callable, Hashable
 from graphprof.capture.segmented import CompileSpan, SegmentedCapture
 from graphprof.passes.instrument import Clock
 from graphprof.passes.pipeline import prepare_graph
+from graphprof.profile.model import Recompile
 from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_info
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer
@@ -107,17 +108,17 @@ class SegmentedRunner:
                 info = replace(info, fsdp=fsdp)
         return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [s.graph_module for s in self.capture.segments], None,
-                             info, {"recompiles": self.recompile_notes()})
+                             info, recompiles=self.recompile_notes())
 
-    def recompile_notes(self) -> list[dict[str, Any]]:
+    def recompile_notes(self) -> tuple[Recompile, ...]:
         """Every compile after the first call: when, what, why and what it cost (seconds)."""
-        notes: list[dict[str, Any]] = []
+        notes: list[Recompile] = []
         for call, span in self.recompiles:
             seconds = (span.end_ns - span.start_ns) / 1e9
-            if span.backward_of_previous and notes and notes[-1]["call"] == call:
-                notes[-1]["graphs"] += f", {span.what}"  # one recompile: its forward and its backward
-                notes[-1]["compile_time_s"] += seconds
+            if span.backward_of_previous and notes and notes[-1].call == call:
+                last = notes[-1]  # one recompile: its forward and its backward
+                notes[-1] = replace(last, graphs=f"{last.graphs}, {span.what}",
+                                    compile_time_s=last.compile_time_s + seconds)
                 continue
-            notes.append({"call": call, "graphs": span.what, "reason": span.reason or "a new backward",
-                          "compile_time_s": seconds})
-        return notes
+            notes.append(Recompile(call, span.what, span.reason or "a new backward", seconds))
+        return tuple(notes)

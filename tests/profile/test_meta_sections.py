@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 import graphprof
-from graphprof.profile.model import DeviceInfo, DistributedInfo, ScheduleInfo
+from graphprof.profile.model import DeviceInfo, DistributedInfo, Recompile, ScheduleInfo
 from tests.profile.test_serialize import small_profile
 
 #: ``meta.extra`` as files have always written it (a rank of a DDP run under a schedule, on a GPU).
@@ -18,6 +18,7 @@ OLD_EXTRA = {
     "distributed": {"rank": 1, "world_size": 2, "backend": "nccl", "host": "node7", "ddp_buckets_timed": True,
                     "fsdp": {"modules": 3, "steps": {}}},
     "peaks_note": "peaks measured with 4 threads", "workspace": "measured", "note": "x",
+    "recompiles": [{"call": 5, "graphs": "segment 0 forward", "reason": "x.size()[0] == 4", "compile_time_s": 0.25}],
 }
 
 
@@ -38,6 +39,7 @@ def test_old_extra_keys_load_as_typed_sections_and_save_back_unchanged(tmp_path)
     assert meta.distributed == DistributedInfo(rank=1, world_size=2, backend="nccl", host="node7",
                                                fsdp={"modules": 3, "steps": {}}, details={"ddp_buckets_timed": True})
     assert meta.peaks_note == "peaks measured with 4 threads"
+    assert meta.recompiles == (Recompile(5, "segment 0 forward", "x.size()[0] == 4", 0.25),)
     assert dict(meta.extra) == {"workspace": "measured", "note": "x"}  # only what has no typed field
     out = tmp_path / "again.json"
     profile.save(str(out))
@@ -62,10 +64,13 @@ def test_sections_of_the_wrong_type_stay_in_extra_as_they_were(tmp_path) -> None
     from graphprof.profile.merge import merge_profiles
     from graphprof.profile.model import ProfileError
 
-    odd = {"schedule": {"active": "3"}, "timing": 5, "peaks_note": 1, "distributed": {"rank": "0", "world_size": 2}}
+    odd = {"schedule": {"active": "3"}, "timing": 5, "peaks_note": 1, "distributed": {"rank": "0", "world_size": 2},
+           "recompiles": [{"call": "5"}]}
     profile = _with_extra(tmp_path, odd)
-    assert (profile.meta.schedule, profile.meta.device, profile.meta.peaks_note) == (None, None, "")
+    assert (profile.meta.schedule, profile.meta.device, profile.meta.peaks_note, profile.meta.recompiles) == (
+        None, None, "", None)
     assert profile.meta.distributed == DistributedInfo(world_size=2, details={"rank": "0"})
-    assert dict(profile.meta.extra) == {"schedule": {"active": "3"}, "timing": 5, "peaks_note": 1}
+    assert dict(profile.meta.extra) == {"schedule": {"active": "3"}, "timing": 5, "peaks_note": 1,
+                                        "recompiles": [{"call": "5"}]}
     with pytest.raises(ProfileError, match="has no rank"):
         merge_profiles([profile])
