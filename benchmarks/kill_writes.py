@@ -49,8 +49,10 @@ def _commands(work: str) -> dict[str, tuple[list[str], str]]:
 def _rank(profile, rank: int):
     from dataclasses import replace
 
-    extra = {**profile.meta.extra, "distributed": {"rank": rank, "world_size": 2, "backend": "gloo"}}
-    return replace(profile, meta=replace(profile.meta, extra=extra))
+    from graphprof.profile.records import DistributedInfo
+
+    info = DistributedInfo(rank=rank, world_size=2, backend="gloo")
+    return replace(profile, meta=replace(profile.meta, distributed=info))
 
 
 def _intact(path: str, old: bytes) -> bool:

@@ -306,7 +306,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
     merged.save(args.output)
-    ranks = len(merged.meta.extra["distributed"]["ranks"])
+    ranks = len(merged.meta.distributed.ranks) if merged.meta.distributed is not None else 0
     note(f"graphprof: merged {ranks} rank(s), {len(merged.steps)} common step(s), into {args.output}")
     return 0
 
@@ -315,7 +315,7 @@ def _add_merge_parser(sub: argparse._SubParsersAction) -> None:
     merge = sub.add_parser(
         "merge", help="combine the per-rank profiles of a torch.distributed run into one profile",
         description="One profile file per rank in, one profile out: every rank's graphs (named rank<r>/...), the "
-                    "steps all ranks profiled, and the rank layout in meta.extra['distributed']. "
+                    "steps all ranks profiled, and the rank layout in its meta's distributed section. "
                     "`graphprof report` on it compares the ranks (straggler, spread, bus bandwidth); "
                     "`graphprof export` to a Chrome trace shows one process per rank.")
     merge.add_argument("profiles", nargs="+", metavar="PROFILE", help="the profile of each rank (any order)")

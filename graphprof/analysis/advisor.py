@@ -288,18 +288,18 @@ def recompiles(ctx: AdvisorContext) -> list[Finding]:
     """torch.compile compiled again after the first call (segmented capture): time no step table shows.
 
     Step times leave compile time out, so that nodes and steps add up; the
-    cost is the compile time itself, from ``meta.extra["recompiles"]``.
+    cost is the compile time itself, from ``meta.recompiles``.
     """
-    events = list(ctx.profile.meta.extra.get("recompiles") or ())
+    events = ctx.profile.meta.recompiles or ()
     if not events:
         return []
-    seconds = sum(float(e.get("compile_time_s", 0.0)) for e in events)
+    seconds = sum(e.compile_time_s for e in events)
     last = events[-1]
     severity = Severity.HIGH if len(events) > 2 else Severity.MEDIUM
     return [Finding(
         "recompiles", severity,
         f"torch.compile compiled {len(events)} time(s) after the first call ({seconds:.3g} s), last: "
-        f"{last.get('graphs', '')} because {last.get('reason', '')}",
+        f"{last.graphs} because {last.reason}",
         seconds,
         "keep what the guards check stable across calls (input shapes, Python attributes the forward "
         "reads, module modes); torch.compile(dynamic=True) or torch._dynamo.mark_dynamic for shapes that vary",

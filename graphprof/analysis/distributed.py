@@ -231,7 +231,7 @@ def _comm_waits(nodes: tuple[NodeAcrossRanks, ...], ranks: tuple[int, ...],
             continue
         fastest = min(node.times_s.values())
         a = attrs[(node.graph, node.node_id, node.op)]
-        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") == "false"  # asynchronous: may overlap
+        overlaps = a.get("source") == "ddp_comm_hook" or a.get("blocking") is False  # asynchronous: may overlap
         for r, t in node.times_s.items():
             if overlaps:
                 overlapping[r] = max(overlapping[r], t - fastest)
@@ -278,8 +278,9 @@ def _collectives(nodes: tuple[NodeAcrossRanks, ...], attrs: Mapping[Key, dict[st
         kind = None if a.get("collective") is None else str(a.get("collective"))
         if node.kind != "comm" or kind in (None, "wait") or not node.times_s:
             continue
-        nbytes = int(a.get("bytes", "0") or 0)
-        n = int(a.get("world_size", world_size) or world_size)
+        nbytes, n = a.get("bytes", 0), a.get("world_size", world_size)
+        nbytes = nbytes if type(nbytes) is int else 0  # a count, typed on load (old files' text included)
+        n = n if type(n) is int and n > 0 else world_size
         time_s, max_s = min(node.times_s.values()), max(node.times_s.values())
         factor = bus_factor(kind, n)
         alg = nbytes / time_s if time_s > 0 and nbytes > 0 else None
@@ -292,14 +293,15 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
     """The rank comparison of a merged profile; None for a single-rank profile."""
     if not is_merged(profile):
         return None
-    info = rank_info(profile) or {}
+    info = rank_info(profile)
+    assert info is not None  # a merged profile has its distributed section
     fn = stat_fn(stat)
     nodes = match_nodes(profile, stat)
     attrs = _node_attrs(profile)
-    rank_ids = tuple(int(r["rank"]) for r in info["ranks"])
+    rank_ids = tuple(int(r["rank"]) for r in info.ranks)
     waits = _comm_waits(nodes, rank_ids, attrs)
     rows = []
-    for entry in info["ranks"]:
+    for entry in info.ranks:
         r = int(entry["rank"])
         sums = {"compute": 0.0, "host": 0.0, "comm": 0.0}
         for node in nodes:
@@ -311,9 +313,9 @@ def analyze_distributed(profile: Profile, stat: str = "median", top: int = 10) -
     has_comm = any(n.kind == "comm" for n in nodes)
     spread = sorted((n for n in nodes if n.spread_s(rank_ids) > 0), key=lambda n: -n.spread_s(rank_ids))
     return DistributedAnalysis(
-        world_size=int(info.get("world_size", len(ranks))), backend=str(info.get("backend", "")), stat=stat,
-        ranks=ranks, missing_ranks=tuple(info.get("missing_ranks", ())),
+        world_size=info.world_size or len(ranks), backend=info.backend, stat=stat,
+        ranks=ranks, missing_ranks=info.missing_ranks,
         straggler=_straggler(ranks, nodes, "collective waits" if has_comm else "step time", top),
-        spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, int(info.get("world_size", len(ranks)))),
+        spread=tuple(spread[:top]), collectives=_collectives(nodes, attrs, info.world_size or len(ranks)),
         nodes=nodes, sharding=analyze_sharding(profile, stat),
     )

@@ -93,7 +93,8 @@ def analyze_sharding(profile: Profile, stat: str = "median") -> ShardingAnalysis
     fn = stat_fn(stat)
     kept = [str(s.index) for s in profile.steps]
     overlap, memory = [], []
-    for entry in (rank_info(profile) or {}).get("ranks", ()):
+    info = rank_info(profile)
+    for entry in info.ranks if info is not None else ():
         fsdp = entry.get("fsdp")
         steps = fsdp.get("steps") if isinstance(fsdp, Mapping) else None
         if not isinstance(steps, Mapping):

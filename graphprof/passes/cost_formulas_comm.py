@@ -41,6 +41,7 @@ import torch.fx
 from graphprof.passes.cost_formulas import OpCall, builtin, cost, nbytes
 from graphprof.passes.op_call import op_call
 from graphprof.passes.records import CostRecord
+from graphprof.profile.records import AttrValue
 
 #: Collective kind of each op (by schema name), and which of its values is
 #: the NCCL-tests "size": "in" (tensors read), "out" (tensors written) or "none".
@@ -140,21 +141,21 @@ def world_size_of(call: OpCall) -> int | None:
     return int(dist.get_world_size())
 
 
-def collective_attrs(call: OpCall) -> dict[str, str]:
+def collective_attrs(call: OpCall) -> dict[str, AttrValue]:
     """The facts a profile keeps about a collective node (empty for other ops)."""
     kind = collective_kind(call.target)
     if kind is None:
         return {}
-    attrs = {"collective": kind}
+    attrs: dict[str, AttrValue] = {"collective": kind}
     if kind != "wait":
-        attrs["bytes"] = str(communicated_bytes(call))
+        attrs["bytes"] = communicated_bytes(call)
         size = world_size_of(call)
         if size is not None:
-            attrs["world_size"] = str(size)
+            attrs["world_size"] = size
     return attrs
 
 
-def node_collective_attrs(node: torch.fx.Node, gm: torch.fx.GraphModule) -> dict[str, str]:
+def node_collective_attrs(node: torch.fx.Node, gm: torch.fx.GraphModule) -> dict[str, AttrValue]:
     """``collective_attrs`` of an fx node (empty when it is not a collective)."""
     if collective_kind(node.target) is None:
         return {}

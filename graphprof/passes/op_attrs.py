@@ -1,4 +1,4 @@
-"""The op_attrs pass: op-specific facts the advisor needs, as plain strings.
+"""The op_attrs pass: op-specific facts the advisor needs, typed (text, counts, flags).
 
 Some facts about an op are only knowable with torch at hand: which
 convolution backend the device will run for these shapes (oneDNN, cuDNN, or a
@@ -17,6 +17,7 @@ import torch.fx
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.cost_formulas_comm import node_collective_attrs
 from graphprof.passes.records import ANNOTATION, ATTRS, OpAttrs
+from graphprof.profile.records import AttrValue
 
 aten = torch.ops.aten
 _CONV_TYPES = {"convolution", "convolution_backward"}
@@ -31,7 +32,7 @@ def _fast_conv_available(device: torch.device) -> bool:
     return False
 
 
-def _conv_backend(node: torch.fx.Node) -> dict[str, str]:
+def _conv_backend(node: torch.fx.Node) -> dict[str, AttrValue]:
     """The backend torch selects for this convolution's shapes and current flags."""
     args: list[Any] = list(node.args)
     if node.meta[ANNOTATION].type == "convolution_backward":
@@ -52,10 +53,10 @@ def _conv_backend(node: torch.fx.Node) -> dict[str, str]:
     except (RuntimeError, TypeError, ValueError):
         return {}
     return {"conv_backend": str(backend).rsplit(".", 1)[-1],
-            "fast_conv_available": "true" if _fast_conv_available(x.device) else ""}
+            "fast_conv_available": _fast_conv_available(x.device)}
 
 
-def _copy_devices(node: torch.fx.Node) -> dict[str, str]:
+def _copy_devices(node: torch.fx.Node) -> dict[str, AttrValue]:
     ann = node.meta[ANNOTATION]
     devices = [t.device for t in ann.in_tensors if t is not None] + [t.device for t in ann.out_tensors if t]
     return {"devices": ",".join(dict.fromkeys(devices))} if devices else {}
@@ -67,7 +68,7 @@ def op_attrs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if not is_op_node(node) or ANNOTATION not in node.meta:
             continue
         op_type = node.meta[ANNOTATION].type
-        attrs: dict[str, Any] = {}
+        attrs: dict[str, AttrValue] = {}
         if op_type in _CONV_TYPES:
             attrs = _conv_backend(node)
         elif op_type in _COPY_TYPES:

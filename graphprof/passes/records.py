@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from graphprof.profile.model import Phase
+from graphprof.profile.records import AttrValue
 
 #: Facts only known while the function runs under capture (CaptureRecord).
 CAPTURE = "graphprof.capture"
@@ -160,6 +161,6 @@ class StepMemoryRecord:
 
 @dataclass(frozen=True)
 class OpAttrs:
-    """Op-specific facts as sorted (key, value) string pairs (conv backend, copy devices)."""
+    """Op-specific facts as sorted (key, value) pairs, typed (conv backend, copy devices, collective sizes)."""
 
-    items: tuple[tuple[str, str], ...]
+    items: tuple[tuple[str, AttrValue], ...]

@@ -1,7 +1,7 @@
 """Merge the per-rank profiles of one distributed run into one Profile.
 
 Each rank of a ``torch.distributed`` job profiles its own process and saves
-its own file; its ``meta.extra["distributed"]`` holds ``rank``,
+its own file; its ``meta.distributed`` (``DistributedInfo``) holds ``rank``,
 ``world_size`` and ``backend``. ``merge_profiles`` combines them so that one
 file holds the whole job and every existing view (table, report, exports)
 reads it, while ``graphprof.analysis.distributed`` compares the ranks.
@@ -17,7 +17,7 @@ Layout of a merged profile (torch-free, plain JSON like any profile):
   long as its slowest rank. Node samples are kept for those steps only, in
   the same order.
 - ``meta``: rank 0's (function, capture, device, versions, peaks), and
-  ``extra["distributed"]`` = ``{"merged": true, "world_size", "backend",
+  ``distributed`` (in the file ``extra["distributed"]``) = ``{"merged": true, "world_size", "backend",
   "ranks": [{"rank", "graph_ids", "wall_time_s", "graph_time_s", "host",
   "capture", "created_at", "notes"?, "fsdp"?}, ...], "missing_ranks": [...]}``, per rank
   its graphs and its own step times (aligned with ``steps``). Rank 0's
@@ -33,31 +33,30 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile, ProfileError, ProfileMeta, StepRecord
+from graphprof.profile.model import DistributedInfo, GraphRecord, NodeRecord, Profile, ProfileError, ProfileMeta, StepRecord
 
 _RANK_PREFIX = re.compile(r"^rank(\d+)/(.*)$", re.S)
 
 
-def rank_info(profile: Profile) -> Mapping[str, Any] | None:
-    """The ``extra["distributed"]`` record of a profile (None when it has none)."""
-    info = profile.meta.extra.get("distributed") if isinstance(profile.meta.extra, Mapping) else None
-    return info if isinstance(info, Mapping) else None
+def rank_info(profile: Profile) -> DistributedInfo | None:
+    """The distributed section of a profile (None when it has none)."""
+    return profile.meta.distributed
 
 
 def is_merged(profile: Profile) -> bool:
     """True for a profile written by ``merge_profiles``."""
-    info = rank_info(profile)
-    return bool(info and info.get("merged") and isinstance(info.get("ranks"), list))
+    info = profile.meta.distributed
+    return info is not None and info.merged
 
 
 def graph_ranks(profile: Profile) -> dict[int, int]:
     """Graph id → rank, for a merged profile (empty for any other)."""
-    if not is_merged(profile):
+    info = profile.meta.distributed
+    if info is None or not info.merged:
         return {}
-    ranks = (rank_info(profile) or {}).get("ranks", ())
-    return {int(g): int(r["rank"]) for r in ranks for g in r.get("graph_ids", ())}
+    return {int(g): int(r["rank"]) for r in info.ranks for g in r.get("graph_ids", ())}
 
 
 def split_graph_name(name: str) -> tuple[int | None, str]:
@@ -66,11 +65,11 @@ def split_graph_name(name: str) -> tuple[int | None, str]:
     return (int(match.group(1)), match.group(2)) if match else (None, name)
 
 
-def _info_of(profile: Profile, label: str) -> Mapping[str, Any]:
-    info = rank_info(profile)
-    if info is not None and info.get("merged"):
+def _info_of(profile: Profile, label: str) -> DistributedInfo:
+    info = profile.meta.distributed
+    if info is not None and (info.merged or info.details.get("merged")):
         raise ProfileError(f"{label} is already a merged profile; merge the per-rank files instead")
-    if info is None or not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"), int):
+    if info is None or info.rank is None or info.world_size is None:
         raise ProfileError(f"{label} has no rank: it was not profiled inside a torch.distributed process group")
     return info
 
@@ -99,20 +98,21 @@ def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = N
         raise ProfileError("nothing to merge: give one profile per rank")
     labels = list(labels) if labels is not None else [f"profile {i + 1}" for i in range(len(profiles))]
     infos = [_info_of(p, label) for p, label in zip(profiles, labels)]
+    rank_of = [int(info.rank or 0) for info in infos]  # _info_of refused a profile without one
     seen: dict[int, str] = {}
-    for info, label in zip(infos, labels):
-        if info["rank"] in seen:
-            raise ProfileError(f"rank {info['rank']} is given twice ({seen[info['rank']]} and {label})")
-        seen[info["rank"]] = label
+    for rank, label in zip(rank_of, labels):
+        if rank in seen:
+            raise ProfileError(f"rank {rank} is given twice ({seen[rank]} and {label})")
+        seen[rank] = label
     for key in ("world_size", "backend"):
-        values = {str(info.get(key)) for info in infos}
+        values = {str(getattr(info, key)) for info in infos}
         if len(values) > 1:
             raise ProfileError(f"the profiles disagree on {key.replace('_', ' ')} ({', '.join(sorted(values))}); "
                                "merge the files of one run")
-    world_size = int(infos[0]["world_size"])
-    if any(not 0 <= info["rank"] < world_size for info in infos):
+    world_size = int(infos[0].world_size or 0)
+    if any(not 0 <= rank < world_size for rank in rank_of):
         raise ProfileError(f"a rank is outside 0..{world_size - 1} (the world size is {world_size})")
-    order = sorted(range(len(profiles)), key=lambda i: infos[i]["rank"])
+    order = sorted(range(len(profiles)), key=lambda i: rank_of[i])
     common = set.intersection(*(set(s.index for s in profiles[i].steps) for i in order))
     if not common:
         raise ProfileError("the profiles share no profiled step index; profile the same steps on every rank")
@@ -129,29 +129,28 @@ def merge_profiles(profiles: Sequence[Profile], labels: Sequence[str] | None = N
         ids = []
         for graph in profile.graphs:
             ids.append(len(graphs))
-            graphs.append(_graph_for_rank(graph, info["rank"], len(graphs), positions, common, len(profile.steps)))
+            graphs.append(_graph_for_rank(graph, rank_of[i], len(graphs), positions, common, len(profile.steps)))
         wall = [by_index[k][1].wall_time_s for k in kept]
         gtime = [by_index[k][1].graph_time_s for k in kept]
         walls.append(wall)
         graph_times.append(gtime)
         entry: dict[str, Any] = {
-            "rank": info["rank"], "graph_ids": ids, "wall_time_s": wall, "graph_time_s": gtime,
-            "host": info.get("host", ""), "capture": profile.meta.capture, "created_at": profile.meta.created_at,
+            "rank": rank_of[i], "graph_ids": ids, "wall_time_s": wall, "graph_time_s": gtime,
+            "host": info.host, "capture": profile.meta.capture, "created_at": profile.meta.created_at,
             "function": profile.meta.function,
         }
-        if info.get("notes"):
-            entry["notes"] = list(info["notes"])
-        if isinstance(info.get("fsdp"), Mapping):  # per-step overlap and memory of an FSDP2 rank
-            entry["fsdp"] = dict(info["fsdp"])
+        if info.details.get("notes"):
+            entry["notes"] = list(info.details["notes"])
+        if info.fsdp is not None:  # per-step overlap and memory of an FSDP2 rank
+            entry["fsdp"] = dict(info.fsdp)
         ranks.append(entry)
     steps = tuple(StepRecord(index=k, wall_time_s=max(w[j] for w in walls), graph_time_s=max(g[j] for g in graph_times))
                   for j, k in enumerate(kept))
     first = profiles[order[0]]
-    distributed: dict[str, Any] = {
-        "merged": True, "world_size": world_size, "backend": str(infos[0].get("backend", "")), "ranks": ranks,
-        "missing_ranks": sorted(set(range(world_size)) - set(seen)),
-    }
-    extra = {k: v for k, v in first.meta.extra.items() if k not in ("distributed", "cost_coverage")}
-    extra["distributed"] = distributed
-    meta: ProfileMeta = replace(first.meta, extra=extra)
+    distributed = DistributedInfo(
+        merged=True, world_size=world_size, backend=infos[0].backend, ranks=tuple(ranks),
+        missing_ranks=tuple(sorted(set(range(world_size)) - set(seen))),
+    )
+    extra = {k: v for k, v in first.meta.extra.items() if k != "cost_coverage"}
+    meta: ProfileMeta = replace(first.meta, distributed=distributed, extra=extra)
     return Profile(meta=meta, steps=steps, graphs=tuple(graphs))

@@ -28,9 +28,9 @@ from typing import Any, Iterator
 
 from graphprof.profile import serialize
 from graphprof.profile.records import (  # noqa: F401  (re-exported: the data model's one import point)
-    MEMORY_CATEGORIES, NS_PER_S, OVERHEAD_NODE, OVERHEAD_OP, SCHEMA_ID, AttrValue, DeviceMemorySample, GraphKind,
-    GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase, ProfileMeta, StepRecord, ns_to_s,
-    seconds_to_ns,
+    MEMORY_CATEGORIES, NS_PER_S, OVERHEAD_NODE, OVERHEAD_OP, SCHEMA_ID, AttrValue, DeviceInfo, DeviceMemorySample,
+    DistributedInfo, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase, ProfileMeta,
+    Recompile, ScheduleInfo, StepRecord, ns_to_s, seconds_to_ns,
 )
 from graphprof.profile.serialize import ProfileError
 
@@ -192,7 +192,7 @@ def require_samples(profile: Profile, source: str = "the profile") -> None:
 
 __all__ = [
     "Profile", "ProfileError", "load_profile", "profile_from_document", "save_profile", "require_samples",
-    "MEMORY_CATEGORIES", "NS_PER_S", "OVERHEAD_NODE", "OVERHEAD_OP", "SCHEMA_ID", "AttrValue", "DeviceMemorySample",
-    "GraphKind", "GraphRecord", "MemoryPeak", "MemoryRecord", "NodeRecord", "PeakTensor", "Phase", "ProfileMeta",
-    "StepRecord", "ns_to_s", "seconds_to_ns",
+    "MEMORY_CATEGORIES", "NS_PER_S", "OVERHEAD_NODE", "OVERHEAD_OP", "SCHEMA_ID", "AttrValue", "DeviceInfo",
+    "DeviceMemorySample", "DistributedInfo", "GraphKind", "GraphRecord", "MemoryPeak", "MemoryRecord", "NodeRecord",
+    "PeakTensor", "Phase", "ProfileMeta", "Recompile", "ScheduleInfo", "StepRecord", "ns_to_s", "seconds_to_ns",
 ]

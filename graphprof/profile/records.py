@@ -29,6 +29,23 @@ NS_PER_S = 1_000_000_000
 #: An op attribute's value: what the pass recorded, typed (a count stays an int, a flag a bool).
 AttrValue = Union[str, int, float, bool]
 
+#: Attribute keys whose values are counts or flags. Files written before attrs
+#: were typed hold them as text ("1024", "true", ""); ``typed_attr`` reads that
+#: form back as the value it stood for, so old and new files analyse the same.
+_INT_ATTRS = frozenset({"bucket", "bytes", "params", "world_size"})
+_BOOL_ATTRS = frozenset({"blocking", "fast_conv_available"})
+
+
+def typed_attr(key: str, value: AttrValue) -> AttrValue:
+    """``value`` of attribute ``key``, with the old text form of a count or flag read as int/bool."""
+    if not isinstance(value, str):
+        return value
+    if key in _INT_ATTRS and value.lstrip("-").isdigit():
+        return int(value)
+    if key in _BOOL_ATTRS and value in ("true", "false", ""):
+        return value == "true"
+    return value
+
 
 def ns_to_s(ns: float) -> float:
     """Seconds of ``ns`` nanoseconds (a division: correctly rounded, so 1500 ns is exactly 1.5e-6)."""
@@ -216,8 +233,75 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class ScheduleInfo:
+    """The ``graphprof.schedule`` a profile was taken under, and which cycle of it (file: ``extra.schedule``/``cycle``)."""
+
+    skip_first: int = 0
+    wait: int = 0
+    warmup: int = 0
+    active: int = 1
+    repeat: int = 0
+    #: Which active window of the schedule this profile is (0 first); None when not recorded.
+    cycle: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """How the graphs were timed and on what (file: ``extra.timing``, ``device``, ``device_capability``...).
+
+    ``timing`` is "pipelined"/"isolated" with device events, "host" when only
+    the host clock ran; the rest is known only where a device was found.
+    """
+
+    timing: str = "host"
+    device: str = ""
+    capability: str = ""
+    #: Host cost of one device mark in seconds (part of every node's host time); None when not measured.
+    mark_cost_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DistributedInfo:
+    """The ``torch.distributed`` layout of a profile (file: ``extra.distributed``).
+
+    One rank's profile has ``rank``, ``world_size``, ``backend`` and ``host``;
+    a merged one (``graphprof.profile.merge``) has ``merged``, ``ranks`` (per
+    rank: its graph ids, step times, host, capture... as plain JSON mappings)
+    and ``missing_ranks``. ``fsdp`` is an FSDP2 rank's per-step overlap and
+    memory; ``details`` keeps every other entry as it was written (DDP notes,
+    ``ddp_buckets_timed``, and values of the wrong type in hand-edited files,
+    which merge then refuses with its own sentence).
+    """
+
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str = ""
+    host: str = ""
+    merged: bool = False
+    ranks: tuple[Mapping[str, Any], ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+    fsdp: Mapping[str, Any] | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """One torch.compile compile after the first call of a segmented capture (file: ``extra.recompiles``)."""
+
+    call: int
+    graphs: str  # which segments compiled ("segment 1 forward, segment 1 backward")
+    reason: str  # the guard that failed, as dynamo words it
+    compile_time_s: float
+
+
+@dataclass(frozen=True)
 class ProfileMeta:
-    """Where and how a profile was taken."""
+    """Where and how a profile was taken.
+
+    The optional sections (``schedule``, ``device``, ``distributed``,
+    ``peaks_note``, ``recompiles``) are typed here and written under the ``extra`` keys files
+    have always used; ``extra`` holds only what has no typed field.
+    """
 
     function: str = ""
     capture: str = "fx"
@@ -229,6 +313,13 @@ class ProfileMeta:
     python_version: str = ""
     probe_cost_s: float = 0.0
     peaks: Mapping[str, float] = field(default_factory=dict)
+    schedule: ScheduleInfo | None = None
+    device: DeviceInfo | None = None
+    distributed: DistributedInfo | None = None
+    #: Why the peaks may not fit this run (calibrated with another thread count); "" when they do.
+    peaks_note: str = ""
+    #: Compiles after the first call (segmented capture); None where the capture cannot recompile.
+    recompiles: tuple[Recompile, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -30,8 +30,11 @@ finite FLOP count into an infinite rate that no JSON writer accepts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from graphprof.profile.records import AttrValue, typed_attr
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SECONDS = 1e9
@@ -164,15 +167,24 @@ def ticks(rows: Any, ticks_per_s: int, what: str, n: int | None = None) -> list[
     return rows
 
 
-def pairs(values: Any, what: str, n: int) -> list[tuple[tuple[str, str], ...]]:
-    """A column of [[key, value], ...] string pairs (op attributes) as tuples."""
+def _attr_value(value: Any) -> bool:
+    """An op attribute's value in a file: text, a bool, an int64 or a finite float."""
+    if type(value) in (str, bool):
+        return True
+    if type(value) is int:
+        return INT64_MIN <= value <= INT64_MAX
+    return type(value) is float and math.isfinite(value)
+
+
+def pairs(values: Any, what: str, n: int) -> list[tuple[tuple[str, AttrValue], ...]]:
+    """A column of [[key, value], ...] op attributes as typed tuples (old files' text counts/flags typed)."""
     check(isinstance(values, list) and len(values) == n, f"{what} must be a list of {n} values")
-    out = []
+    out: list[tuple[tuple[str, AttrValue], ...]] = []
     for row in values:
         check(isinstance(row, list) and all(
-            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is str for p in row),
-            f"{what} must hold lists of [key, value] string pairs")
-        out.append(tuple(tuple(p) for p in row) if row else ())
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and _attr_value(p[1]) for p in row),
+            f"{what} must hold lists of [key, value] pairs (values text, numbers or booleans)")
+        out.append(tuple((p[0], typed_attr(p[0], p[1])) for p in row) if row else ())
     return out
 
 

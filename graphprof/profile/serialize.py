@@ -41,7 +41,11 @@ from graphprof.profile.records import (
 from graphprof.profile import schema
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
+from graphprof.profile.meta_sections import sections_from_extra, sections_to_extra
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
+
+#: ProfileMeta fields written inside ``meta.extra`` (``meta_sections``), not as meta keys of their own.
+_SECTION_FIELDS = frozenset({"schedule", "device", "distributed", "peaks_note", "recompiles"})
 
 #: What ``parts_from_document`` returns: the fields of a Profile, in order.
 ProfileParts = tuple[ProfileMeta, tuple[StepRecord, ...], tuple[GraphRecord, ...]]
@@ -54,9 +58,9 @@ class ProfileError(ValueError):
 # -- writing --------------------------------------------------------------------
 def profile_to_document(profile: Any) -> dict[str, Any]:
     """The JSON-ready dict of a profile (anything with ``meta``, ``steps`` and ``graphs``), schema id first."""
-    meta = {f.name: getattr(profile.meta, f.name) for f in fields(ProfileMeta)}
+    meta = {f.name: getattr(profile.meta, f.name) for f in fields(ProfileMeta) if f.name not in _SECTION_FIELDS}
     meta["peaks"] = dict(meta["peaks"])
-    meta["extra"] = dict(meta["extra"])
+    meta["extra"] = sections_to_extra(profile.meta)
     return {
         "schema": SCHEMA_ID,
         "meta": meta,
@@ -137,7 +141,7 @@ def write_document(document: dict[str, Any], path: str | os.PathLike[str]) -> No
 
 # -- reading --------------------------------------------------------------------
 _META_SPECS: dict[str, Any] = {
-    **{f.name: str for f in fields(ProfileMeta) if f.type in ("str", str)},
+    **{f.name: str for f in fields(ProfileMeta) if f.type in ("str", str) and f.name not in _SECTION_FIELDS},
     "probe_cost_s": schema.SECONDS,
     "peaks": schema.rate_map,
     "extra": schema.mapping,
@@ -246,7 +250,9 @@ def parts_from_document(doc: Any) -> ProfileParts:
     where = ""
     try:
         meta_raw = schema.mapping(doc.get("meta", {}), "meta")
-        meta = ProfileMeta(**schema.meta_fields(meta_raw, _META_SPECS))
+        known = schema.meta_fields(meta_raw, _META_SPECS)
+        sections = sections_from_extra(known.pop("extra", {}))
+        meta = ProfileMeta(**known, **sections)
         steps = _steps_from_json(doc.get("steps", []))
         graphs_raw = doc.get("graphs", [])
         schema.check(isinstance(graphs_raw, list), "graphs must be a list")

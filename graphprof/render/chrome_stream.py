@@ -122,8 +122,9 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
     names = {g.id: g.name or f"graph {g.id}" for g in profile.graphs}
     # One process per rank in a merged distributed profile (pid = rank + 1), else one process.
     pid_of = {gid: rank + 1 for gid, rank in graph_ranks(profile).items()}
-    rank_walls = {int(r["rank"]) + 1: r.get("wall_time_s", []) for r in (rank_info(profile) or {}).get("ranks", [])
-                  } if pid_of else {}
+    info = rank_info(profile)
+    rank_walls = {int(r["rank"]) + 1: r.get("wall_time_s", []) for r in info.ranks
+                  } if pid_of and info is not None else {}
     pids = sorted(set(pid_of.values())) or [PID]
     head: list[dict[str, Any]] = []
     for pid in pids:

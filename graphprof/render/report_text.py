@@ -38,8 +38,8 @@ def _header(report: Report) -> list[str]:
                         if k != "float32")
         lines.append(f"peaks: {format_count(p.flops_per_s, 'FLOP/s')} (float32){extra}, "
                      f"{format_bytes(p.bytes_per_s, 'B/s')} memory")
-        note = report.profile.meta.extra.get("peaks_note")
-        if isinstance(note, str) and note:
+        note = report.profile.meta.peaks_note
+        if note:
             lines.append(f"note: {note}")
         over = [r for r in report.roofline_rows if (r.point.fraction_of_attainable or 0) > 1.1]
         if over:
@@ -57,7 +57,8 @@ def _host_device(report: Report) -> str:
     """Host dispatch beside device time, and which side sets the pace."""
     hd = report.host_device
     assert hd is not None  # only called for a report with host and device times
-    timing = report.profile.meta.extra.get("timing", "")
+    device = report.profile.meta.device
+    timing = device.timing if device is not None else ""
     if hd.device_s > 1.25 * hd.host_s:
         pace = "the host runs ahead; the device sets the pace"
     elif hd.device_s >= 0.8 * hd.host_s:

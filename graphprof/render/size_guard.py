@@ -59,7 +59,7 @@ def _longest(nodes: Sequence[NodeRecord]) -> int:
         for t in distinct:
             for item in t:
                 for s in (item if isinstance(item, tuple) else (item,)):
-                    if s is not None and len(s) > longest:
+                    if isinstance(s, str) and len(s) > longest:  # attrs also hold numbers and flags
                         longest = len(s)
     return longest
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from dataclasses import replace
 
 import torch
 
-from graphprof.profile.model import Profile
+from graphprof.profile.model import Profile, ScheduleInfo
 from graphprof.passes.instrument import Clock, probe_cost_ns
 from graphprof.runtime.calibrate import find_calibration
 from graphprof.runtime.collect import build_profile, profile_meta
@@ -29,24 +29,23 @@ def _probe_cost_s() -> float:
 def assemble_profile(name: str, recorded: RecordedSteps, *, clock: Clock, peaks: dict[str, float] | None,
                      schedule: Schedule | None, cycle: int | None) -> Profile:
     """The Profile of ``recorded``; ``peaks`` given by hand win over the cached calibration."""
-    extra: dict[str, Any] = {}
-    if recorded.distributed is not None:
-        extra["distributed"] = recorded.distributed
+    schedule_info = None
     if schedule is not None:
-        extra["schedule"] = {k: getattr(schedule, k) for k in ("skip_first", "wait", "warmup", "active", "repeat")}
-        extra["cycle"] = cycle
-    extra.update(recorded.notes)
-    device_type, device_name, device_extra = profile_device(recorded.timeline, recorded.graph_modules)
-    extra.update(device_extra)
+        schedule_info = ScheduleInfo(skip_first=schedule.skip_first, wait=schedule.wait, warmup=schedule.warmup,
+                                     active=schedule.active, repeat=schedule.repeat, cycle=cycle)
+    device_type, device_name, device = profile_device(recorded.timeline, recorded.graph_modules)
+    peaks_note = ""
     if peaks is None:
         calibration = find_calibration(device_type)
         peaks = calibration.peaks if calibration is not None else None
         threads = torch.get_num_threads()
         if device_type == "cpu" and calibration is not None and calibration.threads != threads:
-            extra["peaks_note"] = (f"peaks measured with {calibration.threads} threads, the step ran with {threads} "
+            peaks_note = (f"peaks measured with {calibration.threads} threads, the step ran with {threads} "
                                    f"(run `graphprof calibrate --threads {threads}`)")
     # Probe cost is that of the real host clock; a fake clock (tests) costs nothing.
     probe_cost_s = _probe_cost_s() if clock is time.perf_counter_ns else 0.0
     meta = profile_meta(name, recorded.mode, probe_cost_s, peaks=peaks, device_type=device_type,
-                        device_name=device_name, **extra)
+                        device_name=device_name, **recorded.notes)
+    meta = replace(meta, schedule=schedule_info, device=device, distributed=recorded.distributed,
+                   peaks_note=peaks_note, recompiles=recorded.recompiles)
     return build_profile(recorded.graphs, recorded.steps, meta)

@@ -11,8 +11,7 @@ profile taken afterwards records them in ``meta.peaks``.
 Threads: CPU peaks depend on ``torch.get_num_threads()``, so
 ``graphprof calibrate --threads 1 4`` measures each count asked for. A
 profile looks up its own thread count; when only other counts were
-measured it takes the nearest one and says so in ``meta.extra
-["peaks_note"]``, rather than dropping the roofline.
+measured it takes the nearest one and says so in ``meta.peaks_note``, rather than dropping the roofline.
 
 On an accelerator (``--device cuda``, or any other torch.accelerator
 backend) the same measurements run on the device, timed on the host around

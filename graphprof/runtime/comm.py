@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from graphprof.capture.state import discover_state
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
+from graphprof.profile.model import AttrValue, DistributedInfo, GraphKind, GraphRecord, NodeRecord, Phase
 
 log = logging.getLogger("graphprof")
 #: Steps of bucket events kept (a profile never holds more steps than this).
@@ -167,8 +167,9 @@ class CommTimer:
         for node_id, (bucket, ev) in enumerate(first.items()):
             times = tuple(sum((e.done_ns - e.launch_ns) for e in events if e.bucket == bucket)
                           for events in per_step)
-            attrs = (("bucket", str(bucket)), ("bytes", str(ev.nbytes)), ("collective", "allreduce"),
-                     ("params", str(ev.n_params)), ("source", "ddp_comm_hook"), ("world_size", str(ev.world_size)))
+            attrs: tuple[tuple[str, AttrValue], ...] = (
+                ("bucket", bucket), ("bytes", ev.nbytes), ("collective", "allreduce"), ("params", ev.n_params),
+                ("source", "ddp_comm_hook"), ("world_size", ev.world_size))
             nodes.append(NodeRecord(
                 id=node_id, name=f"allreduce bucket {bucket}", op="c10d.allreduce", type="allreduce",
                 in_shapes=((ev.numel,),), in_dtypes=(ev.dtype,), out_shapes=((ev.numel,),), out_dtypes=(ev.dtype,),
@@ -177,7 +178,7 @@ class CommTimer:
         return GraphRecord(id=graph_id, name="comm", kind=GraphKind.HOST, nodes=tuple(nodes))
 
     def meta(self) -> dict[str, Any]:
-        """What the profile's ``extra["distributed"]`` says about DDP communication."""
+        """What the profile's ``DistributedInfo.details`` say about DDP communication."""
         out: dict[str, Any] = {"ddp_buckets_timed": self.attached > 0}
         if self.notes:
             out["notes"] = list(self.notes)
@@ -205,14 +206,13 @@ def comm_timer_for(fn: Callable[..., Any], clock: Callable[[], int]) -> CommTime
     return timer
 
 
-def distributed_extra(timer: CommTimer | None) -> dict[str, Any] | None:
-    """``meta.extra["distributed"]`` of a profile taken now: rank, world size, backend
+def distributed_info(timer: CommTimer | None) -> DistributedInfo | None:
+    """``meta.distributed`` of a profile taken now: rank, world size, backend, host
     (and what was timed of DDP's communication); None outside a process group."""
     from graphprof.capture.distributed import distributed_meta
 
     info = distributed_meta()
     if info is None:
         return None
-    if timer is not None:
-        info.update(timer.meta())
-    return info
+    return DistributedInfo(rank=info["rank"], world_size=info["world_size"], backend=info["backend"],
+                           host=info["host"], details=timer.meta() if timer is not None else {})

@@ -35,7 +35,7 @@ import torch.fx
 from graphprof.passes.device_probes import add_device_marks, event_count, event_pairs, timed_op_nodes
 from graphprof.passes.records import ANNOTATION
 from graphprof.runtime.allocator import accelerator_type
-from graphprof.profile.records import NS_PER_S
+from graphprof.profile.records import NS_PER_S, DeviceInfo
 
 TIMINGS = ("pipelined", "isolated")
 #: Steps of device times kept at most (the sample buffer keeps fewer).
@@ -265,30 +265,24 @@ def device_timeline(graph: torch.fx.GraphModule, instrumented: torch.fx.GraphMod
 
 
 def profile_device(timeline: DeviceTimeline | None,
-                   graphs: Iterable[torch.fx.GraphModule]) -> tuple[str, str | None, dict[str, Any]]:
-    """The profile meta's device: (device type, name or None for the host's, extra entries).
+                   graphs: Iterable[torch.fx.GraphModule]) -> tuple[str, str | None, DeviceInfo]:
+    """The profile meta's device: (device type, name or None for the host's, how it was timed).
 
-    Extra entries: ``timing`` ("pipelined"/"isolated" with device events,
-    "host" when only the host clock ran), and where known the device
-    (``"cuda:0"``), its ``device_capability`` and ``device_mark_cost_s``.
+    ``DeviceInfo.timing`` is "pipelined"/"isolated" with device events, "host"
+    when only the host clock ran; where known it names the device
+    (``"cuda:0"``), its capability and the cost of one device mark.
     """
     if timeline is not None:
         clock = timeline.clock
-        extra: dict[str, Any] = {"timing": timeline.timing, "device": clock.device}
-        if clock.capability:
-            extra["device_capability"] = clock.capability
-        if clock.mark_cost_s is not None:
-            extra["device_mark_cost_s"] = clock.mark_cost_s
-        return clock.device_type, clock.name or clock.device_type, extra
+        info = DeviceInfo(timing=timeline.timing, device=clock.device, capability=clock.capability or "",
+                          mark_cost_s=clock.mark_cost_s)
+        return clock.device_type, clock.name or clock.device_type, info
     for gm in graphs:
         device = graph_accelerator(gm)
         if device is not None:
-            extra = {"timing": "host", "device": device}
-            capability = device_capability(device)
-            if capability:
-                extra["device_capability"] = capability
-            return device.split(":")[0], device_name(device), extra
-    return "cpu", None, {"timing": "host"}
+            info = DeviceInfo(timing="host", device=device, capability=device_capability(device) or "")
+            return device.split(":")[0], device_name(device), info
+    return "cpu", None, DeviceInfo(timing="host")
 
 
 def mark_cost_s(clock: DeviceClock, samples: int = 200, host_clock: Callable[[], int] = time.perf_counter_ns) -> float:

@@ -51,7 +51,7 @@ import torch
 from graphprof.capture.dtensor import is_dtensor, local_shard
 from graphprof.capture.fsdp import fsdp_modules
 from graphprof.capture.state import discover_state
-from graphprof.profile.model import NS_PER_S, GraphKind, GraphRecord, NodeRecord, Phase
+from graphprof.profile.model import NS_PER_S, AttrValue, GraphKind, GraphRecord, NodeRecord, Phase
 
 #: Steps of events kept (a profile never holds more steps than this).
 MAX_STEPS = 1000
@@ -288,8 +288,9 @@ class FsdpCommTimer:
         for node_id, (key, ev) in enumerate(order.items()):
             where = ev.module or "root"
             times_ns = tuple(m[key].done_ns - m[key].launch_ns if key in m else 0 for m in keyed)
-            attrs = (("blocking", str(ev.blocking).lower()), ("bytes", str(ev.nbytes)), ("collective", ev.kind),
-                     ("source", "fsdp"), ("world_size", str(ev.world_size)))
+            attrs: tuple[tuple[str, AttrValue], ...] = (
+                ("blocking", bool(ev.blocking)), ("bytes", ev.nbytes), ("collective", ev.kind), ("source", "fsdp"),
+                ("world_size", ev.world_size))
             nodes.append(NodeRecord(
                 id=node_id, name=f"{ev.kind} {where} ({ev.phase.value})" + (f" #{key[-1] + 1}" if key[-1] else ""),
                 op=f"c10d.{ev.kind}", type=ev.kind, in_shapes=((ev.numel,),), in_dtypes=(ev.dtype,),
@@ -298,7 +299,7 @@ class FsdpCommTimer:
         return GraphRecord(id=graph_id, name="comm", kind=GraphKind.HOST, nodes=tuple(nodes))
 
     def extra(self, step_indices: Sequence[int], compute: dict[int, list[tuple[int, int]]]) -> dict[str, Any]:
-        """``meta.extra["distributed"]["fsdp"]``: per step, communication, hidden time and memory."""
+        """``DistributedInfo.fsdp``: per step, communication, hidden time and memory."""
         per_step: dict[str, Any] = {}
         for index in step_indices:
             if index not in self.steps:

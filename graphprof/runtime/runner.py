@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence
 
 import torch.fx
 
-from graphprof.profile.model import GraphRecord
+from graphprof.profile.model import DistributedInfo, GraphRecord, Recompile
 from graphprof.runtime.device_clock import DeviceTimeline
 from graphprof.runtime.schedule import Action
 
@@ -38,8 +38,9 @@ class RecordedSteps:
     steps: Sequence[StepTiming]
     graph_modules: Sequence[torch.fx.GraphModule]  # where the device is read from
     timeline: DeviceTimeline | None = None
-    distributed: dict[str, Any] | None = None
+    distributed: DistributedInfo | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    recompiles: tuple[Recompile, ...] | None = None  # segmented capture only
 
 
 class Runner(Protocol):

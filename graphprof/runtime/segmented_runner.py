@@ -6,19 +6,21 @@ Recorded steps are kept per input signature, like whole-step runners, so a
 profile never mixes the segments of two signatures. Compiles after the first
 call (dynamo's recompiles, an optimizer's new capture) are kept with the call
 they happened in, their reason and their cost, for the profile's
-``meta.extra["recompiles"]``.
+``meta.recompiles``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Callable, Hashable
 
 from graphprof.capture.segmented import CompileSpan, SegmentedCapture
 from graphprof.passes.instrument import Clock
 from graphprof.passes.pipeline import prepare_graph
-from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_extra
+from graphprof.profile.model import Recompile
+from graphprof.runtime.comm import CommTimer, comm_timer_for, distributed_info
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer
 from graphprof.runtime.schedule import Action
@@ -96,26 +98,27 @@ class SegmentedRunner:
             comm = self._comm.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
             if comm is not None:
                 graphs.append(comm)
-        extra = distributed_extra(self._comm)
+        info = distributed_info(self._comm)
         if self._fsdp is not None:
             comm = self._fsdp.graph_record([s.index for s in steps], max(g.id for g in graphs) + 1)
             if comm is not None:
                 graphs.append(comm)
-            if extra is not None:
-                extra["fsdp"] = self._fsdp.extra([s.index for s in steps], {s.index: compute_intervals(s) for s in steps})
+            if info is not None:
+                fsdp = self._fsdp.extra([s.index for s in steps], {s.index: compute_intervals(s) for s in steps})
+                info = replace(info, fsdp=fsdp)
         return RecordedSteps("dynamo", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [s.graph_module for s in self.capture.segments], None,
-                             extra, {"recompiles": self.recompile_notes()})
+                             info, recompiles=self.recompile_notes())
 
-    def recompile_notes(self) -> list[dict[str, Any]]:
+    def recompile_notes(self) -> tuple[Recompile, ...]:
         """Every compile after the first call: when, what, why and what it cost (seconds)."""
-        notes: list[dict[str, Any]] = []
+        notes: list[Recompile] = []
         for call, span in self.recompiles:
             seconds = (span.end_ns - span.start_ns) / 1e9
-            if span.backward_of_previous and notes and notes[-1]["call"] == call:
-                notes[-1]["graphs"] += f", {span.what}"  # one recompile: its forward and its backward
-                notes[-1]["compile_time_s"] += seconds
+            if span.backward_of_previous and notes and notes[-1].call == call:
+                last = notes[-1]  # one recompile: its forward and its backward
+                notes[-1] = replace(last, graphs=f"{last.graphs}, {span.what}",
+                                    compile_time_s=last.compile_time_s + seconds)
                 continue
-            notes.append({"call": call, "graphs": span.what, "reason": span.reason or "a new backward",
-                          "compile_time_s": seconds})
-        return notes
+            notes.append(Recompile(call, span.what, span.reason or "a new backward", seconds))
+        return tuple(notes)

@@ -7,6 +7,7 @@ import pytest
 from graphprof.analysis.distributed import analyze_distributed
 from graphprof.analysis.sharding import analyze_sharding
 from graphprof.profile.merge import merge_profiles
+from graphprof.profile.records import DistributedInfo
 from graphprof.render.distributed_text import render_distributed
 from tests.distributed.synthetic import rank_profile
 
@@ -16,7 +17,7 @@ MEMORY = {"params_bytes": 100, "grads_bytes": 100, "optimizer_state_bytes": 200,
 
 def _fsdp_rank(rank: int, comm_s: list[float], hidden_s: list[float]):
     steps = {str(i): {"comm_s": c, "hidden_s": h, "memory": MEMORY} for i, c, h in zip((2, 3, 4), comm_s, hidden_s)}
-    info = {"rank": rank, "world_size": 2, "backend": "nccl", "fsdp": {"modules": 3, "steps": steps}}
+    info = DistributedInfo(rank=rank, world_size=2, backend="nccl", fsdp={"modules": 3, "steps": steps})
     return rank_profile(rank, info=info)
 
 

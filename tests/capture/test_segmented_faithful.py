@@ -228,15 +228,16 @@ def test_recompile_is_reported_and_left_out_of_step_time() -> None:
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "compiled" in messages[0] and "double" in messages[0]
     profile = fn.get_profile()
-    recompiles = profile.meta.extra["recompiles"]
-    assert len(recompiles) == 1 and recompiles[0]["call"] == 5 and recompiles[0]["compile_time_s"] > 0
+    recompiles = profile.meta.recompiles
+    assert recompiles is not None
+    assert len(recompiles) == 1 and recompiles[0].call == 5 and recompiles[0].compile_time_s > 0
     step5 = [s.index for s in profile.steps].index(5)
-    assert profile.steps[step5].wall_time_s < recompiles[0]["compile_time_s"]  # the compile is not in the step
+    assert profile.steps[step5].wall_time_s < recompiles[0].compile_time_s  # the compile is not in the step
     for i, s in enumerate(profile.steps):  # graphs and host nodes add up to each step
         total = sum(n.host_time_s[i] for _, n in profile.iter_nodes())
         assert total == pytest.approx(s.wall_time_s, rel=1e-9)
     findings = [f for f in advise(profile) if f.rule == "recompiles"]
-    assert len(findings) == 1 and findings[0].time_s == pytest.approx(recompiles[0]["compile_time_s"])
+    assert len(findings) == 1 and findings[0].time_s == pytest.approx(recompiles[0].compile_time_s)
 
 
 def test_segments_run_under_cprofile_and_leave_its_hook_in_place() -> None:

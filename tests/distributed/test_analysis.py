@@ -10,7 +10,7 @@ from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.distributed import analyze_distributed, bus_factor
 from graphprof.analysis.report import build_report
 from graphprof.profile.merge import merge_profiles
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
+from graphprof.profile.model import DistributedInfo, GraphKind, GraphRecord, NodeRecord, Profile, ProfileMeta, StepRecord
 from graphprof.render.chrome_trace import chrome_trace
 from graphprof.render.distributed_text import render_distributed
 from graphprof.render.report_text import render_report
@@ -57,7 +57,7 @@ def test_collectives_inside_graphs_add_their_waits() -> None:
     def graph_profile(rank: int, times: tuple[float, float]) -> Profile:
         nodes = tuple(comm_node(i, 1024, 2, (t,), source="graph") for i, t in enumerate(times))
         step = GraphRecord(0, "step", GraphKind.STEP, nodes=nodes)
-        meta = ProfileMeta(capture="fx", extra={"distributed": {"rank": rank, "world_size": 2, "backend": "gloo"}})
+        meta = ProfileMeta(capture="fx", distributed=DistributedInfo(rank=rank, world_size=2, backend="gloo"))
         return Profile(meta=meta, steps=(StepRecord(3, 0.1),), graphs=(step,))
 
     analysis = analyze_distributed(merge_profiles([graph_profile(0, (0.010, 0.020)), graph_profile(1, (0.001, 0.002))]))
@@ -80,10 +80,10 @@ def test_functional_collective_time_includes_its_wait() -> None:
     def profile(rank: int) -> Profile:
         launch = NodeRecord(id=0, name="all_reduce", op="_c10d_functional.all_reduce.default", type="all_reduce",
                             flops=0, bytes_read=64, bytes_written=64, host_time_ns=seconds_to_ns((0.001,)),
-                            attrs=(("bytes", "64"), ("collective", "allreduce"), ("world_size", "2")))
+                            attrs=(("bytes", 64), ("collective", "allreduce"), ("world_size", 2)))
         wait = NodeRecord(id=1, name="wait_tensor", op="_c10d_functional.wait_tensor.default", type="wait_tensor",
                           inputs=(0,), flops=0, host_time_ns=seconds_to_ns((0.005 * (rank + 1),)), attrs=(("collective", "wait"),))
-        meta = ProfileMeta(capture="dynamo", extra={"distributed": {"rank": rank, "world_size": 2, "backend": "gloo"}})
+        meta = ProfileMeta(capture="dynamo", distributed=DistributedInfo(rank=rank, world_size=2, backend="gloo"))
         return Profile(meta=meta, steps=(StepRecord(3, 0.1),),
                        graphs=(GraphRecord(0, "segment 0 forward", GraphKind.FORWARD, nodes=(launch, wait)),))
 

@@ -81,10 +81,10 @@ def test_all_gathers_and_reduce_scatters_are_nodes_with_their_bytes(results: lis
         seen: dict[tuple[str, str, str], int] = {}
         for node in comm.nodes:
             attrs = dict(node.attrs)
-            assert attrs["world_size"] == str(WORLD) and attrs["source"] == "fsdp" and attrs["blocking"] == "true"
-            assert node.flops == 0 and int(attrs["bytes"]) == node.bytes_read
+            assert attrs["world_size"] == WORLD and attrs["source"] == "fsdp" and attrs["blocking"] is True
+            assert node.flops == 0 and attrs["bytes"] == node.bytes_read
             assert len(node.host_time_s) == len(profile.steps) and all(t > 0 for t in node.host_time_s)
-            seen[(attrs["collective"], node.module or "root", node.phase.value)] = int(attrs["bytes"])
+            seen[(attrs["collective"], node.module or "root", node.phase.value)] = attrs["bytes"]
         for module in modules:  # NCCL-tests sizes: the gathered output, the reduce-scatter's input
             assert seen[("allgather", module, "forward")] == expected[module]
             assert seen[("reduce_scatter", module, "backward")] == expected[module]
@@ -101,7 +101,8 @@ def test_graphs_host_gaps_and_collectives_add_up_to_each_step(profiles: list[Pro
 
 def test_overlap_figures_are_consistent_with_the_comm_nodes(profiles: list[Profile], merged: Profile) -> None:
     for profile in profiles:
-        info = profile.meta.extra["distributed"]["fsdp"]
+        assert profile.meta.distributed is not None and profile.meta.distributed.fsdp is not None
+        info = profile.meta.distributed.fsdp
         comm = next(g for g in profile.graphs if g.name == "comm")
         for j, step in enumerate(profile.steps):
             figures = info["steps"][str(step.index)]

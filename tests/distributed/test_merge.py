@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphprof.profile.records import seconds_to_ns
+from graphprof.profile.records import DistributedInfo, seconds_to_ns
 from graphprof.cli import main
 from graphprof.profile.merge import graph_ranks, is_merged, merge_profiles, split_graph_name
 from graphprof.profile.model import Profile
@@ -23,10 +23,11 @@ def test_merged_layout_keeps_every_rank_graph_under_a_rank_prefix() -> None:
     assert [split_graph_name(g.name) for g in merged.graphs] == [
         (r, name) for r in (0, 1) for name in ("segment 0 forward", "host", "comm")]
     assert graph_ranks(merged) == {g.id: g.id // 3 for g in merged.graphs}
-    info = merged.meta.extra["distributed"]
-    assert (info["world_size"], info["backend"], info["missing_ranks"]) == (2, "gloo", [])
-    assert [r["rank"] for r in info["ranks"]] == [0, 1]
-    assert [r["wall_time_s"] for r in info["ranks"]] == [[0.03] * 3, [0.05] * 3]
+    info = merged.meta.distributed
+    assert info is not None
+    assert (info.world_size, info.backend, list(info.missing_ranks)) == (2, "gloo", [])
+    assert [r["rank"] for r in info.ranks] == [0, 1]
+    assert [r["wall_time_s"] for r in info.ranks] == [[0.03] * 3, [0.05] * 3]
     # A synchronous step lasts as long as its slowest rank.
     assert [s.wall_time_s for s in merged.steps] == [0.05] * 3
     assert [n.host_time_s for n in merged.graphs[3].nodes] == [n.host_time_s for n in ranks[0].graphs[0].nodes]
@@ -49,12 +50,12 @@ def test_only_the_steps_every_rank_profiled_are_kept() -> None:
 
 def test_missing_ranks_are_recorded() -> None:
     merged = merge_profiles([rank_profile(0, world=4), rank_profile(2, world=4)])
-    assert merged.meta.extra["distributed"]["missing_ranks"] == [1, 3]
+    assert merged.meta.distributed is not None and list(merged.meta.distributed.missing_ranks) == [1, 3]
 
 
 @pytest.mark.parametrize("profiles, message", [
     ([], "nothing to merge"),
-    ([rank_profile(0, info={})], "has no rank"),
+    ([rank_profile(0, info=DistributedInfo())], "has no rank"),
     ([rank_profile(0), rank_profile(0)], "rank 0 is given twice"),
     ([rank_profile(0, world=2), rank_profile(1, world=4)], "disagree on world size"),
     ([rank_profile(0, backend="gloo"), rank_profile(1, backend="nccl")], "disagree on backend"),

@@ -61,7 +61,7 @@ def test_training_step_on_the_device_has_device_times_outputs_unchanged() -> Non
     profile = fn.get_profile()
     meta = profile.meta
     assert meta.device_type == _device().type and meta.device_name not in ("", _device().type)
-    assert meta.extra["timing"] == "pipelined" and meta.extra["device"].startswith(_device().type)
+    assert meta.device is not None and meta.device.timing == "pipelined" and meta.device.device.startswith(_device().type)
     step_graph = profile.graphs[0]
     assert all(len(n.device_time_s) == len(profile.steps) for n in step_graph.nodes)
     assert all(t >= 0 for n in step_graph.nodes for t in n.device_time_s)
@@ -96,7 +96,8 @@ def test_synchronisations_per_step(monkeypatch: pytest.MonkeyPatch, timing: str)
         fn(*inputs(2 + i))
     nodes = len(fn.get_profile().graphs[0].nodes)
     assert calls[0] == (4 if timing == "pipelined" else 4 * (nodes + 1))
-    assert fn.get_profile().meta.extra["timing"] == timing
+    device = fn.get_profile().meta.device
+    assert device is not None and device.timing == timing
 
 
 def test_probe_overhead_on_the_device_is_small_for_a_device_bound_step() -> None:

@@ -62,8 +62,9 @@ CASES = [
     ("graphs/0/columns/id", [0, None], "columns.id holds a value of the wrong type"),
     ("graphs/0/columns/id", [0, 0], "columns.id holds the same id twice"),
     ("graphs/0/columns/inputs", [[], [5]], "columns.inputs refers to a node the graph does not have"),
-    ("graphs/0/columns/attrs", [[["k", 1]], []], "columns.attrs must hold lists of [key, value] string pairs"),
-    ("graphs/0/columns/attrs", [[], "x"], "columns.attrs must hold lists of [key, value] string pairs"),
+    ("graphs/0/columns/attrs", [[["k", None]], []], "columns.attrs must hold lists of [key, value] pairs"),
+    ("graphs/0/columns/attrs", [[["k", [1]]], []], "columns.attrs must hold lists of [key, value] pairs"),
+    ("graphs/0/columns/attrs", [[], "x"], "columns.attrs must hold lists of [key, value] pairs"),
     ("graphs/0/columns/memory", {"allocated_bytes": ["1", None]}, "columns.memory.allocated_bytes holds a value"),
     ("graphs/0/columns/memory", {"allocated_bytes": [1.5, None]}, "columns.memory.allocated_bytes holds a value"),
     ("graphs/0/columns/memory", {"allocated_bytes": [HUGE, None]}, "columns.memory.allocated_bytes must hold"),
@@ -119,11 +120,31 @@ def test_op_attributes_round_trip(tmp_path) -> None:
 
     profile = small_profile()
     graph = profile.graphs[0]
-    nodes = (replace(graph.nodes[0], attrs=(("backend", "mkldnn"), ("device", "cpu"))),) + graph.nodes[1:]
+    attrs = (("backend", "mkldnn"), ("blocking", False), ("bytes", 4096), ("device", "cpu"), ("ratio", 0.5))
+    nodes = (replace(graph.nodes[0], attrs=attrs),) + graph.nodes[1:]
     profile = replace(profile, graphs=(replace(graph, nodes=nodes),))
     path = tmp_path / "p.json"
     profile.save(str(path))
-    assert graphprof.load(path) == profile
+    back = graphprof.load(path)
+    assert back == profile
+    assert [type(v) for _, v in back.graphs[0].nodes[0].attrs] == [str, bool, int, str, float]
+
+
+def test_old_text_attributes_load_typed(tmp_path) -> None:
+    """Files written before attrs were typed stored counts and flags as text; they load as the values they stood for."""
+    import json
+
+    profile = small_profile()
+    path = tmp_path / "p.json"
+    profile.save(str(path))
+    doc = json.loads(path.read_text())
+    old = [["blocking", "false"], ["bytes", "4096"], ["collective", "allreduce"], ["fast_conv_available", ""],
+           ["world_size", "2"], ["devices", "cuda:0,cpu"]]
+    doc["graphs"][0]["columns"]["attrs"] = [old] + [[] for _ in profile.graphs[0].nodes[1:]]
+    path.write_text(json.dumps(doc))
+    attrs = dict(graphprof.load(path).graphs[0].nodes[0].attrs)
+    assert attrs == {"blocking": False, "bytes": 4096, "collective": "allreduce", "fast_conv_available": False,
+                     "world_size": 2, "devices": "cuda:0,cpu"}
 
 
 def test_subnormal_times_and_peaks_read_as_zero(tmp_path, capsys) -> None:

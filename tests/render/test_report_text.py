@@ -41,7 +41,7 @@ def test_wide_keeps_every_column_and_whole_names(real: Profile) -> None:
 
 def test_the_report_says_when_peaks_came_from_another_thread_count(real: Profile) -> None:
     note = "peaks measured with 3 threads, the step ran with 2 (run `graphprof calibrate --threads 2`)"
-    meta = dataclasses.replace(real.meta, extra={**real.meta.extra, "peaks_note": note})
+    meta = dataclasses.replace(real.meta, peaks_note=note)
     text = render_report(build_report(dataclasses.replace(real, meta=meta), Peaks(5e10, 1e10)), None)
     assert f"note: {note}" in text
 

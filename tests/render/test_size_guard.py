@@ -94,3 +94,19 @@ def test_parse_size(text: str, size: int) -> None:
 def test_parse_size_refuses_what_is_not_a_size(text: str) -> None:
     with pytest.raises(ValueError, match="--max-size takes a size"):
         parse_size(text)
+
+
+def test_typed_attributes_are_clipped_as_text_and_kept_as_numbers(tmp_path: Path) -> None:
+    """Op attributes hold counts and flags beside text: only the text is clipped, every export still writes."""
+    from graphprof.render.size_guard import clip_profile_text
+
+    long = "d" * (EXPORT_TEXT_LIMIT * 4)
+    typed = _with_nodes(synthetic_profile(20, 2), attrs=(("blocking", True), ("bytes", 4096), ("devices", long),
+                                                         ("ratio", 0.5)))
+    clipped = dict(clip_profile_text(typed).graphs[0].nodes[0].attrs)
+    assert len(clipped["devices"]) == EXPORT_TEXT_LIMIT and "…" in clipped["devices"]
+    assert (clipped["blocking"], clipped["bytes"], clipped["ratio"]) == (True, 4096, 0.5)
+    source = tmp_path / "typed.json"
+    typed.save(source)
+    for name in FILES:
+        assert main(["export", str(source), "-o", str(tmp_path / name)]) == 0, name

@@ -42,7 +42,7 @@ def test_a_profile_after_set_num_threads_has_peaks_and_says_which(monkeypatch) -
         fn(torch.ones(4))
     prof = fn.get_profile()
     assert prof.meta.peaks  # the report does not ask to run calibrate again
-    assert f"--threads {before}" in prof.meta.extra["peaks_note"]
+    assert f"--threads {before}" in prof.meta.peaks_note
 
 
 def test_cli_threads_option_and_bad_values(capsys, monkeypatch) -> None:

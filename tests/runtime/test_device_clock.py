@@ -188,7 +188,7 @@ def test_cpu_graphs_get_no_device_probes() -> None:
     assert graph_accelerator(captured.graph_module) is None  # its tensors are on the CPU
     profile = _traced_run(4)[1].get_profile()
     assert all(not n.device_time_s for _, n in profile.iter_nodes())
-    assert profile.meta.device_type == "cpu" and profile.meta.extra["timing"] == "host"
+    assert profile.meta.device_type == "cpu" and profile.meta.device is not None and profile.meta.device.timing == "host"
 
 
 # -- the arithmetic --------------------------------------------------------------------
@@ -251,7 +251,7 @@ def test_traced_step_device_self_time_per_node_host_beside_it_one_sync_per_step(
         assert node.host_time_s == pytest.approx((1000e-9,) * profiled)
     meta = profile.meta
     assert (meta.device_type, meta.device_name) == ("fakegpu", "Fake GPU 9000")
-    assert meta.extra["timing"] == "pipelined" and meta.extra["device_capability"] == "sm_99"
+    assert meta.device is not None and (meta.device.timing, meta.device.capability) == ("pipelined", "sm_99")
 
 
 def test_isolated_timing_syncs_after_every_node() -> None:
@@ -266,7 +266,7 @@ def test_isolated_timing_syncs_after_every_node() -> None:
     assert device.records == profiled * 2 * n
     for node in profile.graphs[0].nodes:  # node i spans events 2i and 2i+1
         assert node.device_time_s == pytest.approx(((2 * node.id + 2) * US,) * profiled, rel=1e-9)
-    assert profile.meta.extra["timing"] == "isolated"
+    assert profile.meta.device is not None and profile.meta.device.timing == "isolated"
 
 
 def test_timing_option_is_validated() -> None:

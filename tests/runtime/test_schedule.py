@@ -74,7 +74,7 @@ def test_callbacks_fire_at_cycle_ends_with_only_active_steps() -> None:
     assert [[s.index for s in p.steps] for p in ready] == [[4, 5], [8, 9]]
     assert fn.get_profile() is ready[-1]
     assert fn.get_profile(all=True) == ready
-    assert [p.meta.extra["cycle"] for p in ready] == [0, 1]
+    assert [p.meta.schedule.cycle for p in ready if p.meta.schedule is not None] == [0, 1]
     # fake clock: each node took exactly 1 us in every recorded step
     nodes = ready[0].graphs[0].nodes
     assert all(n.host_time_s == pytest.approx((1e-6, 1e-6)) for n in nodes)
