@@ -66,7 +66,7 @@ class CostCoverage:
         return tuple(u.op for u in self.uncovered)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values, as stored in a profile's ``meta.extra["cost_coverage"]``."""
+        """Plain JSON values, for callers that save or print the coverage."""
         return {
             "node_share": self.node_share,
             "time_share": self.time_share,
