@@ -129,3 +129,14 @@ def test_a_link_stays_a_link_and_files_get_the_umask_mode(tmp_path: Path) -> Non
         os.umask(mask)
     assert link.is_symlink() and real.read_text().startswith('{"schema"')
     assert os.stat(real).st_mode & 0o777 == 0o640
+
+
+def test_a_new_profile_file_gets_the_umask_mode_not_mkstemps(tmp_path: Path) -> None:
+    # The temporary file is made by mkstemp (0600); the saved profile must have the mode of any new file.
+    target = tmp_path / "new.json"
+    mask = os.umask(0o022)
+    try:
+        small_profile().save(target)
+    finally:
+        os.umask(mask)
+    assert os.stat(target).st_mode & 0o777 == 0o644
