@@ -120,6 +120,9 @@ class GroupEntry(_Derived):
     differ (e.g. ``type`` of a module group with several op types).
     """
 
+    #: How many nodes the group folds (set from ``values``, as every column is).
+    calls: int
+
     def __init__(self, label: str, total_time_s: float, order: int, values: dict[str, Any]) -> None:
         self.label = label
         self.total_time_s = total_time_s

@@ -15,12 +15,14 @@ caller has them: ``options.findings`` (objects with ``severity``, ``title``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from graphprof.analysis.aggregate import truncate_module
+from graphprof.analysis.aggregate import aggregate
+from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.eager import eager_overhead
-from graphprof.analysis.frame import node_frame
+from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.options import TableOptions
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from graphprof.render.export_options import ExportOptions
 
 TOP_NODES = 50
+#: How a breakdown labels ops outside any module.
+TOP_LEVEL = "(top level)"
 CRITICAL_ROWS = 1000
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 _SEVERITY_CLASSES = {"critical", "high", "error", "medium", "warning", "low", "info"}
@@ -163,56 +167,43 @@ def _top_nodes(timed: list[Timed], total: float, critical: set[tuple[int, int]],
             '<p class="note">A blue edge marks nodes on the critical path; hover an op, module, source or shape for the full text.</p>')
 
 
-def _group(timed: Iterable[Timed], key: Any) -> dict[str, list[Timed]]:
-    groups: dict[str, list[Timed]] = {}
-    for item in timed:
-        groups.setdefault(key(item), []).append(item)
-    return groups
+def _groups(frame: NodeFrame, times: Sequence[float], by: str, depth: int | None = None) -> list[GroupEntry]:
+    """The profile's nodes grouped ``by`` a column by the analysis (sums over one step), slowest first."""
+    total = sum(times)
+    options = TableOptions(aggregate_by=by, module_depth=depth)
+    entries = aggregate(frame, times, range(len(times)), options, total)
+    return sorted(entries, key=lambda e: (-e.time_s, e.order))
 
 
-class _PerModule(dict):
-    """``_module_prefix(module, depth)`` once per distinct module: 100,000 nodes share a few thousand."""
-
-    def __init__(self, depth: int) -> None:
-        super().__init__()
-        self.depth = depth
-
-    def __missing__(self, module: str) -> str:
-        prefix = self[module] = _module_prefix(module, self.depth)
-        return prefix
-
-
-def _by_op_type(timed: list[Timed], total: float) -> str:
+def _by_op_type(frame: NodeFrame, times: Sequence[float], total: float) -> str:
     rows = []
-    for op_type, items in sorted(_group(timed, lambda x: x[1].type).items(), key=lambda kv: -sum(i[2] for i in kv[1])):
-        t = sum(i[2] for i in items)
-        fl = [i[1].flops for i in items if i[1].flops is not None]
-        flops = sum(fl) if len(fl) == len(items) else None
-        mv = [m for i in items if (m := _moved(i[1])) is not None]
-        moved = sum(mv) if mv else None
-        rows.append(f'<tr><td class="name">{html_text(op_type)}</td>' + _num(len(items), str(len(items)))
+    for e in _groups(frame, times, "type"):
+        t = e.time_s
+        rows.append(f'<tr><td class="name">{html_text(e.label)}</td>' + _num(e.calls, str(e.calls))
                     + _num(t, format_time(t)) + _num(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
-                    + _num(flops, format_count(flops, "FLOP")) + _num(_rate(flops, t), format_count(_rate(flops, t), "FLOP/s"))
-                    + _num(moved, format_bytes(moved)) + _num(_rate(moved, t), format_bytes(_rate(moved, t), "B/s")) + "</tr>")
+                    + _num(e.flops, format_count(e.flops, "FLOP")) + _num(e.flop_per_s, format_count(e.flop_per_s, "FLOP/s"))
+                    + _num(e.bytes_moved, format_bytes(e.bytes_moved))
+                    + _num(e.bandwidth_bytes_per_s, format_bytes(e.bandwidth_bytes_per_s, "B/s")) + "</tr>")
     head = "<th>op</th>" + "".join(f'<th class="num">{h}</th>' for h in ("ops", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth"))
     return (f'<div class="scroll"><table class="sortable" id="by-op"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
-def _breakdown(timed: list[Timed], total: float, key: Any, detail: Any, limit: int,
-               detail_header: str | None = "type") -> str:
-    groups = sorted(_group(timed, key).items(), key=lambda kv: -sum(i[2] for i in kv[1]))[:limit]
-    rows = [(name, detail(items), sum(i[2] for i in items), sum(i[2] for i in items) / total if total else 0.0,
-             len(items)) for name, items in groups]
+def _breakdown(frame: NodeFrame, times: Sequence[float], total: float, by: str, detail: Callable[[str], str],
+               limit: int, depth: int | None = None, detail_header: str | None = "type",
+               blank: str = "-") -> str:
+    rows = [(e.label or blank, detail(e.label), e.time_s, e.time_s / total if total else 0.0, e.calls)
+            for e in _groups(frame, times, by, depth)[:limit]]
     return bar_rows(rows, detail_header)
 
 
-def _module_prefix(module: str, depth: int) -> str:
-    return truncate_module(module, depth) or "(top level)"
-
-
-def _module_type(items: list[Timed], prefix: str) -> str:
-    return next((i[1].module_type for i in items if i[1].module == prefix and i[1].module_type), "")
+def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[str, str]:
+    """Per value of column ``key``, ``value`` of its first node (the first non-empty one with ``skip_empty``)."""
+    found: dict[str, str] = {}
+    for k, v in zip(frame.column(key), frame.column(value)):
+        if k not in found and (v or not skip_empty):
+            found[k] = v or ""
+    return found
 
 
 def _critical_section(paths: Sequence[CriticalPath], timed: list[Timed], total: float) -> str:
@@ -292,14 +283,14 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
     meta = profile.meta
     title = f"graphprof report: {meta.function or 'profile'}"
-    prefix1, prefix2 = _PerModule(1), _PerModule(2)
-    depth1 = _breakdown(timed, total, lambda x: prefix1[x[1].module],
-                        lambda items: _module_type(items, prefix1[items[0][1].module]), 25)
-    depth2 = _breakdown(timed, total, lambda x: prefix2[x[1].module],
-                        lambda items: _module_type(items, prefix2[items[0][1].module]), 30)
-    by_phase = _breakdown(timed, total, lambda x: x[1].phase.value, lambda items: "", 10, None)
-    by_source = _breakdown(timed, total, lambda x: x[1].source or "-", lambda items: items[0][1].module or "", 20,
-                           "first module")
+    times = [t for _, _, t in timed]
+    module_types = _first_by(frame, "module", "module_type", skip_empty=True)  # a module's own type
+    first_modules = _first_by(frame, "source", "module", skip_empty=False)
+    depth1 = _breakdown(frame, times, total, "module", lambda m: module_types.get(m, "") if m else "", 25, 1, blank=TOP_LEVEL)
+    depth2 = _breakdown(frame, times, total, "module", lambda m: module_types.get(m, "") if m else "", 30, 2, blank=TOP_LEVEL)
+    by_phase = _breakdown(frame, times, total, "phase", lambda p: "", 10, detail_header=None)
+    by_source = _breakdown(frame, times, total, "source", lambda src: first_modules.get(src, ""), 20,
+                           detail_header="first module")
     summary_data = {
         "function": meta.function, "stat": stat, "steps": len(profile.steps), "ops": len(timed),
         "time_per_step_s": total, "critical_path_s": sum(p.length_s for p in paths),
@@ -313,7 +304,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
         ("summary", "Summary", _summary(profile, timed, total, paths, stat) + utilisation_cards(profile, stat)),
         ("findings", "Advisor findings", _findings(options.findings or ())),
         ("top-ops", f"Top {min(TOP_NODES, len(timed))} nodes", _top_nodes(timed, total, critical, options.bounds)
-         + "<h3>By op type</h3>" + _by_op_type(timed, total)),
+         + "<h3>By op type</h3>" + _by_op_type(frame, times, total)),
         ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase
          + "<h3>By top-level module</h3>" + depth1 + "</div><div><h3>By module (depth 2)</h3>" + depth2
          + "<h3>By source line</h3>" + by_source + "</div></div>"),

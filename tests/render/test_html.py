@@ -152,3 +152,20 @@ def test_summary_shows_utilisation_throughput_and_eager_cards(real: Profile) -> 
         assert card in summary
     assert ("MFU (calibrated peak)" in summary) == bool(profile.meta.peaks)
     assert "model FLOP/s" in summary or "MFU" in summary
+
+
+def test_op_type_and_module_groups_are_the_analysis_groups() -> None:
+    """The HTML report shows the analysis's groups (analysis.aggregate), not a regrouping of its own:
+    an op type with one node of unknown FLOPs shows the FLOPs the table's type group shows."""
+    from tests.analysis.conftest import node, one_graph_profile
+
+    profile = one_graph_profile([node(0, "mm", times=(2e-3,), flops=1000, module="enc.lin"),
+                                 node(1, "mm", times=(1e-3,), flops=None, module="enc.lin"),
+                                 node(2, "relu", times=(1e-3,), flops=10, module="head")], walls_s=(5e-3,))
+    table = json.loads(profile.table(0, aggregate_by="type", format="json"))
+    mm = next(r for r in table["table"]["rows"] if r["label"] == "mm")
+    assert mm["flops"] == 1000 and mm["calls"] == 2
+    page = html_report(profile, ExportOptions(findings=()))
+    by_op = page[page.index('id="by-op"'):]
+    row = by_op[by_op.index(">mm</td>"):by_op.index("</tr>", by_op.index(">mm</td>"))]
+    assert f'data-v="{mm["flops"]:.9g}"' in row and 'data-v="2"' in row  # FLOPs and the group's two ops
