@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 import graphprof
-from graphprof.capture.errors import CaptureError
+from tests.distributed.ranks import fx_error
 
 SLOW_RANK = 1
 DELAY_S = 0.1
@@ -153,13 +153,7 @@ def rank_main(rank: int, world_size: int, port: int, out_dir: str) -> None:
         traced.get_profile().save(os.path.join(out_dir, f"fsdp_rank{rank}.json"))
 
         refused, model, opt = _step(rank, profiled=True, capture="fx")
-        tokens, targets = _batches(rank)[0]
-        refused(tokens, targets)
-        try:
-            refused(tokens, targets)
-            result["fx_error"] = None
-        except CaptureError as exc:
-            result["fx_error"] = str(exc)
+        result["fx_error"] = fx_error(refused, *_batches(rank)[0])
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()

@@ -134,16 +134,20 @@ def rank_main(rank: int, world_size: int, port: int, out_dir: str) -> None:
         traced.get_profile().save(os.path.join(out_dir, f"allreduce_dynamo_rank{rank}.json"))
 
         refused, model, _ = _ddp_step(rank, profiled=True, capture="fx")
-        x, y = _batches(rank)[0]
-        refused(x, y)
-        try:
-            refused(x, y)
-            result["fx_error"] = None
-        except CaptureError as exc:
-            result["fx_error"] = str(exc)
+        result["fx_error"] = fx_error(refused, *_batches(rank)[0])
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def fx_error(step: Callable[..., Any], *args: Any) -> str | None:
+    """What ``capture="fx"`` raises on the call that captures (the first runs eagerly); None if nothing."""
+    step(*args)
+    try:
+        step(*args)
+    except CaptureError as exc:
+        return str(exc)
+    return None
 
 
 def free_port() -> int:
