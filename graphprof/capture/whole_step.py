@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
-from graphprof.capture.dtensor import check_new_gradients, local_shard, same_gradient
+from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.inputs import PythonState, assignment_source, reader_node
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
@@ -207,7 +207,10 @@ def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.P
         if param is None:
             continue
         with gm.graph.inserting_before(node):
-            reader = reader_node(gm.graph, lambda p=param: local_shard(p.grad), f"{node.target}", None, scalar=False)  # type: ignore[misc]
+            # A DTensor parameter's gradient is read as its local shard; a plain one's as it is,
+            # with no per-step type check (this reader runs once per gradient per step).
+            read = (lambda p=param: local_shard(p.grad)) if is_dtensor(param) else (lambda p=param: p.grad)
+            reader = reader_node(gm.graph, read, f"{node.target}", None, scalar=False)
         reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
         node.replace_all_uses_with(reader)
         gm.graph.erase_node(node)
