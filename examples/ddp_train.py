@@ -87,7 +87,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace) -> None:
         from graphprof.profile.merge import merge_profiles
 
         ranks = [graphprof.load(os.path.join(args.out, f"rank{r}.json")) for r in range(world_size)]
-        merged = merge_profiles(ranks, cls=graphprof.Profile)
+        merged = merge_profiles(ranks)
         merged.save(os.path.join(args.out, "merged.json"))
         print(merged.report(top=5))
         print(f"\nsaved {args.out}/merged.json; try: graphprof report {args.out}/merged.json")
