@@ -25,7 +25,7 @@ def flat_nodes(profile: Profile) -> NodePairs:
 def resolve_clock(profile: Profile, clock: str) -> str:
     """The clock a view of ``profile`` shows: ``auto`` is each node's own clock (device time where
     recorded, else host time), named ``host`` or ``device`` when one clock covers every node."""
-    resolved = profile_clock(profile)
+    resolved = node_frame(profile).memo("profile_clock", lambda: profile_clock(profile))  # a report asks 5 times
     if clock == "auto":
         return resolved
     if clock == "device" and resolved == "host":
