@@ -4,10 +4,19 @@ Why: ``graphprof report`` builds five tables, a roofline, the critical paths
 and the advisor's findings from one profile. Each used to walk every node
 again (flatten the graphs, take each node's median, read each attribute
 through an entry object); on a 100,000-node profile that repeated walking
-was most of the command's time. Here each walk happens once: the flat
-(graph, node) list, each node's time under a statistic and clock, and any
-column (one Python list per attribute, in execution order) are computed on
-first use and kept while the profile lives.
+was most of the command's time. Here each walk happens once: each node's
+time under a statistic and clock, and any column (one Python list per
+attribute, in execution order) are computed on first use and kept while the
+profile lives.
+
+A loaded profile's graphs hold their file's validated columns
+(``graphprof.profile.node_columns``), and the frame reads those: a column or
+the nodes' times never need a NodeRecord, so a view that reads columns never
+pays for building them. ``pairs`` (every (graph, node) as records) is built
+only when read. A profile built in memory (at trace time) has records, and
+the frame reads them as before: both give the same values.
+
+Index i of every column is the node's position in execution order over all graphs.
 
 The cache is keyed by the profile object's identity and dropped with it
 (a weak reference): a Profile is immutable, so nothing it derives can go stale.
@@ -18,8 +27,11 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from graphprof.analysis.node_time import node_times_s
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+import numpy as np
+
+from graphprof.analysis.node_time import graph_times_s
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile, graph_size, node_source
+from graphprof.profile.node_columns import NodeColumns
 
 NodePairs = list[tuple[GraphRecord, NodeRecord]]
 
@@ -40,7 +52,12 @@ def _moved(node: NodeRecord) -> Any:
     return read + written
 
 
-#: Columns that are not a plain NodeRecord attribute: how to read them from a node.
+def _moved_column(read: list[Any], written: list[Any]) -> list[Any]:
+    return [w if r is None else r if w is None else r + w for r, w in zip(read, written)]
+
+
+#: Columns that are not a plain NodeRecord attribute: how to read them from a node (records),
+#: and how to make them from a loaded graph's columns.
 _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
     "phase": lambda n: n.phase.value,
     "bytes_moved": _moved,
@@ -48,53 +65,122 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
     "freed_bytes": _memory_field("freed_bytes"),
     "live_bytes": _memory_field("live_bytes"),
 }
+_DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
+    "phase": NodeColumns.phase_values,
+    "bytes_moved": lambda c: _moved_column(c.column("bytes_read"), c.column("bytes_written")),
+    "allocated_bytes": lambda c: c.memory_field("allocated_bytes"),
+    "freed_bytes": lambda c: c.memory_field("freed_bytes"),
+    "live_bytes": lambda c: c.memory_field("live_bytes"),
+}
+#: Columns with one value per graph, repeated over its nodes.
+_PER_GRAPH: dict[str, Callable[[int, GraphRecord], Any]] = {
+    "graph": lambda i, g: g.name,
+    "graph_index": lambda i, g: i,
+    "graph_id": lambda i, g: g.id,
+}
 
 
 class NodeFrame:
     """Every node of one profile in execution order, with cached per-node columns."""
 
-    __slots__ = ("pairs", "_times", "_columns", "_memo", "__weakref__")
+    __slots__ = ("graphs", "sizes", "_pairs", "_times", "_columns", "_arrays", "_memo", "__weakref__")
 
     def __init__(self, profile: Profile) -> None:
-        self.pairs: NodePairs = [(g, n) for g in profile.graphs for n in g.nodes]
+        self.graphs = profile.graphs
+        #: Nodes per graph, in the order of ``graphs``.
+        self.sizes = [graph_size(g) for g in self.graphs]
+        self._pairs: NodePairs | None = None
         self._times: dict[tuple[str, str], list[float]] = {}
         self._columns: dict[str, list[Any]] = {}
+        self._arrays: dict[str, np.ndarray] = {}
         self._memo: dict[Any, Any] = {}
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return sum(self.sizes)
+
+    @property
+    def pairs(self) -> NodePairs:
+        """Every (graph, node record) in execution order; builds the records (prefer ``column``/``times``)."""
+        if self._pairs is None:
+            self._pairs = [(g, n) for g in self.graphs for n in g.nodes]
+        return self._pairs
+
+    def pair(self, i: int) -> tuple[GraphRecord, NodeRecord]:
+        """The (graph, node record) of node ``i``: for the few nodes a view shows (builds that graph's records)."""
+        if self._pairs is not None:
+            return self._pairs[i]
+        for graph, size in zip(self.graphs, self.sizes):
+            if i < size:
+                return graph, graph.nodes[i]
+            i -= size
+        raise IndexError("node index out of range")
 
     def times(self, stat: str, clock: str) -> list[float]:
         """Each node's ``node_time_s`` under ``stat`` on ``clock`` (``auto``, ``host`` or ``device``)."""
         key = (stat, clock)
         cached = self._times.get(key)
         if cached is None:
-            cached = self._times[key] = node_times_s((n for _, n in self.pairs), stat, clock)
+            cached = self._times[key] = self._joined([graph_times_s(g, stat, clock) for g in self.graphs])
         return cached
 
     def column(self, name: str) -> list[Any]:
-        """The value of ``name`` for every node: a NodeRecord field or a derived column of ``_DERIVED``.
+        """The value of ``name`` for every node: a NodeRecord field or a derived column.
 
-        ``graph`` is the graph's name.
+        Derived: ``graph`` (the graph's name), ``graph_index`` (the graph's
+        position in ``profile.graphs``), ``graph_id``, ``phase`` (its text
+        value), ``bytes_moved``, ``allocated_bytes``, ``freed_bytes`` and
+        ``live_bytes`` (None where unknown). Shared: do not modify.
         """
         cached = self._columns.get(name)
         if cached is None:
-            if name == "graph":
-                cached = [g.name for g, _ in self.pairs]
-            elif name in _DERIVED:
-                read = _DERIVED[name]
-                cached = [read(n) for _, n in self.pairs]
+            if name in _PER_GRAPH:
+                value = _PER_GRAPH[name]
+                cached = []
+                for i, (graph, size) in enumerate(zip(self.graphs, self.sizes)):
+                    cached += [value(i, graph)] * size
             else:
-                cached = [getattr(n, name) for _, n in self.pairs]
+                cached = self._joined([_graph_column(g, name) for g in self.graphs])
             self._columns[name] = cached
         return cached
 
+    def array(self, name: str) -> np.ndarray:
+        """A numeric column as a numpy array (int64 for integers; float64 with NaN where a value is None)."""
+        cached = self._arrays.get(name)
+        if cached is None:
+            values = self.column(name)
+            if None in values:
+                cached = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            else:
+                cached = np.array(values)
+            self._arrays[name] = cached
+        return cached
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, computed once per ``key`` for this profile (for results of pure analyses)."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
+
+    @staticmethod
+    def _joined(parts: list[list[Any]]) -> list[Any]:
+        if len(parts) == 1:
+            return parts[0]
+        out: list[Any] = []
+        for part in parts:
+            out += part
+        return out
+
+
+def _graph_column(graph: GraphRecord, name: str) -> list[Any]:
+    """Column ``name`` of one graph: from its loaded columns when it has them, else from its records."""
+    source = node_source(graph)
+    if isinstance(source, NodeColumns):
+        derive = _DERIVED_FROM_COLUMNS.get(name)
+        return derive(source) if derive is not None else source.column(name)
+    if name in _DERIVED:
+        read = _DERIVED[name]
+        return [read(n) for n in graph.nodes]
+    return [getattr(n, name) for n in graph.nodes]
 
 
 _FRAMES: dict[int, tuple[weakref.ref, NodeFrame]] = {}

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from graphprof.analysis.entries import ratio
+from graphprof.analysis.frame import NodeFrame
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+from graphprof.profile.model import Phase, Profile
 
 
 @dataclass(frozen=True)
@@ -57,52 +58,56 @@ class Summary:
     peak_live_node: str | None
 
 
-def summarize(profile: Profile, pairs: Sequence[tuple[GraphRecord, NodeRecord]], times: Sequence[float],
-              stat: str, clock: str) -> Summary:
-    """The summary of ``profile``; ``pairs`` are its (graph, node) pairs and ``times`` their times."""
+def summarize(profile: Profile, frame: NodeFrame, times: Sequence[float], stat: str, clock: str) -> Summary:
+    """The summary of ``profile``; ``frame`` is its node frame and ``times`` the nodes' times (in frame order).
+
+    Reads the frame's columns, never a NodeRecord, so that summarising a loaded profile builds none.
+    """
     total = math.fsum(times)
     flops = flops_nodes = moved = 0
     flops_times: list[float] = []
-    moved_known = False
-    phase_times: dict[Phase, list[float]] = {}
-    peak: int | None = None
-    peak_at: tuple[GraphRecord, NodeRecord] | None = None
-    for (graph, node), t in zip(pairs, times):
-        if node.flops is not None:
-            flops += node.flops
+    for f, t in zip(frame.column("flops"), times):
+        if f is not None:
+            flops += f
             flops_nodes += 1
             flops_times.append(t)
-        if node.bytes_read is not None or node.bytes_written is not None:
-            moved += (node.bytes_read or 0) + (node.bytes_written or 0)
-            moved_known = True
-        bucket = phase_times.get(node.phase)
+    moved_values = [v for v in frame.column("bytes_moved") if v is not None]
+    moved_known = bool(moved_values)
+    moved = sum(moved_values)
+    phase_times: dict[str, list[float]] = {}
+    for phase, t in zip(frame.column("phase"), times):
+        bucket = phase_times.get(phase)
         if bucket is None:
-            bucket = phase_times[node.phase] = []
+            bucket = phase_times[phase] = []
         bucket.append(t)
-        memory = node.memory
-        if memory is not None and (peak is None or memory.live_bytes > peak):
-            peak = memory.live_bytes
-            peak_at = (graph, node)
+    peak: int | None = None
+    peak_index: int | None = None
+    for i, live in enumerate(frame.column("live_bytes")):
+        if live is not None and (peak is None or live > peak):
+            peak, peak_index = live, i
     phases = []
-    for phase in Phase:
-        if phase in phase_times:
-            t = math.fsum(phase_times[phase])
-            phases.append(PhaseTime(phase.value, len(phase_times[phase]), t, 100.0 * t / total if total > 0 else 0.0))
+    for member in Phase:
+        if member.value in phase_times:
+            t = math.fsum(phase_times[member.value])
+            phases.append(PhaseTime(member.value, len(phase_times[member.value]), t,
+                                    100.0 * t / total if total > 0 else 0.0))
     walls = [s.wall_time_s for s in profile.steps]
     total_flops = flops if flops_nodes else None
     total_moved = moved if moved_known else None
     # The memory pass's high-water mark (live bytes while an op runs) wins over
     # the largest live-after figure, so that every view names the same peak.
-    recorded = [(g, mp) for g in profile.graphs if (mp := getattr(g, "memory_peak", None)) is not None]
+    recorded = [(gi, mp) for gi, g in enumerate(profile.graphs) if (mp := getattr(g, "memory_peak", None)) is not None]
     if recorded:
-        graph, mp = max(recorded, key=lambda item: item[1].live_bytes)
-        found = next((n for n in graph.nodes if n.id == mp.node_id), None)
-        if found is not None:
-            peak, peak_at = mp.live_bytes, (graph, found)
+        gi, mp = max(recorded, key=lambda item: item[1].live_bytes)
+        start = sum(frame.sizes[:gi])
+        ids = frame.column("id")[start:start + frame.sizes[gi]]
+        if mp.node_id in ids:
+            peak, peak_index = mp.live_bytes, start + ids.index(mp.node_id)
     peak_node = None
-    if peak_at is not None:
-        graph, node = peak_at
-        peak_node = f"{node.name} (#{node.id}" + (f" in {graph.name})" if len(profile.graphs) > 1 else ")")
+    if peak_index is not None:
+        name, node_id = frame.column("name")[peak_index], frame.column("id")[peak_index]
+        graph_name = frame.column("graph")[peak_index]
+        peak_node = f"{name} (#{node_id}" + (f" in {graph_name})" if len(profile.graphs) > 1 else ")")
     return Summary(
         function=profile.meta.function, device_type=profile.meta.device_type,
         device_name=profile.meta.device_name, stat=stat, clock=clock, steps=len(profile.steps),

@@ -20,7 +20,7 @@ from typing import Any
 from graphprof.analysis.aggregate import aggregate
 from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by, resolve_columns
 from graphprof.analysis.entries import NodeEntry
-from graphprof.analysis.filters import NodePairs, resolve_clock, select, why_empty
+from graphprof.analysis.filters import resolve_clock, select, why_empty
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.options import TableOptions, make_options
 from graphprof.analysis.summary import Summary, summarize
@@ -107,14 +107,15 @@ def _row(entry: Any, rank: int, cumulative_percent: float) -> Row:
     return Row(rank=rank, cumulative_percent=cumulative_percent, **values)
 
 
-def _node_entries(pairs: NodePairs, times: list[float], indices: list[int], total: float) -> list[NodeEntry]:
-    return [NodeEntry(pairs[i][0], pairs[i][1], times[i], total, i) for i in indices]
+def _node_entries(frame: NodeFrame, times: list[float], indices: list[int], total: float) -> list[NodeEntry]:
+    """Entries of the nodes ``indices``: only these nodes' records are needed (``frame.pair``)."""
+    pair = frame.pair if len(indices) < len(frame) else frame.pairs.__getitem__
+    return [NodeEntry(*pair(i), times[i], total, i) for i in indices]
 
 
 def _ordered(frame: NodeFrame, times: list[float], indices: list[int], options: TableOptions,
              order: OrderBy, total: float) -> tuple[list[Any], int]:
     """The entries to print, in order, and how many rows there were before the ``top`` cut."""
-    pairs = frame.pairs
     if options.aggregated:
         groups = aggregate(frame, times, indices, options, total)
         ordered = order_entries(groups, order)
@@ -128,8 +129,8 @@ def _ordered(frame: NodeFrame, times: list[float], indices: list[int], options: 
             shown = pick(options.top, indices, key=key)
         else:
             shown = sorted(indices, key=key, reverse=not order.ascending)
-        return _node_entries(pairs, times, shown, total), len(indices)
-    ordered = order_entries(_node_entries(pairs, times, indices, total), order)
+        return _node_entries(frame, times, shown, total), len(indices)
+    ordered = order_entries(_node_entries(frame, times, indices, total), order)
     return (ordered[: options.top] if options.top else ordered), len(indices)
 
 
@@ -144,13 +145,12 @@ def build_table(profile: Profile, options: TableOptions | None = None, **kwargs:
     order = parse_order_by(options.order_by)
     clock = resolve_clock(profile, options.clock)
     frame = node_frame(profile)
-    pairs = frame.pairs
     times = frame.times(options.stat, clock)
     summary = frame.memo(("summary", options.stat, clock),
-                         lambda: summarize(profile, pairs, times, options.stat, clock))
+                         lambda: summarize(profile, frame, times, options.stat, clock))
     total = summary.total_time_s
-    indices = select(pairs, options, times)
-    note = why_empty(profile, options) if not indices and pairs else None
+    indices = select(frame, options, times)
+    note = why_empty(profile, options) if not indices and len(frame) else None
     shown, total_rows = _ordered(frame, times, indices, options, order, total)
     rows = []
     cumulative = 0.0

@@ -32,10 +32,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import MISSING, fields
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
+
+import numpy as np
 
 from graphprof.profile import schema
-from graphprof.profile.records import NS_PER_S, GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase
+from graphprof.profile.node_columns import MemoryColumns, NodeColumns
+from graphprof.profile.records import (
+    NS_PER_S, GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase,
+)
 
 STRING_FIELDS = ("op", "type", "module", "module_type", "source", "phase", "scope")
 SHAPE_FIELDS = ("in_shapes", "out_shapes")
@@ -49,7 +54,6 @@ NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
 NODE_DEFAULTS: dict[str, Any] = {
     f.name: (f.default if f.default is not MISSING else None) for f in fields(NodeRecord)
 }  # NodeRecord has no default_factory fields; a mutable default would be shared here
-_new = object.__new__
 
 
 ColumnError = schema.SchemaError  # a malformed column; the message names what is wrong, the caller adds where
@@ -169,10 +173,15 @@ def _list_of(value: Any, n: int, types: tuple[type, ...], what: str) -> list[Any
     return value
 
 
-def _indices(value: Any, n: int, table: list[Any], what: str) -> list[Any]:
+def _indices(value: Any, n: int, table: list[Any], what: str) -> list[int]:
+    """A validated column of indices into ``table`` (kept as the file's integers; resolved on demand)."""
     _list_of(value, n, (int,), what)
     _check(not value or (min(value) >= 0 and max(value) < len(table)), f"{what} refers past its table")
-    return list(map(table.__getitem__, value))
+    return value
+
+
+def _resolver(table: list[Any], index: list[int]) -> Callable[[], list[Any]]:
+    return lambda: list(map(table.__getitem__, index))
 
 
 def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> list[tuple[Any, ...]]:
@@ -196,24 +205,25 @@ def _to_ns(ticks: list[int], tps: int) -> list[int]:
     return [(2 * t * NS_PER_S + tps) // (2 * tps) for t in ticks]  # exact integer rounding, half up
 
 
-def _times_from_json(raw: Any, n: int, what: str) -> list[tuple[int, ...]]:
+def _times_from_json(raw: Any, n: int, what: str) -> np.ndarray | list[tuple[int, ...]]:
+    """The samples in ns: an int64 array of steps x nodes (``by_step``), or one tuple per node (``by_node``)."""
     _check(isinstance(raw, dict), f"{what} must be an object")
     tps = raw.get("ticks_per_s")
     _check(type(tps) is int and 0 < tps <= schema.MAX_TICKS_PER_S, f"{what}.ticks_per_s must be a positive integer")
     if "by_step" in raw:
         cols = schema.ticks(raw["by_step"], tps, f"{what}.by_step", n)
-        if not cols:
-            return [()] * n
-        return list(zip(*[_to_ns(col, tps) for col in cols]))
+        # every tick is an int within +-1e9 s (checked above), so int64 holds it in ns
+        return np.array([_to_ns(col, tps) for col in cols], dtype=np.int64).reshape(len(cols), n)
     rows = _list_of(raw.get("by_node"), n, (list,), f"{what}.by_node")
     schema.ticks(rows, tps, f"{what}.by_node")  # ragged: one list per node, of any length
     return [tuple(_to_ns(row, tps)) for row in rows]
 
 
-def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
+def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
     _check(isinstance(raw, dict), f"{what} must be an object")
     per_field: dict[str, list[Any]] = {}
     present: list[bool] | None = None
+    present_from: str | None = None
     if "present" in raw:
         present = [bool(v) for v in schema.ints(raw["present"], schema.FLAG, f"{what}.present", n)]
     for f in fields(MemoryRecord):
@@ -237,14 +247,11 @@ def _memory_from_json(raw: Any, n: int, what: str) -> list[MemoryRecord | None]:
             per_field[f.name] = schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True)
             if present is None:
                 present = [v is not None for v in col]
+                present_from = f.name
     _check(present is not None, f"{what} has no field to tell which nodes have a record")
-    names = tuple(f.name for f in fields(MemoryRecord))
-    defaults = [_field_default(f) for f in fields(MemoryRecord)]
-    columns = [per_field[k] if k in per_field else itertools.repeat(d) for k, d in zip(names, defaults)]
-    rows = [row if None not in row else tuple(d if v is None else v for v, d in zip(row, defaults))
-            for has, row in zip(present, zip(*columns)) if has]  # type: ignore[arg-type]
-    records = iter(_build_all(MemoryRecord, names, rows))
-    return [next(records) if has else None for has in present]  # type: ignore[union-attr]
+    assert present is not None
+    defaults = {f.name: _field_default(f) for f in fields(MemoryRecord)}
+    return MemoryColumns(per_field, present, present_from, defaults)
 
 
 def _field_default(f: Any) -> Any:
@@ -255,32 +262,55 @@ def _field_default(f: Any) -> Any:
     return None
 
 
-def _build_all(cls: type, names: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[Any]:
-    """Instances of the frozen dataclass ``cls`` from validated field values, without its __init__.
-
-    Why: building 100,000 records through a frozen dataclass's __init__ (one
-    ``object.__setattr__`` per field) is a third of a profile's load time.
-    A class with a ``__post_init__`` goes through __init__, so no check is skipped.
-    """
-    if hasattr(cls, "__post_init__"):
-        return [cls(*row) for row in rows]
-    out: list[Any] = []
-    append = out.append
-    for row in rows:
-        obj: Any = _new(cls)
-        obj.__dict__.update(zip(names, row))
-        append(obj)
-    return out
-
-
 def _raw_from_json(value: Any, default: Any) -> Any:
     if isinstance(value, list) and isinstance(default, tuple):
         return tuple(tuple(v) if isinstance(v, list) else v for v in value)
     return value
 
 
+def _inputs_from_json(raw: Any, n: int, ids: Any, explicit_ids: bool) -> Callable[[], list[Any]]:
+    """Validate the input edges (id differences) of every node; returns how to make the ``inputs`` column.
+
+    The edges are kept as two int64 arrays (every input id, and where each
+    node's inputs start), checked with whole-array operations, and turned into
+    one tuple per node only when the column is read.
+    """
+    rows = _list_of(raw, n, (list,), "columns.inputs")
+    deltas = list(itertools.chain.from_iterable(rows))
+    _check(set(map(type, deltas)) <= {int}, "columns.inputs holds a non-integer")
+    counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    id_array = np.fromiter(ids, dtype=np.int64, count=n)
+    try:
+        delta_array = np.array(deltas, dtype=np.int64)
+    except OverflowError:  # a difference no int64 holds cannot lead to an id of the graph
+        raise ColumnError("columns.inputs refers to a node the graph does not have") from None
+    owner_ids = np.repeat(id_array, counts)
+    # id - difference leaves int64 (and wraps) only when the two have opposite signs and the
+    # result the sign of neither: such an input id is no id of the graph.
+    input_ids = owner_ids - delta_array
+    wrapped = ((owner_ids >= 0) != (delta_array >= 0)) & ((input_ids >= 0) != (owner_ids >= 0))
+    _check(not wrapped.any(), "columns.inputs refers to a node the graph does not have")
+    if explicit_ids:
+        ok = bool(np.isin(input_ids, id_array).all())
+    else:
+        ok = not input_ids.size or (int(input_ids.min()) >= 0 and int(input_ids.max()) < n)
+    _check(ok, "columns.inputs refers to a node the graph does not have")
+
+    def make() -> list[Any]:
+        flat, bounds = input_ids.tolist(), offsets.tolist()
+        return [tuple(flat[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    return make
+
+
 def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
-    """Validate and decode one compact graph object; ColumnError says what is wrong."""
+    """Validate one compact graph object; ColumnError says what is wrong.
+
+    The graph's nodes are its validated columns (``NodeColumns``): NodeRecords
+    are built only when ``graph.nodes`` is read.
+    """
     n: Any = raw.get("size")
     _check(type(n) is int and n >= 0, "size must be a non-negative integer")
     strings = raw.get("strings", [""])
@@ -290,59 +320,60 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     cols = raw.get("columns", {})
     _check(isinstance(cols, dict), "columns must be an object")
     _check("name" in cols, "columns has no 'name'")
-    values: dict[str, Any] = {}
-    values["id"] = schema.ints(cols["id"], schema.ID, "columns.id", n) if "id" in cols else range(n)
-    _check("id" not in cols or len(set(values["id"])) == n, "columns.id holds the same id twice")
-    values["name"] = _list_of(cols["name"], n, (str,), "columns.name")
+    makers: dict[str, Callable[[], list[Any]]] = {}
+    ids: Any = schema.ints(cols["id"], schema.ID, "columns.id", n) if "id" in cols else range(n)
+    _check("id" not in cols or len(set(ids)) == n, "columns.id holds the same id twice")
+    makers["id"] = _kept(ids) if "id" in cols else lambda: list(range(n))
+    makers["name"] = _kept(_list_of(cols["name"], n, (str,), "columns.name"))
     for name in STRING_FIELDS:
         if name in cols:
-            values[name] = _indices(cols[name], n, strings, f"columns.{name}")
-    _check(n == 0 or ("op" in values and "type" in values), "columns must have 'op' and 'type'")
-    if "phase" in values:
-        try:
-            phases = {s: Phase(s) for s in set(values["phase"])}
-        except ValueError as exc:
-            raise ColumnError(f"columns.phase holds an unknown phase ({exc})") from None
-        values["phase"] = [phases[s] for s in values["phase"]]
+            index_col = _indices(cols[name], n, strings, f"columns.{name}")
+            if name == "phase":
+                used = set(index_col)
+                try:
+                    phases = [Phase(s) if i in used else None for i, s in enumerate(strings)]
+                except ValueError as exc:
+                    raise ColumnError(f"columns.phase holds an unknown phase ({exc})") from None
+                makers["phase"] = _resolver(phases, index_col)
+                makers["phase_value"] = _resolver(strings, index_col)
+            else:
+                makers[name] = _resolver(strings, index_col)
+    _check(n == 0 or ("op" in makers and "type" in makers), "columns must have 'op' and 'type'")
     if "inputs" in cols:
-        rows = _list_of(cols["inputs"], n, (list,), "columns.inputs")
-        for row in rows:
-            _check(set(map(type, row)) <= {int}, "columns.inputs holds a non-integer")
-        values["inputs"] = [tuple(map(i.__sub__, row)) for i, row in zip(values["id"], rows)]
-        known = values["id"] if "id" not in cols else set(values["id"])
-        _check(all(map(known.__contains__, itertools.chain.from_iterable(values["inputs"]))),
-               "columns.inputs refers to a node the graph does not have")
+        makers["inputs"] = _inputs_from_json(cols["inputs"], n, ids, "id" in cols)
     for name in SHAPE_FIELDS:
         if name in cols:
-            values[name] = _indices(cols[name], n, shape_sets, f"columns.{name}")
+            makers[name] = _resolver(shape_sets, _indices(cols[name], n, shape_sets, f"columns.{name}"))
     for name in DTYPE_FIELDS:
         if name in cols:
-            values[name] = _indices(cols[name], n, dtype_sets, f"columns.{name}")
+            makers[name] = _resolver(dtype_sets, _indices(cols[name], n, dtype_sets, f"columns.{name}"))
     if "is_view" in cols:
-        values["is_view"] = [bool(v) for v in _list_of(cols["is_view"], n, (int, bool), "columns.is_view")]
+        flags = _list_of(cols["is_view"], n, (int, bool), "columns.is_view")
+        makers["is_view"] = lambda: [bool(v) for v in flags]
     if "is_inplace" in cols:
-        flags = _list_of(cols["is_inplace"], n, (int, bool, type(None)), "columns.is_inplace")
-        values["is_inplace"] = [None if v is None else bool(v) for v in flags]
+        inplace = _list_of(cols["is_inplace"], n, (int, bool, type(None)), "columns.is_inplace")
+        makers["is_inplace"] = lambda: [None if v is None else bool(v) for v in inplace]
     if "attrs" in cols:
-        values["attrs"] = schema.pairs(cols["attrs"], "columns.attrs", n)
+        makers["attrs"] = _kept(schema.pairs(cols["attrs"], "columns.attrs", n))
     for name in INT_FIELDS:
         if name in cols:
-            values[name] = schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True)
-    if "memory" in cols:
-        values["memory"] = _memory_from_json(cols["memory"], n, "columns.memory")
-    for name, column in TIME_FIELDS.items():
-        if column in cols:
-            values[name] = _times_from_json(cols[column], n, f"columns.{column}")
+            makers[name] = _kept(schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
+    memory = _memory_from_json(cols["memory"], n, "columns.memory") if "memory" in cols else None
+    samples = {name: _times_from_json(cols[column], n, f"columns.{column}")
+               for name, column in TIME_FIELDS.items() if column in cols}
     for name in NODE_FIELDS:
         if name not in _KNOWN and name in cols:
             col = _list_of(cols[name], n, (int, float, str, bool, list, dict, type(None)), f"columns.{name}")
-            values[name] = [_raw_from_json(v, NODE_DEFAULTS[name]) for v in col]
-    ordered = [values[f] if f in values else itertools.repeat(NODE_DEFAULTS[f]) for f in NODE_FIELDS]
-    nodes = _build_all(NodeRecord, NODE_FIELDS, zip(*ordered))  # every value validated above
+            makers[name] = _kept([_raw_from_json(v, NODE_DEFAULTS[name]) for v in col])
     try:
         kind = GraphKind(raw.get("kind", "step"))
     except ValueError:
         raise ColumnError(f"kind {raw.get('kind')!r} is unknown") from None
     gid = raw.get("id", index)
     schema.one_int(gid, schema.ID, "id")
-    return GraphRecord(id=gid, name=schema.string(raw.get("name", ""), "name"), kind=kind, nodes=tuple(nodes))
+    return GraphRecord(id=gid, name=schema.string(raw.get("name", ""), "name"), kind=kind,
+                       nodes=NodeColumns(n, makers, memory, samples, NODE_DEFAULTS))
+
+
+def _kept(values: list[Any]) -> Callable[[], list[Any]]:
+    return lambda: values

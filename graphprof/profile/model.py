@@ -30,7 +30,7 @@ from graphprof.profile import serialize
 from graphprof.profile.records import (  # noqa: F401  (re-exported: the data model's one import point)
     MEMORY_CATEGORIES, NS_PER_S, OVERHEAD_NODE, OVERHEAD_OP, SCHEMA_ID, AttrValue, DeviceInfo, DeviceMemorySample,
     DistributedInfo, GraphKind, GraphRecord, MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase, ProfileMeta,
-    Recompile, ScheduleInfo, StepRecord, ns_to_s, seconds_to_ns,
+    Recompile, ScheduleInfo, StepRecord, graph_size, node_source, ns_to_s, seconds_to_ns,
 )
 from graphprof.profile.serialize import ProfileError
 
@@ -73,7 +73,7 @@ class Profile(dict):
 
     @property
     def node_count(self) -> int:
-        return sum(len(g.nodes) for g in self.graphs)
+        return sum(map(graph_size, self.graphs))  # without building a loaded graph's records
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Profile):
@@ -194,5 +194,6 @@ __all__ = [
     "Profile", "ProfileError", "load_profile", "profile_from_document", "save_profile", "require_samples",
     "MEMORY_CATEGORIES", "NS_PER_S", "OVERHEAD_NODE", "OVERHEAD_OP", "SCHEMA_ID", "AttrValue", "DeviceInfo",
     "DeviceMemorySample", "DistributedInfo", "GraphKind", "GraphRecord", "MemoryPeak", "MemoryRecord", "NodeRecord",
-    "PeakTensor", "Phase", "ProfileMeta", "Recompile", "ScheduleInfo", "StepRecord", "ns_to_s", "seconds_to_ns",
+    "PeakTensor", "Phase", "ProfileMeta", "Recompile", "ScheduleInfo", "StepRecord", "graph_size", "node_source",
+    "ns_to_s", "seconds_to_ns",
 ]

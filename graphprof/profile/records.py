@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, Union, overload
 
 SCHEMA_ID = "graphprof.profile/1"
 
@@ -207,16 +207,83 @@ class NodeRecord:
         return tuple([t / NS_PER_S for t in self.device_time_ns])
 
 
+class NodeSource:
+    """Where a graph's NodeRecords come from when they are not built yet: a loaded file's columns.
+
+    ``graphprof.profile.node_columns.NodeColumns`` is the one implementation;
+    it lives there because it knows the column layout, and this module imports
+    nothing of graphprof.
+    """
+
+    size: int
+
+    def node_records(self) -> tuple[NodeRecord, ...]:
+        raise NotImplementedError
+
+
+class _NodesField:
+    """The ``nodes`` field of GraphRecord: the NodeRecord tuple, built on first read when a NodeSource was given.
+
+    Why a descriptor (and not a property or a subclass): ``nodes`` stays a
+    dataclass field, so ``GraphRecord(..., nodes=...)``, ``replace``, equality,
+    ``repr`` and hashing are the dataclass's own and see the tuple; the class
+    stays GraphRecord, so a loaded graph equals the graph it was saved from.
+    mypy types a descriptor-typed dataclass field by its ``__set__`` (what
+    ``__init__`` takes: a tuple or a NodeSource) and ``__get__`` (what reading
+    gives: always the tuple). A frozen dataclass's ``__init__`` assigns through
+    ``object.__setattr__``, which reaches ``__set__``; ``graph.nodes = x`` still
+    raises FrozenInstanceError.
+    """
+
+    @overload
+    def __get__(self, obj: None, owner: Any = None) -> tuple[NodeRecord, ...]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: Any = None) -> tuple[NodeRecord, ...]: ...
+
+    def __get__(self, obj: object | None, owner: Any = None) -> tuple[NodeRecord, ...]:
+        if obj is None:
+            return ()  # the field's default (dataclass asks the class for it)
+        state = obj.__dict__
+        nodes = state.get("nodes")
+        if nodes is None:
+            nodes = state["nodes"] = state["node_source"].node_records()
+        return nodes  # type: ignore[no-any-return]
+
+    def __set__(self, obj: object, value: tuple[NodeRecord, ...] | NodeSource) -> None:
+        if isinstance(value, NodeSource):
+            obj.__dict__["node_source"] = value
+            obj.__dict__["nodes"] = None
+        else:
+            obj.__dict__["nodes"] = value
+
+
 @dataclass(frozen=True)
 class GraphRecord:
-    """A captured graph and its op nodes in execution order."""
+    """A captured graph and its op nodes in execution order.
+
+    A loaded graph is given its file's columns (a NodeSource) instead of the
+    NodeRecords: they are built on the first read of ``nodes`` (see
+    ``_NodesField``), and views that read columns never need them.
+    """
 
     id: int
     name: str
     kind: GraphKind
-    nodes: tuple[NodeRecord, ...] = ()
+    nodes: _NodesField = _NodesField()
     memory_peak: MemoryPeak | None = None
     device_memory: tuple[DeviceMemorySample, ...] = ()
+
+
+def node_source(graph: GraphRecord) -> NodeSource | None:
+    """The columns ``graph`` was loaded from (kept after its NodeRecords are built), or None for built records."""
+    return graph.__dict__.get("node_source")  # type: ignore[no-any-return]
+
+
+def graph_size(graph: GraphRecord) -> int:
+    """How many nodes ``graph`` has, without building its NodeRecords."""
+    source = node_source(graph)
+    return source.size if source is not None else len(graph.nodes)
 
 
 @dataclass(frozen=True)

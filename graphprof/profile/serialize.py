@@ -16,13 +16,11 @@ test documents and was the layout of the first files written.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import re
-from dataclasses import fields, replace
-from typing import Any, Iterator
-from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any
 
 from graphprof.profile.records import (
     SCHEMA_ID,
@@ -36,11 +34,15 @@ from graphprof.profile.records import (
     Phase,
     ProfileMeta,
     StepRecord,
+    node_source,
     seconds_to_ns,
 )
 from graphprof.profile import schema
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
+from graphprof.profile.node_columns import gc_paused
+
+_gc_paused = gc_paused  # the name the exporters import
 from graphprof.profile.meta_sections import sections_from_extra, sections_to_extra
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 
@@ -90,7 +92,10 @@ def _graph_memory_to_json(graph: GraphRecord, out: dict[str, Any]) -> dict[str, 
 
 
 def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str) -> GraphRecord:
-    """``graph`` with the memory peak and allocator samples its JSON object holds (SchemaError if malformed)."""
+    """``graph`` with the memory peak and allocator samples its JSON object holds (SchemaError if malformed).
+
+    A graph loaded from columns is rebuilt around the same NodeSource, so its records stay unbuilt.
+    """
     peak = graph.memory_peak
     if raw.get("memory_peak") is not None:
         p = schema.mapping(raw["memory_peak"], f"{where}.memory_peak")
@@ -118,7 +123,10 @@ def _graph_memory_from_json(raw: dict[str, Any], graph: GraphRecord, where: str)
         samples = tuple(DeviceMemorySample(*row) for row in zip(*columns))
     if peak is graph.memory_peak and samples is graph.device_memory:
         return graph
-    return replace(graph, memory_peak=peak, device_memory=samples)
+    source = node_source(graph)
+    nodes = source if source is not None else graph.nodes
+    return GraphRecord(id=graph.id, name=graph.name, kind=graph.kind, nodes=nodes, memory_peak=peak,
+                       device_memory=samples)
 
 
 def write_document(document: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -283,7 +291,7 @@ def read_parts(path: str | os.PathLike[str]) -> ProfileParts:
         raise ProfileError(f"cannot read {path}: {exc.strerror}") from None
     if not data.strip():
         raise ProfileError(f"{path} is empty, not a profile")
-    with _gc_paused():
+    with gc_paused():
         try:
             doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -313,20 +321,3 @@ def _ends_early(exc: ValueError) -> bool:
     return (len(rest) <= 1 or exc.msg.startswith("Unterminated string")
             or any(word.startswith(rest) for word in ("true", "false", "null"))
             or _PARTIAL_NUMBER.fullmatch(rest) is not None)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a profile is built.
-
-    Why: parsing and building a 100,000-node profile allocates millions of
-    objects and none of them form cycles, yet each allocation burst triggers a
-    full collection; pausing it makes loading about twice as fast.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
