@@ -111,6 +111,9 @@ class NodeFrame:
             return self._pairs[i]
         for graph, size in zip(self.graphs, self.sizes):
             if i < size:
+                source = node_source(graph)
+                if isinstance(source, NodeColumns):  # equal to graph.nodes[i], without building them all
+                    return graph, source.record(i)
                 return graph, graph.nodes[i]
             i -= size
         raise IndexError("node index out of range")

@@ -37,7 +37,9 @@ from typing import Any, Callable
 import numpy as np
 
 from graphprof.profile import schema
-from graphprof.profile.node_columns import MemoryColumns, NodeColumns
+from graphprof.profile.node_columns import (
+    Column, Edges, Flags, Indexed, Kept, MemoryColumns, NodeColumns, Positions, Samples, SparseMaps,
+)
 from graphprof.profile.records import (
     NS_PER_S, GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase,
 )
@@ -180,10 +182,6 @@ def _indices(value: Any, n: int, table: list[Any], what: str) -> list[int]:
     return value
 
 
-def _resolver(table: list[Any], index: list[int]) -> Callable[[], list[Any]]:
-    return lambda: list(map(table.__getitem__, index))
-
-
 def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> list[tuple[Any, ...]]:
     _check(isinstance(raw, list), f"{what} must be a list")
     out = []
@@ -221,7 +219,7 @@ def _times_from_json(raw: Any, n: int, what: str) -> np.ndarray | list[tuple[int
 
 def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
     _check(isinstance(raw, dict), f"{what} must be an object")
-    per_field: dict[str, list[Any]] = {}
+    per_field: dict[str, Column] = {}
     present: list[bool] | None = None
     present_from: str | None = None
     if "present" in raw:
@@ -234,17 +232,14 @@ def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
             keys: Any = col.get("keys")
             _check(isinstance(keys, list) and set(map(type, keys)) <= {str}, f"{what}.{f.name}.keys must be strings")
             values = _list_of(col.get("values"), n, (list, type(None)), f"{what}.{f.name}.values")
-            # Mappings are sparse: a key a node does not have is written as 0 in
-            # the table and dropped again here, so save/load changes nothing.
-            per_field[f.name] = [
-                {k: x for k, x in zip(keys, v) if x} if v is not None else None for v in values]
-            for v in values:
-                _check(v is None or (len(v) == len(keys) and set(map(type, v)) <= {int}),
-                       f"{what}.{f.name}.values holds a malformed entry")
-            schema.ints(list(itertools.chain.from_iterable(filter(None, values))), schema.BYTES,
-                        f"{what}.{f.name}.values")
+            rows = [v for v in values if v is not None]
+            flat = list(itertools.chain.from_iterable(rows))
+            _check(set(map(len, rows)) <= {len(keys)} and set(map(type, flat)) <= {int},
+                   f"{what}.{f.name}.values holds a malformed entry")
+            schema.ints(flat, schema.BYTES, f"{what}.{f.name}.values")
+            per_field[f.name] = SparseMaps(keys, values)
         else:
-            per_field[f.name] = schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True)
+            per_field[f.name] = Kept(schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
             if present is None:
                 present = [v is not None for v in col]
                 present_from = f.name
@@ -268,7 +263,7 @@ def _raw_from_json(value: Any, default: Any) -> Any:
     return value
 
 
-def _inputs_from_json(raw: Any, n: int, ids: Any, explicit_ids: bool) -> Callable[[], list[Any]]:
+def _inputs_from_json(raw: Any, n: int, ids: Any, explicit_ids: bool) -> Edges:
     """Validate the input edges (id differences) of every node; returns how to make the ``inputs`` column.
 
     The edges are kept as two int64 arrays (every input id, and where each
@@ -297,12 +292,7 @@ def _inputs_from_json(raw: Any, n: int, ids: Any, explicit_ids: bool) -> Callabl
     else:
         ok = not input_ids.size or (int(input_ids.min()) >= 0 and int(input_ids.max()) < n)
     _check(ok, "columns.inputs refers to a node the graph does not have")
-
-    def make() -> list[Any]:
-        flat, bounds = input_ids.tolist(), offsets.tolist()
-        return [tuple(flat[a:b]) for a, b in zip(bounds, bounds[1:])]
-
-    return make
+    return Edges(input_ids, offsets)
 
 
 def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
@@ -320,11 +310,11 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     cols = raw.get("columns", {})
     _check(isinstance(cols, dict), "columns must be an object")
     _check("name" in cols, "columns has no 'name'")
-    makers: dict[str, Callable[[], list[Any]]] = {}
+    makers: dict[str, Column] = {}
     ids: Any = schema.ints(cols["id"], schema.ID, "columns.id", n) if "id" in cols else range(n)
     _check("id" not in cols or len(set(ids)) == n, "columns.id holds the same id twice")
-    makers["id"] = _kept(ids) if "id" in cols else lambda: list(range(n))
-    makers["name"] = _kept(_list_of(cols["name"], n, (str,), "columns.name"))
+    makers["id"] = Kept(ids) if "id" in cols else Positions(n)
+    makers["name"] = Kept(_list_of(cols["name"], n, (str,), "columns.name"))
     for name in STRING_FIELDS:
         if name in cols:
             index_col = _indices(cols[name], n, strings, f"columns.{name}")
@@ -334,37 +324,38 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
                     phases = [Phase(s) if i in used else None for i, s in enumerate(strings)]
                 except ValueError as exc:
                     raise ColumnError(f"columns.phase holds an unknown phase ({exc})") from None
-                makers["phase"] = _resolver(phases, index_col)
-                makers["phase_value"] = _resolver(strings, index_col)
+                makers["phase"] = Indexed(phases, index_col)
+                makers["phase_value"] = Indexed(strings, index_col)
             else:
-                makers[name] = _resolver(strings, index_col)
+                makers[name] = Indexed(strings, index_col)
     _check(n == 0 or ("op" in makers and "type" in makers), "columns must have 'op' and 'type'")
     if "inputs" in cols:
         makers["inputs"] = _inputs_from_json(cols["inputs"], n, ids, "id" in cols)
     for name in SHAPE_FIELDS:
         if name in cols:
-            makers[name] = _resolver(shape_sets, _indices(cols[name], n, shape_sets, f"columns.{name}"))
+            makers[name] = Indexed(shape_sets, _indices(cols[name], n, shape_sets, f"columns.{name}"))
     for name in DTYPE_FIELDS:
         if name in cols:
-            makers[name] = _resolver(dtype_sets, _indices(cols[name], n, dtype_sets, f"columns.{name}"))
+            makers[name] = Indexed(dtype_sets, _indices(cols[name], n, dtype_sets, f"columns.{name}"))
     if "is_view" in cols:
         flags = _list_of(cols["is_view"], n, (int, bool), "columns.is_view")
-        makers["is_view"] = lambda: [bool(v) for v in flags]
+        makers["is_view"] = Flags(flags)
     if "is_inplace" in cols:
         inplace = _list_of(cols["is_inplace"], n, (int, bool, type(None)), "columns.is_inplace")
-        makers["is_inplace"] = lambda: [None if v is None else bool(v) for v in inplace]
+        makers["is_inplace"] = Flags(inplace)
     if "attrs" in cols:
-        makers["attrs"] = _kept(schema.pairs(cols["attrs"], "columns.attrs", n))
+        makers["attrs"] = Kept(schema.pairs(cols["attrs"], "columns.attrs", n))
     for name in INT_FIELDS:
         if name in cols:
-            makers[name] = _kept(schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
+            makers[name] = Kept(schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
     memory = _memory_from_json(cols["memory"], n, "columns.memory") if "memory" in cols else None
-    samples = {name: _times_from_json(cols[column], n, f"columns.{column}")
-               for name, column in TIME_FIELDS.items() if column in cols}
+    for name, column in TIME_FIELDS.items():
+        if column in cols:
+            makers[name] = Samples(_times_from_json(cols[column], n, f"columns.{column}"), n)
     for name in NODE_FIELDS:
         if name not in _KNOWN and name in cols:
             col = _list_of(cols[name], n, (int, float, str, bool, list, dict, type(None)), f"columns.{name}")
-            makers[name] = _kept([_raw_from_json(v, NODE_DEFAULTS[name]) for v in col])
+            makers[name] = Kept([_raw_from_json(v, NODE_DEFAULTS[name]) for v in col])
     try:
         kind = GraphKind(raw.get("kind", "step"))
     except ValueError:
@@ -372,8 +363,4 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
     gid = raw.get("id", index)
     schema.one_int(gid, schema.ID, "id")
     return GraphRecord(id=gid, name=schema.string(raw.get("name", ""), "name"), kind=kind,
-                       nodes=NodeColumns(n, makers, memory, samples, NODE_DEFAULTS))
-
-
-def _kept(values: list[Any]) -> Callable[[], list[Any]]:
-    return lambda: values
+                       nodes=NodeColumns(n, makers, memory, NODE_DEFAULTS))

@@ -20,7 +20,7 @@ import gc
 import itertools
 from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -67,10 +67,156 @@ def build_all(cls: type, names: tuple[str, ...], rows: Any) -> list[Any]:
     return out
 
 
-class MemoryColumns:
+class Column:
+    """One field of every node, as the file holds it: ``values()`` makes the list, ``at(i)`` one node's value."""
+
+    __slots__ = ()
+
+    def values(self) -> list[Any]:
+        raise NotImplementedError
+
+    def at(self, i: int) -> Any:
+        raise NotImplementedError
+
+
+class Kept(Column):
+    """A column whose validated list is already each node's value."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: list[Any]) -> None:
+        self.data = data
+
+    def values(self) -> list[Any]:
+        return self.data
+
+    def at(self, i: int) -> Any:
+        return self.data[i]
+
+
+class Repeated(Column):
+    """One value for every node (a field the file leaves out)."""
+
+    __slots__ = ("value", "size")
+
+    def __init__(self, value: Any, size: int) -> None:
+        self.value, self.size = value, size
+
+    def values(self) -> list[Any]:
+        return [self.value] * self.size
+
+    def at(self, i: int) -> Any:
+        return self.value
+
+
+class Positions(Column):
+    """Each node's position (the ids of a file that leaves them out: 0..N-1)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def values(self) -> list[Any]:
+        return list(range(self.size))
+
+    def at(self, i: int) -> Any:
+        return i
+
+
+class Indexed(Column):
+    """Indices into a table (strings, shape sets, dtype sets): the value is the table's entry."""
+
+    __slots__ = ("table", "index")
+
+    def __init__(self, table: list[Any], index: list[int]) -> None:
+        self.table, self.index = table, index
+
+    def values(self) -> list[Any]:
+        return list(map(self.table.__getitem__, self.index))
+
+    def at(self, i: int) -> Any:
+        return self.table[self.index[i]]
+
+
+class Flags(Column):
+    """0/1 (or null) flags read as bools (None stays None)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: list[Any]) -> None:
+        self.data = data
+
+    def values(self) -> list[Any]:
+        return [None if v is None else bool(v) for v in self.data]
+
+    def at(self, i: int) -> Any:
+        v = self.data[i]
+        return None if v is None else bool(v)
+
+
+class Edges(Column):
+    """Input edges: every input id in one int64 array and where each node's inputs start."""
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.offsets = ids, offsets
+
+    def values(self) -> list[Any]:
+        flat, bounds = self.ids.tolist(), self.offsets.tolist()
+        return [tuple(flat[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    def at(self, i: int) -> Any:
+        return tuple(self.ids[self.offsets[i]:self.offsets[i + 1]].tolist())
+
+
+class Samples(Column):
+    """Time samples in ns: an int64 array of steps x nodes, or one tuple per node (ragged files)."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, data: np.ndarray | list[tuple[int, ...]], size: int) -> None:
+        self.data, self.size = data, size
+
+    def values(self) -> list[Any]:
+        data = self.data
+        if isinstance(data, list):
+            return data
+        if data.shape[0] == 0:
+            return [()] * self.size
+        return list(map(tuple, data.T.tolist()))
+
+    def at(self, i: int) -> Any:
+        data = self.data
+        return data[i] if isinstance(data, list) else tuple(data[:, i].tolist())
+
+
+class SparseMaps(Column):
+    """A mapping field (bytes per category): one row of values per node over shared keys, or null.
+
+    Mappings are sparse: a key a node does not have is written as 0 in the
+    table and dropped again here, so save/load changes nothing.
+    """
+
+    __slots__ = ("keys", "rows")
+
+    def __init__(self, keys: list[str], rows: list[list[int] | None]) -> None:
+        self.keys, self.rows = keys, rows
+
+    def values(self) -> list[Any]:
+        keys = self.keys
+        return [{k: x for k, x in zip(keys, v) if x} if v is not None else None for v in self.rows]
+
+    def at(self, i: int) -> Any:
+        v = self.rows[i]
+        return {k: x for k, x in zip(self.keys, v) if x} if v is not None else None
+
+
+class MemoryColumns(Column):
     """The validated ``memory`` column of a graph: one list per MemoryRecord field and who has a record.
 
-    ``per_field`` holds, per field present in the file, a list over nodes
+    ``per_field`` holds, per field present in the file, its column
     (ints or None for a plain field; a dict or None for a mapping field);
     ``present`` says which nodes have a record; ``present_from`` names the
     plain field ``present`` was read from (its None values are the absent records), if any.
@@ -78,7 +224,7 @@ class MemoryColumns:
 
     __slots__ = ("per_field", "present", "present_from", "defaults")
 
-    def __init__(self, per_field: dict[str, list[Any]], present: list[bool], present_from: str | None,
+    def __init__(self, per_field: dict[str, Column], present: list[bool], present_from: str | None,
                  defaults: dict[str, Any]) -> None:
         self.per_field = per_field
         self.present = present
@@ -88,15 +234,25 @@ class MemoryColumns:
     def field_values(self, name: str) -> list[Any]:
         """``record.name`` for every node, None where the node has no record."""
         if name == self.present_from:
-            return self.per_field[name]
+            return self.per_field[name].values()
         default = self.defaults[name]
         col = self.per_field.get(name)
         if col is None:
             return [default if has else None for has in self.present]
-        return [(default if v is None else v) if has else None for has, v in zip(self.present, col)]
+        return [(default if v is None else v) if has else None for has, v in zip(self.present, col.values())]
+
+    def values(self) -> list[Any]:
+        return self.records()
+
+    def at(self, i: int) -> Any:
+        if not self.present[i]:
+            return None
+        row = [self.per_field[k].at(i) if k in self.per_field else self.defaults[k] for k in MEMORY_FIELDS]
+        return build_all(MemoryRecord, MEMORY_FIELDS,
+                         [tuple(self.defaults[k] if v is None else v for k, v in zip(MEMORY_FIELDS, row))])[0]
 
     def records(self) -> list[MemoryRecord | None]:
-        columns = [self.per_field[k] if k in self.per_field else itertools.repeat(self.defaults[k])
+        columns = [self.per_field[k].values() if k in self.per_field else itertools.repeat(self.defaults[k])
                    for k in MEMORY_FIELDS]
         defaults = [self.defaults[k] for k in MEMORY_FIELDS]
         rows = [row if None not in row else tuple(d if v is None else v for v, d in zip(row, defaults))
@@ -108,48 +264,40 @@ class MemoryColumns:
 class NodeColumns(NodeSource):
     """Every field of a loaded graph's nodes, as columns; see the module docstring."""
 
-    __slots__ = ("size", "_makers", "_cache", "memory", "_samples")
+    __slots__ = ("size", "_columns", "_cache", "memory")
 
-    def __init__(self, size: int, makers: dict[str, Callable[[], list[Any]]], memory: MemoryColumns | None,
-                 samples: dict[str, np.ndarray | list[tuple[int, ...]]], defaults: dict[str, Any]) -> None:
+    def __init__(self, size: int, columns: dict[str, Column], memory: MemoryColumns | None,
+                 defaults: dict[str, Any]) -> None:
         self.size = size
-        self._makers = makers
+        self._columns = columns
         self._cache: dict[str, list[Any]] = {}
         self.memory = memory
-        self._samples = samples
+        if memory is not None:
+            columns["memory"] = memory
         for name in NODE_FIELDS:
-            if name not in makers and name not in samples and not (name == "memory" and memory is not None):
-                self._makers[name] = _repeat(defaults[name], size)
+            if name not in columns:
+                columns[name] = Repeated(defaults[name], size)
 
     def column(self, name: str) -> list[Any]:
         """The NodeRecord field ``name`` of every node, in order (computed once; shared, do not modify)."""
         cached = self._cache.get(name)
         if cached is None:
-            if name in self._samples:
-                cached = _sample_tuples(self._samples[name], self.size)
-            elif name == "memory" and self.memory is not None:
-                cached = self.memory.records()  # type: ignore[assignment]
-            else:
-                cached = self._makers[name]()
-            self._cache[name] = cached
+            cached = self._cache[name] = self._columns[name].values()
         return cached
 
     def phase_values(self) -> list[str]:
         """Each node's phase as its text value (without making the Phase column)."""
-        if "phase_value" in self._makers:
-            cached = self._cache.get("phase_value")
-            if cached is None:
-                cached = self._cache["phase_value"] = self._makers["phase_value"]()
-            return cached
+        if "phase_value" in self._columns:
+            return self.column("phase_value")
         return [p.value for p in self.column("phase")]
 
     def samples_ns(self, name: str) -> np.ndarray | None:
         """The samples of time field ``name`` as an int64 array of steps x nodes, or None when nodes
         hold different numbers of samples (files that store them per node)."""
-        samples = self._samples.get(name)
-        if samples is None:
-            return np.zeros((0, self.size), dtype=np.int64)
-        return samples if isinstance(samples, np.ndarray) else None
+        column = self._columns[name]
+        if isinstance(column, Samples):
+            return column.data if isinstance(column.data, np.ndarray) else None
+        return np.zeros((0, self.size), dtype=np.int64)
 
     def memory_field(self, name: str) -> list[Any]:
         """``node.memory.name`` for every node, None where a node has no memory record."""
@@ -157,13 +305,18 @@ class NodeColumns(NodeSource):
             return [None] * self.size
         return self.memory.field_values(name)
 
+    def record(self, i: int) -> NodeRecord:
+        """Node ``i``'s record alone (for the few nodes a table shows), equal to ``node_records()[i]``."""
+        cells = [self._cache[name][i] if name in self._cache else self._columns[name].at(i) for name in NODE_FIELDS]
+        return build_all(NodeRecord, NODE_FIELDS, [cells])[0]  # type: ignore[no-any-return]
+
     def node_records(self) -> tuple[NodeRecord, ...]:
         with gc_paused():
             columns = [self.column(name) for name in NODE_FIELDS]
             return tuple(build_all(NodeRecord, NODE_FIELDS, zip(*columns)))
 
     def __reduce__(self) -> Any:
-        # Its makers are closures, which do not pickle: a pickled (or deep-copied) graph carries its records.
+        # A pickled (or deep-copied) graph carries its records, not the file's columns.
         return (BuiltRecords, (self.node_records(),))
 
 
@@ -178,15 +331,3 @@ class BuiltRecords(NodeSource):
 
     def node_records(self) -> tuple[NodeRecord, ...]:
         return self.records
-
-
-def _repeat(value: Any, n: int) -> Callable[[], list[Any]]:
-    return lambda: [value] * n
-
-
-def _sample_tuples(samples: np.ndarray | list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
-    if isinstance(samples, list):
-        return samples
-    if samples.shape[0] == 0:
-        return [()] * n
-    return list(map(tuple, samples.T.tolist()))
