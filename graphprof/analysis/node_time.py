@@ -122,6 +122,7 @@ def graph_times_s(graph: GraphRecord, stat: str = "median", clock: str = "auto")
 
 def _clock_flags(graph: GraphRecord) -> tuple[bool, bool]:
     """(some node has device samples, some node has host samples but no device ones)."""
+    pairs: Iterable[tuple[tuple[int, ...], tuple[int, ...]]]
     columns = node_source(graph)
     if isinstance(columns, NodeColumns):
         device, host = columns.samples_ns("device_time_ns"), columns.samples_ns("host_time_ns")
