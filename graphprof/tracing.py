@@ -119,11 +119,10 @@ def _guard_values(state: StateIndex) -> tuple:
         tuple((k, _baked(v)) for k, v in group.items() if k != "params")
         for opt in state.optimizers for group in opt.param_groups
     )
-    modes = tuple(map(_TRAINING, map(_MODULE, state.modules.values())))
+    modes = tuple(map(_TRAINING, state.module_objects()))
     return hyper, modes
 
 
-_MODULE = operator.itemgetter(1)
 _TRAINING = operator.attrgetter("training")
 
 

@@ -268,6 +268,39 @@ def test_d_accumulation_counter_in_a_closure() -> None:
     _assert_whole_step(fn, captures=2)
 
 
+def test_d_gradients_the_step_zeroes_itself_are_not_checked_and_the_loop_may_drop_them() -> None:
+    """A step that calls ``zero_grad()`` first never reads the gradients it starts with, so a replay
+    does not check them: a loop that also drops them between some calls replays one graph."""
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        return Loop(_adamw_step(model, opt), model, opt,
+                    after=lambda i: opt.zero_grad(set_to_none=True) if i % 3 == 2 else None)
+
+    fn, loop = run_both(make)
+    _assert_whole_step(fn, captures=1)
+    assert all(p.grad is not None for p in loop.model.parameters())
+
+
+def test_d_gradients_that_appear_between_calls_of_an_accumulating_step_capture_again() -> None:
+    """The reverse: a step that accumulates (no ``zero_grad``) reads the gradients it starts with;
+    when they exist where they did not at capture, the replay must not run the other graph."""
+    def make() -> Loop:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+
+        # Gradients are dropped after every second call: calls start with and without them in turn.
+        return Loop(step, model, opt, after=lambda i: opt.zero_grad(set_to_none=True) if i % 2 == 1 else None)
+
+    fn, _ = run_both(make)
+    _assert_whole_step(fn, captures=2)
+
+
 # -- (e) the loop index as an int argument --------------------------------------------------------
 def test_e_loop_index_argument_keys_one_graph_per_path_not_per_value() -> None:
     def make() -> Loop:

@@ -32,6 +32,18 @@ class StateIndex:
     optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
     roots: list[nn.Module] = field(default_factory=list)
     _by_path: dict[str, nn.Module] = field(default_factory=dict, repr=False)  # module_at's index
+    _objects: tuple[nn.Module, ...] = field(default=(), repr=False)  # module_objects' list
+
+    def module_objects(self) -> tuple[nn.Module, ...]:
+        """The modules, in ``modules`` order, without their names.
+
+        Their ``training`` flags are read before every replay (tracing.py's
+        ``_guard_values``); a list kept between calls saves unpacking each
+        (name, module) pair every time.
+        """
+        if len(self._objects) != len(self.modules):  # modules were added since it was built
+            self._objects = tuple(m for _, m in self.modules.values())
+        return self._objects
 
     def module_name(self, module: nn.Module) -> str:
         entry = self.modules.get(id(module))

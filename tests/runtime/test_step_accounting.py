@@ -106,3 +106,41 @@ def test_a_segmented_steps_graphs_host_gaps_and_reads_add_up_to_its_wall_time() 
         assert total_ns == _ns(step_record.wall_time_s)
     for account in step_accounts(profile):
         assert abs(account.unaccounted_s) < 1e-12 and account.overhead_s == 0
+
+
+def test_every_part_of_a_whole_step_call_is_in_its_nodes_or_graphprofs_own_node() -> None:
+    """The whole-step path with everything graphprof does per call: keyword arguments (the
+    signature flattens them), AdamW (hyperparameters read and guarded at run time), a logged
+    ``.item()``, clipping, and a schedule whose warm-up calls run probes but keep nothing.
+
+    Each call's wall time is its step graph's nodes, the gradient nodes and
+    graphprof.overhead, to the nanosecond, on a clock that advances unevenly.
+    """
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    logged: list[float] = []
+
+    @graphprof.trace(profiling=True, clock=UnevenClock(), schedule=graphprof.schedule(skip_first=2, warmup=1, active=4))
+    def step(batch: dict[str, torch.Tensor], scale: float = 1.0) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = model(batch["x"]).square().mean() * scale
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        logged.append(loss.item())
+        return loss
+
+    batch = {"x": torch.randn(4, 8)}
+    for _ in range(7):
+        step(batch=batch, scale=0.5)
+    profile = step.get_profile()
+    assert [s.index for s in profile.steps] == [3, 4, 5, 6] and len(logged) == 7
+    own = [n for _, n in profile.iter_nodes() if n.op == OVERHEAD_OP]
+    assert len(own) == 1
+    for k, step_record in enumerate(profile.steps):
+        total_ns = sum(_ns(n.host_time_s[k]) for _, n in profile.iter_nodes())
+        assert total_ns == _ns(step_record.wall_time_s)
+        assert own[0].host_time_s[k] > 0
+    for account in step_accounts(profile):
+        assert abs(account.unaccounted_s) < 1e-12 and 0 < account.coverage < 1
