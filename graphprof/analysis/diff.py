@@ -276,6 +276,66 @@ class GroupDiff:
         return _flops_delta(self.before_flops, self.after_flops)
 
 
+class GroupDiffs(Sequence[GroupDiff]):
+    """The groups of one grouping in their order, each built as a GroupDiff only when read.
+
+    Why: grouping a 100,000-node profile by module gives 30,000 groups and
+    a diff prints the ten that changed most; the groups live as columns.
+    """
+
+    __slots__ = ("_by", "_keys", "_columns", "_rows", "_built")
+
+    def __init__(self, by: str, keys: Sequence[str], columns: tuple[list[Any], ...], rows: np.ndarray,
+                 built: dict[int, GroupDiff] | None = None) -> None:
+        self._by, self._keys, self._columns, self._rows = by, keys, columns, rows
+        self._built = {} if built is None else built  # shared by views, so a group read twice is one object
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> GroupDiff: ...
+    @overload
+    def __getitem__(self, index: slice) -> "GroupDiffs": ...
+
+    def __getitem__(self, index: int | slice) -> "GroupDiff | GroupDiffs":
+        if isinstance(index, slice):
+            return GroupDiffs(self._by, self._keys, self._columns, self._rows[index], self._built)
+        return self._group(int(self._rows[index]))
+
+    def _group(self, g: int) -> GroupDiff:
+        out = self._built.get(g)
+        if out is None:  # without the frozen __init__ (one object.__setattr__ per field)
+            out = self._built[g] = _new(GroupDiff)
+            out.__dict__.update(zip(_GROUP_DIFF_FIELDS, (self._by, self._keys[g], *(c[g] for c in self._columns))))
+        return out
+
+    def __iter__(self) -> Iterator[GroupDiff]:
+        return map(self._group, self._rows.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(x == y for x, y in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"GroupDiffs({self._by!r}, {len(self)} groups)"
+
+    def changed(self) -> "GroupDiffs":
+        """The groups whose node count, time or FLOPs differ, in this order."""
+        na, nb, ta, tb, fa, fb = self._columns
+        rows = self._rows.tolist()
+        # after - before != 0 exactly when after != before (IEEE floats, subnormals included)
+        keep = [g for g in rows if tb[g] != ta[g] or na[g] != nb[g] or fa[g] != fb[g]]
+        return GroupDiffs(self._by, self._keys, self._columns, np.asarray(keep, dtype=np.int64), self._built)
+
+
+_GROUP_DIFF_FIELDS = tuple(f.name for f in fields(GroupDiff))
+_new = object.__new__
+
+
 @dataclass(frozen=True)
 class SideSummary:
     """Totals of one profile (filters ignored): what the summary compares."""
@@ -309,7 +369,7 @@ class DiffResult:
     graph_pairs: tuple[tuple[str | None, str | None], ...]
     counts: Mapping[str, int]
     nodes: Sequence[NodeDiff]
-    aggregates: Mapping[str, tuple[GroupDiff, ...]]
+    aggregates: Mapping[str, Sequence[GroupDiff]]
     gate: RegressionGate | None = None
     note: str | None = None
 
@@ -501,14 +561,10 @@ def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.nd
     return counts, out_t, out_f
 
 
-_GROUP_DIFF_FIELDS = tuple(f.name for f in fields(GroupDiff))
-_new = object.__new__
-
-
 def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence[float] | np.ndarray,
                    tb: Sequence[float] | np.ndarray, keep_a: np.ndarray | None, keep_b: np.ndarray | None,
                    fn: str = "sum", module_depth: int | None = None,
-                   columns: ColumnCodes | None = None, order: DiffOrder | None = None) -> list[GroupDiff]:
+                   columns: ColumnCodes | None = None, order: DiffOrder | None = None) -> Sequence[GroupDiff]:
     """Groups of the kept nodes of each profile (``keep_*`` None: all), outer-joined on the group key
     (first-seen order: the before profile's groups, then those only in the after profile).
 
@@ -529,18 +585,11 @@ def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence
             all_known = None not in flops.tolist()
         sides.append(_fold_groups(codes, len(keys), times, flops, all_known, fn))
     (na, time_a, flops_a), (nb, time_b, flops_b) = sides
-    ranked: Sequence[int] = range(len(keys))
+    rows = np.arange(len(keys))
     if order is not None and order.key in _TIME_KEYS:
-        ranked = _ordered_times(np.asarray(time_a, dtype=np.float64), np.asarray(time_b, dtype=np.float64),
-                                order).tolist()
-    out = []
-    for g in ranked:
-        key = keys[g]  # GroupDiffs without the frozen __init__: a module grouping has 30,000+
-        group = _new(GroupDiff)
-        group.__dict__.update(zip(_GROUP_DIFF_FIELDS, (by, key, na[g], nb[g], time_a[g], time_b[g],
-                                                       flops_a[g], flops_b[g])))
-        out.append(group)
-    return out if order is None or order.key in _TIME_KEYS else order_items(out, order)
+        rows = _ordered_times(np.asarray(time_a, dtype=np.float64), np.asarray(time_b, dtype=np.float64), order)
+    groups = GroupDiffs(by, keys, (na, nb, time_a, time_b, flops_a, flops_b), rows)
+    return groups if order is None or order.key in _TIME_KEYS else order_items(groups, order)
 
 
 #: Order keys that sort by times alone (numbers, both sides known for groups).
@@ -681,7 +730,7 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
         depth = options.module_depth if by == "module" else None
         groups = aggregate_diff(by, frames[0], frames[1], pairs.before_times, pairs.after_times, keep_a, keep_b,
                                 options.aggregate_fn, depth, columns, order)
-        aggregates[by] = tuple(groups)
+        aggregates[by] = groups if isinstance(groups, GroupDiffs) else tuple(groups)
     note = None
     if keep_a is not None and not len(keep_a) and not len(keep_b) and (len(frames[0]) or len(frames[1])):
         note = why_empty(b if len(frames[1]) else a, options)

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict
 from typing import Any, Sequence
 
-from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
+from graphprof.analysis.diff import DiffResult, GroupDiff, GroupDiffs, NodeDiff
 from graphprof.render.tabular import _csv_cell, _json_value
 
 DIFF_SCHEMA = "graphprof.diff/1"
@@ -59,8 +59,10 @@ def group_dict(g: GroupDiff) -> dict[str, Any]:
     return {k: getattr(g, k) for k in GROUP_COLUMNS}
 
 
-def changed_groups(groups: tuple[GroupDiff, ...]) -> list[GroupDiff]:
+def changed_groups(groups: Sequence[GroupDiff]) -> Sequence[GroupDiff]:
     """Groups whose node count, time or FLOPs differ."""
+    if isinstance(groups, GroupDiffs):
+        return groups.changed()  # from its columns, building only the groups that are read
     # after - before != 0 exactly when after != before (IEEE floats, subnormals included); no property call
     return [g for g in groups if g.after_time_s != g.before_time_s or g.before_nodes != g.after_nodes
             or g.before_flops != g.after_flops]
