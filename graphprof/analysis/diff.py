@@ -326,10 +326,11 @@ class GroupDiffs(Sequence[GroupDiff]):
     def changed(self) -> "GroupDiffs":
         """The groups whose node count, time or FLOPs differ, in this order."""
         na, nb, ta, tb, fa, fb = self._columns
-        rows = self._rows.tolist()
         # after - before != 0 exactly when after != before (IEEE floats, subnormals included)
-        keep = [g for g in rows if tb[g] != ta[g] or na[g] != nb[g] or fa[g] != fb[g]]
-        return GroupDiffs(self._by, self._keys, self._columns, np.asarray(keep, dtype=np.int64), self._built)
+        changed = ((np.asarray(tb, dtype=np.float64) != np.asarray(ta, dtype=np.float64))
+                   | (np.asarray(na) != np.asarray(nb)) | (_objects(fa) != _objects(fb)))
+        rows = self._rows[changed[self._rows]] if len(self._rows) else self._rows
+        return GroupDiffs(self._by, self._keys, self._columns, rows, self._built)
 
 
 _GROUP_DIFF_FIELDS = tuple(f.name for f in fields(GroupDiff))
@@ -524,15 +525,51 @@ def _group_codes(by: str, module_depth: int | None, frames: tuple[NodeFrame, Nod
             np.fromiter(map(index.__getitem__, vb), dtype=np.int64, count=len(vb)), keys)
 
 
-def _flops_objects(frame: NodeFrame) -> tuple[np.ndarray, bool]:
-    """The FLOPs column as an object array (exact Python ints), and whether every count is known."""
-    def compute() -> tuple[np.ndarray, bool]:
+def _flops_objects(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """The FLOPs column as an object array (exact Python values), and as int64 when every count is a
+    known int small enough that any sum of them fits (None otherwise)."""
+    def compute() -> tuple[np.ndarray, np.ndarray | None]:
         flops = frame.column("flops")
-        return _objects(flops), None not in flops
+        exact: np.ndarray | None = None
+        if set(map(type, flops)) <= {int}:
+            try:
+                exact = np.array(flops, dtype=np.int64)
+            except OverflowError:
+                exact = None
+            if exact is not None and len(exact) and int(np.abs(exact).max()) * len(exact) >= 1 << 62:
+                exact = None
+        return _objects(flops), exact
     return frame.memo("diff.flops_objects", compute)
 
 
-def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.ndarray, all_known: bool,
+def _group_sums(codes: np.ndarray, groups: int, times: np.ndarray,
+                flops: np.ndarray) -> tuple[list[int], list[float], list[int]]:
+    """``_fold_groups`` for ``sum`` with every FLOP count a known int (``flops`` int64), without a call per group.
+
+    Exact as the loop: a group of one node sums to its time, of two to the
+    IEEE sum of both (correctly rounded, as math.fsum is), and only larger
+    groups go through math.fsum; int64 FLOP sums cannot overflow (see
+    ``_flops_objects``) and come back as Python ints.
+    """
+    counts = np.bincount(codes, minlength=groups)
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    t = times[order]
+    out = np.zeros(groups)
+    one, two = counts == 1, counts == 2
+    out[one] = t[starts[one]]
+    out[two] = t[starts[two]] + t[starts[two] + 1]
+    many = np.flatnonzero(counts > 2)
+    if len(many):
+        t_list = t.tolist()
+        fsum = math.fsum
+        out[many] = [fsum(t_list[s:e]) for s, e in zip(starts[many].tolist(), ends[many].tolist())]
+    running = np.concatenate(([0], np.cumsum(flops[order])))
+    return counts.tolist(), out.tolist(), (running[ends] - running[starts]).tolist()
+
+
+def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.ndarray,
                  fn: str) -> tuple[list[int], list[float], list[float | None]]:
     """Per group code: node count, folded time and folded FLOPs (unknown FLOPs left out; int sums stay exact).
 
@@ -543,14 +580,10 @@ def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.nd
     t = times[order].tolist()
     f = flops[order].tolist()
     bounds = [0, *itertools.accumulate(counts)]
-    spans = list(zip(bounds[:-1], bounds[1:]))
-    if fn == "sum" and all_known:
-        # the usual case: one C call per group; an empty group sums to 0.0 and 0, as it must
-        return counts, list(map(math.fsum, [t[s:e] for s, e in spans])), list(map(sum, [f[s:e] for s, e in spans]))
     fold = _FOLD[fn]
     out_t: list[float] = []
     out_f: list[float | None] = []
-    for start, end in spans:
+    for start, end in zip(bounds[:-1], bounds[1:]):
         if start == end:
             out_t.append(0.0)
             out_f.append(0)
@@ -579,11 +612,13 @@ def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence
     sides = []
     for codes, frame, times, keep in ((codes_a, frame_a, ta, keep_a), (codes_b, frame_b, tb, keep_b)):
         times = np.asarray(times, dtype=np.float64)
-        flops, all_known = _flops_objects(frame)
+        flops, exact = _flops_objects(frame)
         if keep is not None:
-            times, flops = times[keep], flops[keep]
-            all_known = None not in flops.tolist()
-        sides.append(_fold_groups(codes, len(keys), times, flops, all_known, fn))
+            times, flops, exact = times[keep], flops[keep], None if exact is None else exact[keep]
+        if fn == "sum" and exact is not None and len(codes):
+            sides.append(_group_sums(codes, len(keys), times, exact))
+        else:
+            sides.append(_fold_groups(codes, len(keys), times, flops, fn))
     (na, time_a, flops_a), (nb, time_b, flops_b) = sides
     rows = np.arange(len(keys))
     if order is not None and order.key in _TIME_KEYS:

@@ -35,6 +35,7 @@ all its nodes removed or added.
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Callable, Hashable, Sequence
@@ -105,8 +106,8 @@ class ColumnCodes:
         cached = self._codes.get(name)
         if cached is None:
             a, b = self._columns[0](name), self._columns[1](name)
-            values = list(dict.fromkeys([*dict.fromkeys(a), *dict.fromkeys(b)]))
-            index = {v: i for i, v in enumerate(values)}
+            values = list(dict.fromkeys(itertools.chain(a, b)))
+            index = dict(zip(values, range(len(values))))
             cached = self._codes[name] = (np.fromiter(map(index.__getitem__, a), dtype=np.int64, count=len(a)),
                                           np.fromiter(map(index.__getitem__, b), dtype=np.int64, count=len(b)),
                                           values)
@@ -287,6 +288,9 @@ class ProfileMatch:
 
 
 def _offsets(frame: NodeFrame, graphs: int) -> np.ndarray:
+    """Where each graph's nodes start in the frame (and where the last ends)."""
+    if graphs == 1:
+        return np.array([0, len(frame)])
     sizes = np.bincount(np.asarray(frame.column("graph_index"), dtype=np.int64), minlength=graphs)
     return np.concatenate(([0], np.cumsum(sizes)))
 
