@@ -44,7 +44,7 @@ from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.match import KINDS, ColumnCodes, MatchKind, match_frames
 from graphprof.analysis.options import TableOptionError, TableOptions, make_options
 from graphprof.analysis.regression import RegressionGate, StepComparison, compare_steps, regression_gate
-from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 
 #: ``--order-by`` keys of a diff and their aliases. ``time`` and ``flops`` order by absolute change.
 ORDER_KEYS: dict[str, tuple[str, ...]] = {
@@ -609,7 +609,7 @@ def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence
     frames = (frame_a, frame_b)
     columns = columns or ColumnCodes(frame_a.column, frame_b.column)
     codes_a, codes_b, keys = _group_codes(by, module_depth, frames, columns, (keep_a, keep_b))
-    sides = []
+    sides: list[tuple[list[int], list[float], list[Any]]] = []
     for codes, frame, times, keep in ((codes_a, frame_a, ta, keep_a), (codes_b, frame_b, tb, keep_b)):
         times = np.asarray(times, dtype=np.float64)
         flops, exact = _flops_objects(frame)
@@ -749,11 +749,11 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
     clock = _clock(a, b, options.clock)
     frames = node_frame(a), node_frame(b)
     ta, tb = frames[0].times(options.stat, clock), frames[1].times(options.stat, clock)
+    keep_a: np.ndarray | None = None  # None: every node
+    keep_b: np.ndarray | None = None
     if options.filtered:
         keep_a = np.asarray(select(flat_nodes(a), options, ta), dtype=np.int64)
         keep_b = np.asarray(select(flat_nodes(b), options, tb), dtype=np.int64)
-    else:
-        keep_a = keep_b = None  # every node
     columns = ColumnCodes(frames[0].column, frames[1].column)  # shared by the matching and the groupings
     pairs, counts, names, shared = _pair_nodes(a, b, frames, columns, ta, tb, keep_a, keep_b)
     rows = order_nodes(pairs, order) if shared else np.zeros(0, dtype=np.int64)
@@ -767,7 +767,8 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
                                 options.aggregate_fn, depth, columns, order)
         aggregates[by] = groups if isinstance(groups, GroupDiffs) else tuple(groups)
     note = None
-    if keep_a is not None and not len(keep_a) and not len(keep_b) and (len(frames[0]) or len(frames[1])):
+    if keep_a is not None and keep_b is not None and not len(keep_a) and not len(keep_b) and (
+            len(frames[0]) or len(frames[1])):
         note = why_empty(b if len(frames[1]) else a, options)
     steps = compare_steps(a, b)
     return DiffResult(

@@ -315,16 +315,19 @@ def match_frames(before: Sequence[GraphRecord], after: Sequence[GraphRecord], fr
     for g, (gi, gj) in enumerate(graph_pairs):
         if gi is not None and gj is not None:
             (a1, a2), (b1, b2) = off_a[gi:gi + 2].tolist(), off_b[gj:gj + 2].tolist()
-            ia, ib, kind = match_codes(
-                (exact[0][a1:a2], exact[1][b1:b2]),
-                lambda a1=a1, a2=a2, b1=b1, b2=b2: [(ka[a1:a2], kb[b1:b2]) for ka, kb in gaps()])
+
+            def graph_gaps(a1: int = a1, a2: int = a2, b1: int = b1,
+                           b2: int = b2) -> list[tuple[np.ndarray, np.ndarray]]:
+                return [(ka[a1:a2], kb[b1:b2]) for ka, kb in gaps()]
+
+            ia, ib, kind = match_codes((exact[0][a1:a2], exact[1][b1:b2]), graph_gaps)
             parts.append((np.where(ia >= 0, ia + a1, -1), np.where(ib >= 0, ib + b1, -1), kind, g))
         else:
             chunks: _Chunks = []
             if gi is not None:
                 _unpaired(int(off_a[gi]), int(off_a[gi + 1]), 0, 0, chunks)
-            else:
-                _unpaired(0, 0, int(off_b[gj]), int(off_b[gj + 1]), chunks)  # type: ignore[index]
+            elif gj is not None:
+                _unpaired(0, 0, int(off_b[gj]), int(off_b[gj + 1]), chunks)
             for ia, ib, k in chunks:
                 parts.append((ia, ib, np.full(len(ia), k, dtype=np.int8), g))
     if not parts:
