@@ -29,19 +29,22 @@ Choices:
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterator, Mapping, Sequence, overload
+
+import numpy as np
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.entries import ratio
-from graphprof.analysis.filters import NodePairs, flat_nodes, resolve_clock, select, why_empty
-from graphprof.analysis.frame import node_frame
-from graphprof.analysis.match import MatchKind, match_profiles
+from graphprof.analysis.filters import flat_nodes, resolve_clock, select, why_empty
+from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.match import KINDS, ColumnCodes, MatchKind, match_frames
 from graphprof.analysis.options import TableOptionError, TableOptions, make_options
 from graphprof.analysis.regression import RegressionGate, StepComparison, compare_steps, regression_gate
-from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 
 #: ``--order-by`` keys of a diff and their aliases. ``time`` and ``flops`` order by absolute change.
 ORDER_KEYS: dict[str, tuple[str, ...]] = {
@@ -86,22 +89,45 @@ def _flops_delta(before: float | None, after: float | None) -> float | None:
 class NodeDiff:
     """A node of either profile, paired with its counterpart when it has one.
 
-    Times are the chosen statistic over each profile's steps (None on the
-    side where the node does not exist); ``delta_time_s`` counts a missing
-    side as 0, so an added node's delta is its whole time. ``ratio`` is
-    after / before time (None unless both are known and before > 0).
+    ``before_index``/``after_index`` are the node's position in its profile's
+    node frame (execution order over all graphs), None on the side where the
+    node does not exist; ``side``/``value`` read a column there without
+    building NodeRecords. Times are the chosen statistic over each profile's
+    steps (None where the node does not exist); ``delta_time_s`` counts a
+    missing side as 0, so an added node's delta is its whole time. ``ratio``
+    is after / before time (None unless both are known and before > 0).
     """
 
     status: MatchKind
     graph: str
-    before: NodeRecord | None
-    after: NodeRecord | None
+    before_index: int | None
+    after_index: int | None
     before_time_s: float | None
     after_time_s: float | None
     delta_time_s: float
     ratio: float | None
     delta_flops: float | None
     position: int
+    frames: tuple[NodeFrame, NodeFrame] = field(compare=False, repr=False)
+
+    def side(self, name: str, which: str) -> Any:
+        """Column ``name`` of the ``before`` or ``after`` node (None when that side has no node)."""
+        index = self.before_index if which == "before" else self.after_index
+        if index is None:
+            return None
+        return self.frames[0 if which == "before" else 1].column(name)[index]
+
+    def value(self, name: str) -> Any:
+        """Column ``name`` of the after node, or of the before node of a removed one."""
+        return self.side(name, "after" if self.after_index is not None else "before")
+
+    @property
+    def before(self) -> NodeRecord | None:
+        return None if self.before_index is None else self.frames[0].pairs[self.before_index][1]
+
+    @property
+    def after(self) -> NodeRecord | None:
+        return None if self.after_index is None else self.frames[1].pairs[self.after_index][1]
 
     @property
     def node(self) -> NodeRecord:
@@ -113,23 +139,114 @@ class NodeDiff:
         """Not an identical node: unmatched, or time or FLOPs differ at all."""
         if self.status is not MatchKind.MATCHED or self.delta_time_s != 0:
             return True
-        return (self.before.flops if self.before else None) != (self.after.flops if self.after else None)
+        return self.side("flops", "before") != self.side("flops", "after")
 
 
-_NODE_DIFF_FIELDS = tuple(f.name for f in fields(NodeDiff))
-_new = object.__new__
+class NodeDiffs(Sequence[NodeDiff]):
+    """Node pairs in their order, each built as a NodeDiff only when read.
+
+    Why: a diff of two 100,000-node profiles pairs 100,000 nodes and prints
+    ten; the pairs live as arrays (``_Pairs``) and ``rows`` picks and orders them.
+    """
+
+    __slots__ = ("_pairs", "_rows")
+
+    def __init__(self, pairs: "_Pairs", rows: np.ndarray) -> None:
+        self._pairs, self._rows = pairs, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> NodeDiff: ...
+    @overload
+    def __getitem__(self, index: slice) -> "NodeDiffs": ...
+
+    def __getitem__(self, index: int | slice) -> "NodeDiff | NodeDiffs":
+        if isinstance(index, slice):
+            return NodeDiffs(self._pairs, self._rows[index])
+        return self._pairs.node_diff(int(self._rows[index]))
+
+    def __iter__(self) -> Iterator[NodeDiff]:
+        node_diff = self._pairs.node_diff
+        return (node_diff(k) for k in self._rows.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
+            return NotImplemented if not isinstance(other, Sequence) else False
+        return all(x == y for x, y in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NodeDiffs({len(self)} node pairs)"
+
+    def changed(self) -> "NodeDiffs":
+        """The pairs that are not identical (``NodeDiff.changed``), in this order."""
+        return NodeDiffs(self._pairs, self._rows[self._pairs.changed()[self._rows]])
 
 
-def _node_diff(status: MatchKind, graph: str, a: NodeRecord | None, b: NodeRecord | None,
-               ta: float | None, tb: float | None, position: int) -> NodeDiff:
-    """A NodeDiff built without the frozen dataclass's __init__ (one object.__setattr__ per field):
-    a diff of two 100,000-node profiles builds 100,000 of them. It has no __post_init__ to skip."""
-    fa = a.flops if a is not None else 0
-    fb = b.flops if b is not None else 0
-    out = _new(NodeDiff)
-    out.__dict__.update(zip(_NODE_DIFF_FIELDS, (
-        status, graph, a, b, ta, tb, (tb or 0.0) - (ta or 0.0), ratio(tb, ta),
-        None if fa is None or fb is None else fb - fa, position)))
+@dataclass(frozen=True)
+class _Pairs:
+    """The kept node pairs of a diff as arrays, by position (execution order); -1 / NaN: no such side."""
+
+    frames: tuple[NodeFrame, NodeFrame]
+    kind: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    graph: np.ndarray
+    graph_names: tuple[str, ...]
+    before_time_s: np.ndarray
+    after_time_s: np.ndarray
+    delta_time_s: np.ndarray
+    before_times: np.ndarray  # every node's time in each profile, by node index
+    after_times: np.ndarray
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def node_diff(self, k: int) -> NodeDiff:
+        """The NodeDiff of pair ``k`` (built once: reading it twice gives the same object)."""
+        built = self.memo.setdefault("nodes", {})
+        out = built.get(k)
+        if out is None:
+            out = built[k] = self._build(k)
+        return out
+
+    def _build(self, k: int) -> NodeDiff:
+        i, j = int(self.before[k]), int(self.after[k])
+        ta = float(self.before_time_s[k]) if i >= 0 else None
+        tb = float(self.after_time_s[k]) if j >= 0 else None
+        return NodeDiff(KINDS[self.kind[k]], self.graph_names[self.graph[k]], i if i >= 0 else None,
+                        j if j >= 0 else None, ta, tb, float(self.delta_time_s[k]), ratio(tb, ta),
+                        self.delta_flops(k), k, self.frames)
+
+    def flops(self, k: int) -> tuple[Any, Any]:
+        """FLOPs of both sides of pair ``k``; a missing side counts as 0 (an added node's delta is its FLOPs)."""
+        i, j = int(self.before[k]), int(self.after[k])
+        return (self.frames[0].column("flops")[i] if i >= 0 else 0,
+                self.frames[1].column("flops")[j] if j >= 0 else 0)
+
+    def delta_flops(self, k: int) -> float | None:
+        fa, fb = self.flops(k)
+        return None if fa is None or fb is None else fb - fa
+
+    def changed(self) -> np.ndarray:
+        """Per pair: unmatched, or its time or FLOPs differ at all (computed once)."""
+        cached = self.memo.get("changed")
+        if cached is not None:
+            return cached
+        out = (self.kind != 0) | (self.delta_time_s != 0)
+        both = np.flatnonzero(~out)
+        if len(both):
+            fa = _flops_objects(self.frames[0])[0][self.before[both]]
+            fb = _flops_objects(self.frames[1])[0][self.after[both]]
+            out[both] = fa != fb
+        self.memo["changed"] = out
+        return out
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
     return out
 
 
@@ -157,6 +274,67 @@ class GroupDiff:
     @property
     def delta_flops(self) -> float | None:
         return _flops_delta(self.before_flops, self.after_flops)
+
+
+class GroupDiffs(Sequence[GroupDiff]):
+    """The groups of one grouping in their order, each built as a GroupDiff only when read.
+
+    Why: grouping a 100,000-node profile by module gives 30,000 groups and
+    a diff prints the ten that changed most; the groups live as columns.
+    """
+
+    __slots__ = ("_by", "_keys", "_columns", "_rows", "_built")
+
+    def __init__(self, by: str, keys: Sequence[str], columns: tuple[list[Any], ...], rows: np.ndarray,
+                 built: dict[int, GroupDiff] | None = None) -> None:
+        self._by, self._keys, self._columns, self._rows = by, keys, columns, rows
+        self._built = {} if built is None else built  # shared by views, so a group read twice is one object
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> GroupDiff: ...
+    @overload
+    def __getitem__(self, index: slice) -> "GroupDiffs": ...
+
+    def __getitem__(self, index: int | slice) -> "GroupDiff | GroupDiffs":
+        if isinstance(index, slice):
+            return GroupDiffs(self._by, self._keys, self._columns, self._rows[index], self._built)
+        return self._group(int(self._rows[index]))
+
+    def _group(self, g: int) -> GroupDiff:
+        out = self._built.get(g)
+        if out is None:  # without the frozen __init__ (one object.__setattr__ per field)
+            out = self._built[g] = _new(GroupDiff)
+            out.__dict__.update(zip(_GROUP_DIFF_FIELDS, (self._by, self._keys[g], *(c[g] for c in self._columns))))
+        return out
+
+    def __iter__(self) -> Iterator[GroupDiff]:
+        return map(self._group, self._rows.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(x == y for x, y in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"GroupDiffs({self._by!r}, {len(self)} groups)"
+
+    def changed(self) -> "GroupDiffs":
+        """The groups whose node count, time or FLOPs differ, in this order."""
+        na, nb, ta, tb, fa, fb = self._columns
+        # after - before != 0 exactly when after != before (IEEE floats, subnormals included)
+        changed = ((np.asarray(tb, dtype=np.float64) != np.asarray(ta, dtype=np.float64))
+                   | (np.asarray(na) != np.asarray(nb)) | (_objects(fa) != _objects(fb)))
+        rows = self._rows[changed[self._rows]] if len(self._rows) else self._rows
+        return GroupDiffs(self._by, self._keys, self._columns, rows, self._built)
+
+
+_GROUP_DIFF_FIELDS = tuple(f.name for f in fields(GroupDiff))
+_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -191,14 +369,16 @@ class DiffResult:
     steps: StepComparison
     graph_pairs: tuple[tuple[str | None, str | None], ...]
     counts: Mapping[str, int]
-    nodes: tuple[NodeDiff, ...]
-    aggregates: Mapping[str, tuple[GroupDiff, ...]]
+    nodes: Sequence[NodeDiff]
+    aggregates: Mapping[str, Sequence[GroupDiff]]
     gate: RegressionGate | None = None
     note: str | None = None
 
     @property
-    def changed(self) -> tuple[NodeDiff, ...]:
-        """The node pairs (after filters) that are not identical."""
+    def changed(self) -> Sequence[NodeDiff]:
+        """The node pairs (after filters) that are not identical, in order."""
+        if isinstance(self.nodes, NodeDiffs):
+            return self.nodes.changed()
         return tuple(n for n in self.nodes if n.changed)
 
     @property
@@ -219,20 +399,13 @@ def _clock(before: Profile, after: Profile, clock: str) -> str:
     return "host" if "host" in (a, b) else "auto"
 
 
-def _side(profile: Profile, times: Sequence[float]) -> SideSummary:
-    known = [n.flops for _, n in profile.iter_nodes() if n.flops is not None]
+def _side(profile: Profile, frame: NodeFrame, times: Sequence[float]) -> SideSummary:
+    flops = frame.column("flops")
+    unknown = flops.count(None)
+    total = None if unknown == len(flops) else sum(flops) if not unknown else sum([f for f in flops if f is not None])
     meta = profile.meta
     return SideSummary(meta.function, meta.device_type + (f" ({meta.device_name})" if meta.device_name else ""),
-                       len(profile.graphs), len(times), len(profile.steps), math.fsum(times),
-                       sum(known) if known else None)
-
-
-def _offsets(profile: Profile) -> list[int]:
-    out, total = [], 0
-    for g in profile.graphs:
-        out.append(total)
-        total += len(g.nodes)
-    return out
+                       len(profile.graphs), len(times), len(profile.steps), math.fsum(times), total)
 
 
 def _is_host(graph: GraphRecord) -> bool:
@@ -240,35 +413,51 @@ def _is_host(graph: GraphRecord) -> bool:
     return graph.kind.value == "host" or graph.name == "host"
 
 
-def _pair_nodes(before: Profile, after: Profile, ta: list[float], tb: list[float], keep_a: set[int],
-                keep_b: set[int]) -> tuple[list[NodeDiff], dict[str, int], list[tuple[str | None, str | None]], bool]:
-    """Node diffs of the kept nodes, counts per status (all nodes), graph names paired, and whether any
-    node of a captured graph (not the host graph) found a partner."""
-    off_a, off_b = _offsets(before), _offsets(after)
-    out: list[NodeDiff] = []
-    counts = {k.value: 0 for k in MatchKind}
-    names: list[tuple[str | None, str | None]] = []
-    shared = False
-    for (gi, gj), pairs in match_profiles(before.graphs, after.graphs):
-        nodes_a = before.graphs[gi].nodes if gi is not None else ()
-        nodes_b = after.graphs[gj].nodes if gj is not None else ()
-        names.append((before.graphs[gi].name if gi is not None else None,
-                      after.graphs[gj].name if gj is not None else None))
-        graph = names[-1][1] or names[-1][0] or ""
-        if gi is not None and gj is not None and not _is_host(before.graphs[gi]):
-            shared = shared or any(i is not None and j is not None for i, j, _ in pairs)
-        for i, j, kind in pairs:
-            counts[kind.value] += 1
-            fa = None if i is None else off_a[gi] + i  # type: ignore[index]
-            fb = None if j is None else off_b[gj] + j  # type: ignore[index]
-            if (fa is not None and fa in keep_a) or (fb is not None and fb in keep_b):
-                out.append(_node_diff(kind, graph, None if i is None else nodes_a[i], None if j is None else nodes_b[j],
-                                      None if fa is None else ta[fa], None if fb is None else tb[fb], len(out)))
-    return out, counts, names, shared
+def _take(values: np.ndarray, index: np.ndarray, missing: Any) -> np.ndarray:
+    """``values[index]`` with ``missing`` where the index is -1 (no such node)."""
+    out = np.full(len(index), missing, dtype=values.dtype)
+    known = index >= 0
+    out[known] = values[index[known]]
+    return out
+
+
+def _pair_nodes(before: Profile, after: Profile, frames: tuple[NodeFrame, NodeFrame], columns: ColumnCodes,
+                ta: Sequence[float],
+                tb: Sequence[float], keep_a: np.ndarray | None, keep_b: np.ndarray | None,
+                ) -> tuple[_Pairs, dict[str, int], list[tuple[str | None, str | None]], bool]:
+    """The kept node pairs, counts per status (all nodes), graph names paired, and whether any node of a
+    captured graph (not the host graph) found a partner. ``keep_*`` None: every node is kept."""
+    m = match_frames(before.graphs, after.graphs, *frames, columns)
+    counts = dict(zip((k.value for k in KINDS), np.bincount(m.kind, minlength=len(KINDS)).tolist()))
+    names = [(before.graphs[gi].name if gi is not None else None, after.graphs[gj].name if gj is not None else None)
+             for gi, gj in m.graph_pairs]
+    captured = np.array([gi is not None and gj is not None and not _is_host(before.graphs[gi])
+                         for gi, gj in m.graph_pairs], dtype=bool)
+    shared = bool(np.any((m.before >= 0) & (m.after >= 0) & captured[m.graph])) if len(m.kind) else False
+    rows = slice(None)
+    if keep_a is not None or keep_b is not None:
+        kept = np.zeros(len(m.kind), dtype=bool)
+        for index, keep, n in ((m.before, keep_a, len(frames[0])), (m.after, keep_b, len(frames[1]))):
+            mask = np.ones(n, dtype=bool) if keep is None else np.zeros(n, dtype=bool)
+            if keep is not None:
+                mask[keep] = True
+            kept |= _take(mask, index, False)
+        rows = np.flatnonzero(kept)  # type: ignore[assignment]
+    ia, ib = m.before[rows], m.after[rows]
+    all_a, all_b = np.asarray(ta, dtype=np.float64), np.asarray(tb, dtype=np.float64)
+    time_a, time_b = _take(all_a, ia, np.nan), _take(all_b, ib, np.nan)
+    delta = np.where(ib >= 0, time_b, 0.0) - np.where(ia >= 0, time_a, 0.0)
+    pairs = _Pairs(frames, m.kind[rows], ia, ib, m.graph[rows], tuple(b or a or "" for a, b in names),
+                   time_a, time_b, delta, all_a, all_b)
+    return pairs, counts, names, shared
 
 
 def _shape_label(node: NodeRecord) -> str:
-    return f"{node.type} {[list(s) if s is not None else None for s in node.in_shapes]}"
+    return _shape_text(node.type, node.in_shapes)
+
+
+def _shape_text(op_type: str, in_shapes: tuple[tuple[int, ...] | None, ...]) -> str:
+    return f"{op_type} {[list(s) if s is not None else None for s in in_shapes]}"
 
 
 def group_key_fn(by: str, module_depth: int | None = None) -> Callable[[GraphRecord, NodeRecord], str]:
@@ -290,84 +479,181 @@ _FOLD: dict[str, Callable[[Sequence[float]], float]] = {
 }
 
 
-def _group_keys(by: str, module_depth: int | None, pairs: NodePairs) -> Sequence[str]:
-    """``group_key_fn(by, module_depth)`` of every node of ``pairs``, computed once per distinct value.
-
-    Why: a diff groups two 100,000-node profiles six ways; a function call per
-    node and grouping was most of its time.
-    """
+def _group_keys(by: str, module_depth: int | None, frame: NodeFrame) -> Sequence[str]:
+    """``group_key_fn(by, module_depth)`` of every node of ``frame``, from its columns (labels made once per
+    distinct value): a diff groups two 100,000-node profiles three ways or more."""
     if by == "all":
-        return ["all"] * len(pairs)
-    if by in ("type", "module", "source", "scope", "phase") and not (by == "module" and module_depth):
-        if by == "phase":
-            values = {p: p.value for p in Phase}  # Enum.value is a property: slow over every node
-            return [values[n.phase] for _, n in pairs]
-        return [getattr(n, by) for _, n in pairs]
-    if by == "graph":
-        return [g.name for g, _ in pairs]
-    key_of = group_key_fn(by, module_depth)
+        return ["all"] * len(frame)
+    if by in ("type", "module", "source", "scope", "phase", "graph") and not (by == "module" and module_depth):
+        return frame.column(by)
     if by == "shape":
-        labels: dict[tuple[str, Any], str] = {}
-        out = []
-        for g, n in pairs:
-            k = (n.type, n.in_shapes)
-            label = labels.get(k)
-            if label is None:
-                label = labels[k] = key_of(g, n)
-            out.append(label)
-        return out
+        pairs = list(zip(frame.column("type"), frame.column("in_shapes")))
+        labels = {k: _shape_text(*k) for k in dict.fromkeys(pairs)}
+        return [labels[k] for k in pairs]
     if by == "module":
-        paths: dict[str, str] = {}
-        out = []
-        for g, n in pairs:
-            label = paths.get(n.module)
-            if label is None:
-                label = paths[n.module] = key_of(g, n)
-            out.append(label)
-        return out
-    return [key_of(g, n) for g, n in pairs]
+        modules = frame.column("module")
+        paths = {m: truncate_module(m, module_depth) for m in dict.fromkeys(modules)}
+        return [paths[m] for m in modules]
+    raise TableOptionError(f"--aggregate-by {by!r} is not supported by diff")
 
 
-def _buckets(keys: Sequence[str], keep: Sequence[int]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i in keep:
-        key = keys[i]
-        bucket = out.get(key)
-        if bucket is None:
-            out[key] = [i]
-        else:
-            bucket.append(i)
-    return out
+def _kept(values: Sequence[Any], keep: np.ndarray | None) -> Sequence[Any]:
+    return values if keep is None else [values[i] for i in keep.tolist()]
 
 
-def aggregate_diff(by: str, pairs_a: NodePairs, pairs_b: NodePairs, ta: Sequence[float], tb: Sequence[float],
-                   keep_a: Sequence[int], keep_b: Sequence[int], fn: str = "sum",
-                   module_depth: int | None = None) -> list[GroupDiff]:
-    """Groups of the kept nodes of each profile, outer-joined on the group key (first-seen order).
+def _group_codes(by: str, module_depth: int | None, frames: tuple[NodeFrame, NodeFrame], columns: ColumnCodes,
+                 keep: tuple[np.ndarray | None, np.ndarray | None]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Group codes of the kept nodes of each side and the group keys in code order: the before profile's
+    groups in first-seen order, then those only in the after profile (as a walk over the nodes meets them)."""
+    if keep[0] is None and keep[1] is None and (by in ("type", "module", "source", "scope", "phase", "graph") or by == "all"):
+        if by == "all":
+            n_a, n_b = len(frames[0]), len(frames[1])
+            return np.zeros(n_a, dtype=np.int64), np.zeros(n_b, dtype=np.int64), ["all"] if n_a + n_b else []
+        codes_a, codes_b, values = columns(by)
+        if by != "module" or not module_depth:
+            return codes_a, codes_b, values
+        # labels of the distinct module paths, re-coded in code order (first-seen order is kept)
+        labels: dict[str, int] = {}
+        remap = np.fromiter((labels.setdefault(truncate_module(v, module_depth), len(labels)) for v in values),
+                            dtype=np.int64, count=len(values))
+        return remap[codes_a], remap[codes_b], list(labels)
+    va = _kept(_group_keys(by, module_depth, frames[0]), keep[0])
+    vb = _kept(_group_keys(by, module_depth, frames[1]), keep[1])
+    keys = list(dict.fromkeys([*dict.fromkeys(va), *dict.fromkeys(vb)]))
+    index = {k: i for i, k in enumerate(keys)}
+    return (np.fromiter(map(index.__getitem__, va), dtype=np.int64, count=len(va)),
+            np.fromiter(map(index.__getitem__, vb), dtype=np.int64, count=len(vb)), keys)
 
-    A side without nodes in a group has 0 time and 0 FLOPs there, not unknown ones.
+
+def _flops_objects(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """The FLOPs column as an object array (exact Python values), and as int64 when every count is a
+    known int small enough that any sum of them fits (None otherwise)."""
+    def compute() -> tuple[np.ndarray, np.ndarray | None]:
+        flops = frame.column("flops")
+        exact: np.ndarray | None = None
+        if set(map(type, flops)) <= {int}:
+            try:
+                exact = np.array(flops, dtype=np.int64)
+            except OverflowError:
+                exact = None
+            if exact is not None and len(exact) and int(np.abs(exact).max()) * len(exact) >= 1 << 62:
+                exact = None
+        return _objects(flops), exact
+    return frame.memo("diff.flops_objects", compute)
+
+
+def _group_sums(codes: np.ndarray, groups: int, times: np.ndarray,
+                flops: np.ndarray) -> tuple[list[int], list[float], list[int]]:
+    """``_fold_groups`` for ``sum`` with every FLOP count a known int (``flops`` int64), without a call per group.
+
+    Exact as the loop: a group of one node sums to its time, of two to the
+    IEEE sum of both (correctly rounded, as math.fsum is), and only larger
+    groups go through math.fsum; int64 FLOP sums cannot overflow (see
+    ``_flops_objects``) and come back as Python ints.
+    """
+    counts = np.bincount(codes, minlength=groups)
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    t = times[order]
+    out = np.zeros(groups)
+    one, two = counts == 1, counts == 2
+    out[one] = t[starts[one]]
+    out[two] = t[starts[two]] + t[starts[two] + 1]
+    many = np.flatnonzero(counts > 2)
+    if len(many):
+        t_list = t.tolist()
+        fsum = math.fsum
+        out[many] = [fsum(t_list[s:e]) for s, e in zip(starts[many].tolist(), ends[many].tolist())]
+    running = np.concatenate(([0], np.cumsum(flops[order])))
+    return counts.tolist(), out.tolist(), (running[ends] - running[starts]).tolist()
+
+
+def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.ndarray,
+                 fn: str) -> tuple[list[int], list[float], list[float | None]]:
+    """Per group code: node count, folded time and folded FLOPs (unknown FLOPs left out; int sums stay exact).
+
+    Nodes are visited in execution order within each group, as a loop over the nodes would.
+    """
+    counts = np.bincount(codes, minlength=groups).tolist() if len(codes) else [0] * groups
+    order = np.argsort(codes, kind="stable")
+    t = times[order].tolist()
+    f = flops[order].tolist()
+    bounds = [0, *itertools.accumulate(counts)]
+    fold = _FOLD[fn]
+    out_t: list[float] = []
+    out_f: list[float | None] = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if start == end:
+            out_t.append(0.0)
+            out_f.append(0)
+            continue
+        out_t.append(fold(t[start:end]))
+        known = [x for x in f[start:end] if x is not None]
+        out_f.append((sum(known) if fn == "sum" else fold(known)) if known else None)
+    return counts, out_t, out_f
+
+
+def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence[float] | np.ndarray,
+                   tb: Sequence[float] | np.ndarray, keep_a: np.ndarray | None, keep_b: np.ndarray | None,
+                   fn: str = "sum", module_depth: int | None = None,
+                   columns: ColumnCodes | None = None, order: DiffOrder | None = None) -> Sequence[GroupDiff]:
+    """Groups of the kept nodes of each profile (``keep_*`` None: all), outer-joined on the group key
+    (first-seen order: the before profile's groups, then those only in the after profile).
+
+    A side without nodes in a group has 0 time and 0 FLOPs there, not unknown ones. ``columns``: the
+    frames' ColumnCodes when the caller shares them (a diff groups three ways or more); ``order``: the
+    groups in that order (as ``order_items`` puts them) instead of first-seen order.
     """
     group_key_fn(by, module_depth)  # an unsupported grouping fails here, with its sentence
-    ba = _buckets(_group_keys(by, module_depth, pairs_a), keep_a)
-    bb = _buckets(_group_keys(by, module_depth, pairs_b), keep_b)
-    column_a, column_b = [n.flops for _, n in pairs_a], [n.flops for _, n in pairs_b]
+    frames = (frame_a, frame_b)
+    columns = columns or ColumnCodes(frame_a.column, frame_b.column)
+    codes_a, codes_b, keys = _group_codes(by, module_depth, frames, columns, (keep_a, keep_b))
+    sides: list[tuple[list[int], list[float], list[Any]]] = []
+    for codes, frame, times, keep in ((codes_a, frame_a, ta, keep_a), (codes_b, frame_b, tb, keep_b)):
+        times = np.asarray(times, dtype=np.float64)
+        flops, exact = _flops_objects(frame)
+        if keep is not None:
+            times, flops, exact = times[keep], flops[keep], None if exact is None else exact[keep]
+        if fn == "sum" and exact is not None and len(codes):
+            sides.append(_group_sums(codes, len(keys), times, exact))
+        else:
+            sides.append(_fold_groups(codes, len(keys), times, flops, fn))
+    (na, time_a, flops_a), (nb, time_b, flops_b) = sides
+    rows = np.arange(len(keys))
+    if order is not None and order.key in _TIME_KEYS:
+        rows = _ordered_times(np.asarray(time_a, dtype=np.float64), np.asarray(time_b, dtype=np.float64), order)
+    groups = GroupDiffs(by, keys, (na, nb, time_a, time_b, flops_a, flops_b), rows)
+    return groups if order is None or order.key in _TIME_KEYS else order_items(groups, order)
 
-    fold = _FOLD[fn]
 
-    def folded(bucket: list[int], pairs: NodePairs, times: Sequence[float]) -> tuple[float, float | None]:
-        if not bucket:
-            return 0.0, 0
-        column = column_a if pairs is pairs_a else column_b
-        flops = [f for f in map(column.__getitem__, bucket) if f is not None]  # unknown ones left out
-        folded_flops = (sum(flops) if fn == "sum" else fold(flops)) if flops else None  # int sums stay exact
-        return fold([times[i] for i in bucket]), folded_flops
+#: Order keys that sort by times alone (numbers, both sides known for groups).
+_TIME_KEYS = ("time", "delta_time", "before_time", "after_time", "ratio")
 
-    out = []
-    for key in {**dict.fromkeys(ba), **dict.fromkeys(bb)}:
-        ia, ib = ba.get(key, []), bb.get(key, [])
-        (time_a, flops_a), (time_b, flops_b) = folded(ia, pairs_a, ta), folded(ib, pairs_b, tb)
-        out.append(GroupDiff(by, key, len(ia), len(ib), time_a, time_b, flops_a, flops_b))
-    return out
+
+def _time_values(before: np.ndarray, after: np.ndarray, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values of a ``_TIME_KEYS`` order key from both sides' times (NaN: no such side) and where they are known."""
+    known = ~np.isnan(before) & ~np.isnan(after)
+    if key in ("time", "delta_time"):
+        delta = np.where(np.isnan(after), 0.0, after) - np.where(np.isnan(before), 0.0, before)
+        return (np.abs(delta) if key == "time" else delta), np.ones(len(before), dtype=bool)
+    if key == "before_time":
+        return before, ~np.isnan(before)
+    if key == "after_time":
+        return after, ~np.isnan(after)
+    known &= before > 0
+    values = np.zeros(len(before))
+    values[known] = after[known] / before[known]
+    return values, known
+
+
+def _ordered_times(before: np.ndarray, after: np.ndarray, order: DiffOrder) -> np.ndarray:
+    """Positions in ``order`` (a ``_TIME_KEYS`` key): unknown values last, ties in their order."""
+    values, known = _time_values(before, after, order.key)
+    rows = np.flatnonzero(known)
+    # a stable sort of the negated values is the stable descending sort (no NaN among known values)
+    rows = rows[np.argsort(values[rows] if order.ascending else -values[rows], kind="stable")]
+    return np.concatenate((rows, np.flatnonzero(~known)))
 
 
 def _order_value(item: NodeDiff | GroupDiff, key: str) -> Any:
@@ -387,16 +673,46 @@ def _order_value(item: NodeDiff | GroupDiff, key: str) -> Any:
         return item.status.value
     if key == "graph":
         return item.graph
-    value = getattr(item.node, key)
-    return value.value if key == "phase" else value
+    return item.value(key)
+
+
+def _ordered(values: Sequence[Any], ascending: bool) -> list[int]:
+    """Positions of ``values`` in order; unknown (None) values last in either direction; ties keep their order."""
+    known = [(v, i) for i, v in enumerate(values) if v is not None]
+    known.sort(key=lambda vi: vi[0], reverse=not ascending)
+    return [i for _, i in known] + [i for i, v in enumerate(values) if v is None]
 
 
 def order_items(items: Sequence[Any], order: DiffOrder) -> list[Any]:
     """Items ordered by ``order``; unknown values last in either direction; ties keep their order."""
-    values = [(_order_value(x, order.key), x) for x in items]
-    known = [vx for vx in values if vx[0] is not None]
-    known.sort(key=lambda vx: vx[0], reverse=not order.ascending)
-    return [x for _, x in known] + [x for v, x in values if v is None]
+    return [items[i] for i in _ordered([_order_value(x, order.key) for x in items], order.ascending)]
+
+
+def _node_values(pairs: _Pairs, key: str) -> list[Any]:
+    """The values a non-time ``order`` sorts the node pairs by, None for unknown."""
+    n = len(pairs.kind)
+    if key in ("flops", "delta_flops"):
+        deltas = [pairs.delta_flops(k) for k in range(n)]
+        return deltas if key == "delta_flops" else [None if d is None else abs(d) for d in deltas]
+    if key == "status":
+        names = [k.value for k in KINDS]
+        return [names[k] for k in pairs.kind.tolist()]
+    if key == "graph":
+        return [pairs.graph_names[g] for g in pairs.graph.tolist()]
+    # a descriptive column of the after node, or of the before node of a removed one
+    column_a, column_b = pairs.frames[0].column(key), pairs.frames[1].column(key)
+    return [column_b[j] if j >= 0 else column_a[i] for i, j in zip(pairs.before.tolist(), pairs.after.tolist())]
+
+
+def order_nodes(pairs: _Pairs, order: DiffOrder) -> np.ndarray:
+    """Positions of the node pairs in ``order`` (as ``order_items`` would put their NodeDiffs)."""
+    n = len(pairs.kind)
+    if order.key == "id":
+        rows = np.arange(n)
+        return rows if order.ascending else rows[::-1].copy()
+    if order.key in _TIME_KEYS:
+        return _ordered_times(pairs.before_time_s, pairs.after_time_s, order)
+    return np.asarray(_ordered(_node_values(pairs, order.key), order.ascending), dtype=np.int64)
 
 
 def _as_profile(value: Profile | str | os.PathLike[str], which: str) -> Profile:
@@ -431,27 +747,33 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
         options.validate()
     order = parse_diff_order(order_by)
     clock = _clock(a, b, options.clock)
-    pairs_a, pairs_b = flat_nodes(a), flat_nodes(b)
-    ta, tb = node_frame(a).times(options.stat, clock), node_frame(b).times(options.stat, clock)
-    keep_a, keep_b = select(pairs_a, options, ta), select(pairs_b, options, tb)
-    nodes, counts, names, shared = _pair_nodes(a, b, ta, tb, set(keep_a), set(keep_b))
-    if not shared:
-        nodes = []
+    frames = node_frame(a), node_frame(b)
+    ta, tb = frames[0].times(options.stat, clock), frames[1].times(options.stat, clock)
+    keep_a: np.ndarray | None = None  # None: every node
+    keep_b: np.ndarray | None = None
+    if options.filtered:
+        keep_a = np.asarray(select(flat_nodes(a), options, ta), dtype=np.int64)
+        keep_b = np.asarray(select(flat_nodes(b), options, tb), dtype=np.int64)
+    columns = ColumnCodes(frames[0].column, frames[1].column)  # shared by the matching and the groupings
+    pairs, counts, names, shared = _pair_nodes(a, b, frames, columns, ta, tb, keep_a, keep_b)
+    rows = order_nodes(pairs, order) if shared else np.zeros(0, dtype=np.int64)
     groupings = list(DEFAULT_AGGREGATES)
     if options.aggregated and (options.aggregate_by or "all") not in groupings:
         groupings.append(options.aggregate_by or "all")
     aggregates = {}
     for by in groupings:
         depth = options.module_depth if by == "module" else None
-        groups = aggregate_diff(by, pairs_a, pairs_b, ta, tb, keep_a, keep_b, options.aggregate_fn, depth)
-        aggregates[by] = tuple(order_items(groups, order))
+        groups = aggregate_diff(by, frames[0], frames[1], pairs.before_times, pairs.after_times, keep_a, keep_b,
+                                options.aggregate_fn, depth, columns, order)
+        aggregates[by] = groups if isinstance(groups, GroupDiffs) else tuple(groups)
     note = None
-    if not keep_a and not keep_b and (pairs_a or pairs_b):
-        note = why_empty(b if pairs_b else a, options)
+    if keep_a is not None and keep_b is not None and not len(keep_a) and not len(keep_b) and (
+            len(frames[0]) or len(frames[1])):
+        note = why_empty(b if len(frames[1]) else a, options)
     steps = compare_steps(a, b)
     return DiffResult(
         options=options, order=order, clock=clock, mode="nodes" if shared else "aggregate",
-        before=_side(a, ta), after=_side(b, tb), steps=steps, graph_pairs=tuple(names), counts=counts,
-        nodes=tuple(order_items(nodes, order)), aggregates=aggregates,
+        before=_side(a, frames[0], ta), after=_side(b, frames[1], tb), steps=steps, graph_pairs=tuple(names),
+        counts=counts, nodes=NodeDiffs(pairs, rows), aggregates=aggregates,
         gate=None if fail_if_slower is None else regression_gate(steps, fail_if_slower), note=note,
     )

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from graphprof.analysis.stats import MAD_TO_SIGMA, median
-from graphprof.profile.model import Profile
+from graphprof.analysis.frame import node_frame
+from graphprof.profile.model import NS_PER_S, Profile
 
 #: One-sided 0.999 quantiles of Student's t by degrees of freedom (above 30: the normal 3.09 at 120+).
 _T_999 = {1: 318.31, 2: 22.327, 3: 10.215, 4: 7.173, 5: 5.893, 6: 5.208, 7: 4.785, 8: 4.501, 9: 4.297,
@@ -47,11 +48,11 @@ def step_times_s(profile: Profile) -> tuple[float, ...]:
     walls = tuple(s.wall_time_s for s in profile.steps)
     if walls and all(w > 0 for w in walls):
         return walls
-    n_steps = max((len(n.host_time_ns) for _, n in profile.iter_nodes()), default=0)
-    sums = [0.0] * n_steps
-    for _, node in profile.iter_nodes():
-        for i, t in enumerate(node.host_time_s):
-            sums[i] += t
+    samples = node_frame(profile).column("host_time_ns")  # a column: no NodeRecord is needed
+    sums = [0.0] * max(map(len, samples), default=0)
+    for node_ns in samples:
+        for i, t in enumerate(node_ns):
+            sums[i] += t / NS_PER_S
     return tuple(sums)
 
 

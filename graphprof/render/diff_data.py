@@ -20,9 +20,9 @@ import csv
 import io
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Sequence
 
-from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
+from graphprof.analysis.diff import DiffResult, GroupDiff, GroupDiffs, NodeDiff
 from graphprof.render.tabular import _csv_cell, _json_value
 
 DIFF_SCHEMA = "graphprof.diff/1"
@@ -38,18 +38,19 @@ GROUP_COLUMNS = (
 
 
 def node_dict(n: NodeDiff) -> dict[str, Any]:
-    """One node pair as a JSON-ready dict of ``NODE_COLUMNS``."""
-    node = n.node
+    """One node pair as a JSON-ready dict of ``NODE_COLUMNS`` (read from the profiles' columns, not records)."""
+    value = n.value
+    before_shapes, after_shapes = n.side("in_shapes", "before"), n.side("in_shapes", "after")
     return {
         "status": n.status.value, "graph": n.graph,
-        "before_id": n.before.id if n.before else None, "after_id": n.after.id if n.after else None,
-        "name": node.name, "op": node.op, "type": node.type, "module": node.module, "module_type": node.module_type,
-        "phase": node.phase.value, "source": node.source,
-        "before_in_shapes": _json_value(n.before.in_shapes) if n.before else None,
-        "after_in_shapes": _json_value(n.after.in_shapes) if n.after else None,
+        "before_id": n.side("id", "before"), "after_id": n.side("id", "after"),
+        "name": value("name"), "op": value("op"), "type": value("type"), "module": value("module"),
+        "module_type": value("module_type"), "phase": value("phase"), "source": value("source"),
+        "before_in_shapes": None if n.before_index is None else _json_value(before_shapes),
+        "after_in_shapes": None if n.after_index is None else _json_value(after_shapes),
         "before_time_s": n.before_time_s, "after_time_s": n.after_time_s, "delta_time_s": n.delta_time_s,
-        "ratio": n.ratio, "before_flops": n.before.flops if n.before else None,
-        "after_flops": n.after.flops if n.after else None, "delta_flops": n.delta_flops,
+        "ratio": n.ratio, "before_flops": n.side("flops", "before"),
+        "after_flops": n.side("flops", "after"), "delta_flops": n.delta_flops,
     }
 
 
@@ -58,13 +59,16 @@ def group_dict(g: GroupDiff) -> dict[str, Any]:
     return {k: getattr(g, k) for k in GROUP_COLUMNS}
 
 
-def changed_groups(groups: tuple[GroupDiff, ...]) -> list[GroupDiff]:
+def changed_groups(groups: Sequence[GroupDiff]) -> Sequence[GroupDiff]:
     """Groups whose node count, time or FLOPs differ."""
-    return [g for g in groups if g.delta_time_s != 0 or g.before_nodes != g.after_nodes
+    if isinstance(groups, GroupDiffs):
+        return groups.changed()  # from its columns, building only the groups that are read
+    # after - before != 0 exactly when after != before (IEEE floats, subnormals included); no property call
+    return [g for g in groups if g.after_time_s != g.before_time_s or g.before_nodes != g.after_nodes
             or g.before_flops != g.after_flops]
 
 
-def _top(items: list[Any], top: int) -> list[Any]:
+def _top(items: Sequence[Any], top: int) -> Sequence[Any]:
     return items[:top] if top else items
 
 
@@ -99,7 +103,7 @@ def render_diff_json(result: DiffResult) -> str:
     if o.print_only in (None, "table"):
         changed = result.changed
         doc["nodes"] = {"order_by": str(result.order), "top": o.top, "total_rows": len(changed),
-                        "columns": list(NODE_COLUMNS), "rows": [node_dict(n) for n in _top(list(changed), o.top)]}
+                        "columns": list(NODE_COLUMNS), "rows": [node_dict(n) for n in _top(changed, o.top)]}
         doc["aggregates"] = {by: [group_dict(g) for g in _top(changed_groups(groups), o.top)]
                              for by, groups in result.aggregates.items()}
     return json.dumps(doc, indent=1, allow_nan=False)
@@ -128,6 +132,6 @@ def render_diff_csv(result: DiffResult) -> str:
                 writer.writerow([_csv_cell(v) for v in group_dict(g).values()])
     else:
         writer.writerow(NODE_COLUMNS)
-        for n in _top(list(result.changed), o.top):
+        for n in _top(result.changed, o.top):
             writer.writerow([_csv_cell(v) for v in node_dict(n).values()])
     return buf.getvalue().rstrip("\n")

@@ -12,7 +12,7 @@ Any tabulate format works; ``csv`` and ``json`` go through
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from graphprof.analysis.node_time import clock_label
 from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
@@ -105,15 +105,19 @@ def render_diff_summary(result: DiffResult, fmt: str = "simple") -> str:
 
 
 def _shapes(n: NodeDiff) -> str:
-    if n.status is MatchKind.MODIFIED and n.before and n.after and n.before.in_shapes != n.after.in_shapes:
-        return f"{format_shapes(n.before.in_shapes, width=30)} -> {format_shapes(n.after.in_shapes, width=30)}"
-    return format_shapes(n.node.in_shapes, width=36)
+    if n.status is MatchKind.MODIFIED and n.before_index is not None and n.after_index is not None:
+        before, after = n.side("in_shapes", "before"), n.side("in_shapes", "after")
+        if before != after:
+            return f"{format_shapes(before, width=30)} -> {format_shapes(after, width=30)}"
+    return format_shapes(n.value("in_shapes"), width=36)
 
 
 def _module(n: NodeDiff) -> str:
-    if n.before and n.after and n.before.module != n.after.module:
-        return f"{n.before.module or '-'} -> {n.after.module or '-'}"
-    return n.node.module or "-"
+    if n.before_index is not None and n.after_index is not None:
+        before, after = n.side("module", "before"), n.side("module", "after")
+        if before != after:
+            return f"{before or '-'} -> {after or '-'}"
+    return n.value("module") or "-"
 
 
 def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], str]]]:
@@ -124,8 +128,8 @@ def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], st
     ]
     if result.before.graphs > 1 or result.after.graphs > 1:
         cols.append(("graph", lambda n: n.graph))
-    cols += [("op type", lambda n: n.node.type), ("module", _module),
-             ("phase", lambda n: n.node.phase.value), ("FLOPs change", lambda n: signed_flops(n.delta_flops)),
+    cols += [("op type", lambda n: n.value("type")), ("module", _module),
+             ("phase", lambda n: n.value("phase")), ("FLOPs change", lambda n: signed_flops(n.delta_flops)),
              ("in shapes", _shapes)]
     return cols
 
@@ -140,7 +144,7 @@ def _group_columns(by: str) -> list[tuple[str, Callable[[GroupDiff], str]]]:
             ("FLOPs change", lambda g: signed_flops(g.delta_flops))]
 
 
-def _table(items: list[Any], cols: list[tuple[str, Callable[[Any], str]]], fmt: str) -> str:
+def _table(items: Sequence[Any], cols: list[tuple[str, Callable[[Any], str]]], fmt: str) -> str:
     from tabulate import tabulate
 
     body = [[str(rank)] + [cell(x) for _, cell in cols] for rank, x in enumerate(items, start=1)]
@@ -152,7 +156,7 @@ def _order_text(result: DiffResult) -> str:
     return f"ordered by {_ORDER_TITLES.get(o.key, o.key)} {'ascending' if o.ascending else 'descending'}"
 
 
-def _cut(items: list[Any], top: int) -> list[Any]:
+def _cut(items: Sequence[Any], top: int) -> Sequence[Any]:
     return items[:top] if top else items
 
 
@@ -162,7 +166,7 @@ def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
         return "no node-by-node diff: the profiles share no graph structure"
     if result.note:
         return f"no nodes: {result.note}"
-    changed = list(result.changed)
+    changed = result.changed
     if not changed:
         return f"no changed nodes: all {_plural(len(result.nodes), 'selected node pair')} have equal times and FLOPs"
     shown = _cut(changed, result.options.top)
