@@ -22,9 +22,7 @@ Kept apart from the DOT syntax so the choices are testable on their own:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Mapping
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import critical_path, graph_critical_path
@@ -33,6 +31,9 @@ from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.units import format_bytes, format_count, format_time
+
+if TYPE_CHECKING:  # the node-level view of a small graph imports it; the module-level view never needs it
+    import networkx as nx
 
 CONSTANT_FACTORIES = frozenset({
     "empty", "empty_strided", "zeros", "ones", "full", "scalar_tensor", "arange", "lift_fresh_copy",
@@ -147,7 +148,7 @@ def build_view(profile: Profile, stat: str = "median", module_level: bool | None
     for graph, dag in dags:
         cp = paths[graph.id]
         records = {n.id: n for n in graph.nodes}
-        work = nx.DiGraph(dag)
+        work = dag.copy()
         if hide_views:
             for nid in [n.id for n in graph.nodes if is_hideable(n)]:
                 for p in list(work.predecessors(nid)):
