@@ -47,16 +47,18 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
     "allocated_bytes": _memory_field("allocated_bytes"),
     "freed_bytes": _memory_field("freed_bytes"),
     "live_bytes": _memory_field("live_bytes"),
+    "live_by_category_bytes": _memory_field("live_by_category_bytes"),
 }
 
 
 class NodeFrame:
     """Every node of one profile in execution order, with cached per-node columns."""
 
-    __slots__ = ("pairs", "_times", "_columns", "_memo", "__weakref__")
+    __slots__ = ("pairs", "_graphs", "_times", "_columns", "_memo", "__weakref__")
 
     def __init__(self, profile: Profile) -> None:
         self.pairs: NodePairs = [(g, n) for g in profile.graphs for n in g.nodes]
+        self._graphs = profile.graphs
         self._times: dict[tuple[str, str], list[float]] = {}
         self._columns: dict[str, list[Any]] = {}
         self._memo: dict[Any, Any] = {}
@@ -75,12 +77,17 @@ class NodeFrame:
     def column(self, name: str) -> list[Any]:
         """The value of ``name`` for every node: a NodeRecord field or a derived column of ``_DERIVED``.
 
-        ``graph`` is the graph's name.
+        ``graph`` is the graph's name, ``graph_id`` its id and ``graph_index`` its position in
+        ``profile.graphs`` (non-decreasing: nodes are in execution order over all graphs).
         """
         cached = self._columns.get(name)
         if cached is None:
             if name == "graph":
                 cached = [g.name for g, _ in self.pairs]
+            elif name == "graph_id":
+                cached = [g.id for g, _ in self.pairs]
+            elif name == "graph_index":
+                cached = [i for i, g in enumerate(self._graphs) for _ in g.nodes]
             elif name in _DERIVED:
                 read = _DERIVED[name]
                 cached = [read(n) for _, n in self.pairs]
