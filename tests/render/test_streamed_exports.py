@@ -119,3 +119,20 @@ def test_a_gzip_trace_over_the_limit_is_refused_with_its_compressed_size(monkeyp
     with pytest.raises(ExportError, match=f"the chrome-gz export would be {format_bytes(len(packed))},"):
         export_profile(synthetic_profile(), target, max_bytes=len(packed) - 1)
     assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["t.trace.json.gz"]
+
+
+def test_trace_blocks_match_the_dict_built_trace_on_uneven_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes without FLOPs or memory, a zero time, a node missing a step and a second graph: the
+    column-block path and the event-by-event path (a graph with a node short of a step) both stay exact."""
+    from graphprof.render import chrome_stream
+    from tests.render.export_profiles import node
+
+    monkeypatch.setattr(chrome_stream, "CHUNK_EVENTS", 2)  # blocks split mid-graph
+    p = synthetic_profile()
+    first = p.graphs[0]
+    nodes = (*first.nodes, node(6, "add", (5,), (0.0, 1e-6, 2e-6)), node(7, "view", (6,), (3e-6, 4e-6, 5e-6), flops=None))
+    short = dataclasses.replace(first, id=1, name="second", nodes=(
+        node(0, "mm", (), (1e-3, 2e-3), flops=10), node(1, "relu", (0,), (1e-4, 2e-4, 3e-4), bytes_read=8)))
+    uneven = dataclasses.replace(p, graphs=(dataclasses.replace(first, nodes=nodes), short))
+    for bounds in (None, BOUNDS):
+        assert chrome_trace_json(uneven, bounds=bounds) == reference_trace_json(uneven, bounds=bounds)
