@@ -33,13 +33,32 @@ def _module_frames(module: str) -> tuple[str, ...]:
     return tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
 
 
-def _stack_table(profile: Profile, stat: str) -> tuple[list[tuple[str, ...]], list[str], list[float]]:
+def _module_path(module: str) -> str:
+    """``module`` without empty path parts: its last frame (``a..b`` and ``.a.b`` name ``a.b``)."""
+    if module.startswith(".") or module.endswith(".") or ".." in module:
+        return ".".join(p for p in module.split(".") if p)
+    return module
+
+
+#: How many module levels up a stack's text looks for a prefix already made.
+_PREFIX_WALK = 32
+#: A distinct stack: (root frames, phase, module path, op frame); its frames are ``_frames_of(key)``.
+_StackKey = tuple[tuple[str, ...], str, str, str]
+
+
+def _frames_of(key: _StackKey) -> tuple[str, ...]:
+    roots, phase, path, last = key
+    return (*roots, phase, *_module_frames(path), last)
+
+
+def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str], list[float]]:
     """Distinct stacks in first-seen order, each one's folded text, and its self time in seconds.
 
-    Read from the node frame's columns; a stack is built (and escaped) once per
-    distinct (graph, phase, module, type, op): a 100,000-node profile has a few
-    thousand of them. Times are summed node by node in execution order, so the
-    floating-point sums are those of a walk over the nodes.
+    Read from the node frame's columns. A stack's text is its module's text
+    (made once per distinct module path prefix, from its parent's) plus its op
+    frame; a 100,000-node profile has a few thousand stacks. Times are summed
+    node by node in execution order, so the floating-point sums are those of
+    a walk over the nodes.
     """
     stat_fn(stat)
     frame = node_frame(profile)
@@ -49,7 +68,7 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[tuple[str, ...]], li
     roots = [(g.name or f"graph {g.id}",) if multi else () for g in profile.graphs]
     graph_index = col("graph_index") if multi else [0] * len(frame)
     escaped: dict[str, str] = {}
-    heads: dict[tuple[int, str, str], tuple[tuple[str, ...], str]] = {}
+    heads: dict[tuple[tuple[str, ...], str, str], str] = {}
 
     def frame_text(name: str) -> str:
         text = escaped.get(name)
@@ -57,28 +76,49 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[tuple[str, ...]], li
             text = escaped[name] = folded_frame(name)
         return text
 
-    stack_at: dict[tuple[str, ...], int] = {}
-    key_at: dict[tuple[int, str, str, str, str], int] = {}
-    stacks: list[tuple[str, ...]] = []
+    def head_text(roots: tuple[str, ...], phase: str, path: str) -> str:
+        """The text of the frames down to module ``path``, from its nearest prefix already made.
+
+        A path with no made prefix within ``_PREFIX_WALK`` levels is joined at
+        once and only it is kept: a hostile path of thousands of parts would
+        otherwise keep a text per prefix, each as long as the path's stack.
+        """
+        text = heads.get((roots, phase, path))
+        if text is not None:
+            return text
+        chain = [path]  # path and its ancestors not made yet, nearest first
+        while chain[-1] and len(chain) <= _PREFIX_WALK:
+            parent = chain[-1].rpartition(".")[0]
+            text = heads.get((roots, phase, parent))
+            if text is not None:
+                break
+            chain.append(parent)
+        if text is None and chain[-1]:
+            text = heads[(roots, phase, path)] = ";".join(map(frame_text, (*roots, phase, *_module_frames(path))))
+            return text
+        for prefix in reversed(chain):
+            text = (";".join(map(frame_text, (*roots, phase))) if text is None
+                    else text + ";" + frame_text(prefix))
+            heads[(roots, phase, prefix)] = text
+        return text  # type: ignore[return-value]
+
+    stack_at: dict[_StackKey, int] = {}
+    node_key_at: dict[tuple[int, str, str, str, str], int] = {}
+    stacks: list[_StackKey] = []
     texts: list[str] = []
     sums: list[float] = []
-    for key, t in zip(zip(graph_index, col("phase"), col("module"), col("type"), col("op")), times):
-        at = key_at.get(key)
+    for node_key, t in zip(zip(graph_index, col("phase"), col("module"), col("type"), col("op")), times):
+        at = node_key_at.get(node_key)
         if at is None:
-            gi, phase, module, op_type, op = key
-            head = heads.get(key[:3])
-            if head is None:
-                frames = (*roots[gi], phase, *_module_frames(module))
-                head = heads[key[:3]] = (frames, ";".join(map(frame_text, frames)))
-            last = op_type or op or "?"
-            stack = (*head[0], last)
-            at = stack_at.get(stack)
+            gi, phase, module, op_type, op = node_key
+            key = (roots[gi], phase, _module_path(module), op_type or op or "?")
+            at = stack_at.get(key)
             if at is None:
-                at = stack_at[stack] = len(stacks)
-                stacks.append(stack)
-                texts.append(head[1] + ";" + frame_text(last))
+                at = stack_at[key] = len(stacks)
+                stacks.append(key)
+                texts.append(head_text(*key[:3]) + ";" + frame_text(key[3]))
                 sums.append(0.0)
-            key_at[key] = at
+            node_key_at[node_key] = at
         sums[at] += float(t or 0.0)
     return stacks, texts, sums
 
@@ -86,7 +126,7 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[tuple[str, ...]], li
 def folded_times_s(profile: Profile, stat: str = "median") -> dict[tuple[str, ...], float]:
     """Self time in seconds per stack, summed over the nodes sharing it (first-seen order)."""
     stacks, _, sums = _stack_table(profile, stat)
-    return dict(zip(stacks, sums))
+    return {_frames_of(key): time_s for key, time_s in zip(stacks, sums)}
 
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:
