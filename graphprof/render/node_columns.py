@@ -26,15 +26,15 @@ class Encoded(dict):
     ``encoded.column(values)`` maps a whole column through it at C speed.
     """
 
-    def __init__(self, encode: Callable[[Any], str]) -> None:
+    def __init__(self, encode: Callable[[Any], Any]) -> None:
         super().__init__()
         self._encode = encode
 
-    def __missing__(self, value: Any) -> str:
+    def __missing__(self, value: Any) -> Any:
         text = self[value] = self._encode(value)
         return text
 
-    def column(self, values: Sequence[Any]) -> list[str]:
+    def column(self, values: Sequence[Any]) -> list[Any]:
         return list(map(self.__getitem__, values))
 
 
