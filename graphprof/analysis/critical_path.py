@@ -15,15 +15,16 @@ ordering edges for in-place writes included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Sequence
 
 from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, edge_arrays
 from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, Profile
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built: exports and views that
+    import networkx as nx  # need only edge arrays do not pay its import
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ def longest_path(dag: nx.DiGraph, weight: str = "time_s") -> tuple[list[int], fl
         # that order is topological, and acyclic by construction.
         order = sorted(dag.nodes, key=positions.__getitem__)
     else:
+        import networkx as nx
+
         if not nx.is_directed_acyclic_graph(dag):
             raise ValueError("the dataflow graph has a cycle, so it has no critical path")
         order = list(nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n].get("position", n)))

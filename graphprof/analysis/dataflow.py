@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Sequence
 
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built: exports and views that
+    import networkx as nx  # need only edge arrays do not pay its import
 
 
 class EdgeKind(str, enum.Enum):
@@ -217,6 +218,8 @@ def dataflow_graph(graph: GraphRecord, stat: str = "median", attributes: bool = 
     With ``attributes=False`` nodes carry only ``position`` and ``time_s``.
     """
     stat_fn(stat)  # a bad statistic fails here, with the list of valid ones
+    import networkx as nx
+
     dag = nx.DiGraph(graph_id=graph.id, name=graph.name, kind=graph.kind.value, stat=stat)
     if attributes:
         dag.add_nodes_from((node.id, _node_attributes(graph, i, node, stat)) for i, node in enumerate(graph.nodes))

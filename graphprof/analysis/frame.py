@@ -64,6 +64,7 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
     "allocated_bytes": _memory_field("allocated_bytes"),
     "freed_bytes": _memory_field("freed_bytes"),
     "live_bytes": _memory_field("live_bytes"),
+    "live_by_category_bytes": _memory_field("live_by_category_bytes"),
 }
 _DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
     "phase": NodeColumns.phase_values,
@@ -71,6 +72,7 @@ _DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
     "allocated_bytes": lambda c: c.memory_field("allocated_bytes"),
     "freed_bytes": lambda c: c.memory_field("freed_bytes"),
     "live_bytes": lambda c: c.memory_field("live_bytes"),
+    "live_by_category_bytes": lambda c: c.memory_field("live_by_category_bytes"),
 }
 #: Columns with one value per graph, repeated over its nodes.
 _PER_GRAPH: dict[str, Callable[[int, GraphRecord], Any]] = {

@@ -25,35 +25,108 @@ from graphprof.render.escape import folded_frame
 
 def node_stack(node: NodeRecord) -> tuple[str, ...]:
     """Frames of a node, root first: phase, module path prefixes, op type."""
-    frames = [node.phase.value]
-    parts = [p for p in node.module.split(".") if p] if node.module else []
-    frames += [".".join(parts[: i + 1]) for i in range(len(parts))]
-    frames.append(node.type or node.op or "?")
-    return tuple(frames)
+    return (node.phase.value, *_module_frames(node.module), node.type or node.op or "?")
+
+
+def _module_frames(module: str) -> tuple[str, ...]:
+    parts = [p for p in module.split(".") if p] if module else []
+    return tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
+
+
+def _module_path(module: str) -> str:
+    """``module`` without empty path parts: its last frame (``a..b`` and ``.a.b`` name ``a.b``)."""
+    if module.startswith(".") or module.endswith(".") or ".." in module:
+        return ".".join(p for p in module.split(".") if p)
+    return module
+
+
+#: How many module levels up a stack's text looks for a prefix already made.
+_PREFIX_WALK = 32
+#: A distinct stack: (root frames, phase, module path, op frame); its frames are ``_frames_of(key)``.
+_StackKey = tuple[tuple[str, ...], str, str, str]
+
+
+def _frames_of(key: _StackKey) -> tuple[str, ...]:
+    roots, phase, path, last = key
+    return (*roots, phase, *_module_frames(path), last)
+
+
+def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str], list[float]]:
+    """Distinct stacks in first-seen order, each one's folded text, and its self time in seconds.
+
+    Read from the node frame's columns. A stack's text is its module's text
+    (made once per distinct module path prefix, from its parent's) plus its op
+    frame; a 100,000-node profile has a few thousand stacks. Times are summed
+    node by node in execution order, so the floating-point sums are those of
+    a walk over the nodes.
+    """
+    stat_fn(stat)
+    frame = node_frame(profile)
+    times = frame.times(stat, "auto")
+    col = frame.column
+    multi = len(profile.graphs) > 1
+    roots = [(g.name or f"graph {g.id}",) if multi else () for g in profile.graphs]
+    graph_index = col("graph_index") if multi else [0] * len(frame)
+    escaped: dict[str, str] = {}
+    heads: dict[tuple[tuple[str, ...], str, str], str] = {}
+
+    def frame_text(name: str) -> str:
+        text = escaped.get(name)
+        if text is None:
+            text = escaped[name] = folded_frame(name)
+        return text
+
+    def head_text(roots: tuple[str, ...], phase: str, path: str) -> str:
+        """The text of the frames down to module ``path``, from its nearest prefix already made.
+
+        A path with no made prefix within ``_PREFIX_WALK`` levels is joined at
+        once and only it is kept: a hostile path of thousands of parts would
+        otherwise keep a text per prefix, each as long as the path's stack.
+        """
+        text = heads.get((roots, phase, path))
+        if text is not None:
+            return text
+        chain = [path]  # path and its ancestors not made yet, nearest first
+        while chain[-1] and len(chain) <= _PREFIX_WALK:
+            parent = chain[-1].rpartition(".")[0]
+            text = heads.get((roots, phase, parent))
+            if text is not None:
+                break
+            chain.append(parent)
+        if text is None and chain[-1]:
+            text = heads[(roots, phase, path)] = ";".join(map(frame_text, (*roots, phase, *_module_frames(path))))
+            return text
+        for prefix in reversed(chain):
+            text = (";".join(map(frame_text, (*roots, phase))) if text is None
+                    else text + ";" + frame_text(prefix))
+            heads[(roots, phase, prefix)] = text
+        return text  # type: ignore[return-value]
+
+    stack_at: dict[_StackKey, int] = {}
+    node_key_at: dict[tuple[int, str, str, str, str], int] = {}
+    stacks: list[_StackKey] = []
+    texts: list[str] = []
+    sums: list[float] = []
+    for node_key, t in zip(zip(graph_index, col("phase"), col("module"), col("type"), col("op")), times):
+        at = node_key_at.get(node_key)
+        if at is None:
+            gi, phase, module, op_type, op = node_key
+            key = (roots[gi], phase, _module_path(module), op_type or op or "?")
+            at = stack_at.get(key)
+            if at is None:
+                at = stack_at[key] = len(stacks)
+                stacks.append(key)
+                texts.append(head_text(*key[:3]) + ";" + frame_text(key[3]))
+                sums.append(0.0)
+            node_key_at[node_key] = at
+        sums[at] += float(t or 0.0)
+    return stacks, texts, sums
 
 
 def folded_times_s(profile: Profile, stat: str = "median") -> dict[tuple[str, ...], float]:
-    """Self time in seconds per stack, summed over the nodes sharing it (first-seen order).
-
-    Stacks are built once per distinct (phase, module, type): a 100,000-node
-    profile has a few thousand of them.
-    """
-    stat_fn(stat)
-    multi = len(profile.graphs) > 1
-    stacks: dict[tuple[str, ...], float] = {}
-    times = node_frame(profile).times(stat, "auto")
-    position = 0
-    for graph in profile.graphs:
-        root = (graph.name or f"graph {graph.id}",) if multi else ()
-        stack_of: dict[tuple[object, str, str, str], tuple[str, ...]] = {}
-        for node in graph.nodes:
-            key = (node.phase, node.module, node.type, node.op)
-            stack = stack_of.get(key)
-            if stack is None:
-                stack = stack_of[key] = root + node_stack(node)
-            stacks[stack] = stacks.get(stack, 0.0) + float(times[position] or 0.0)
-            position += 1
-    return stacks
+    """Self time in seconds per stack, summed over the nodes sharing it (first-seen order)."""
+    stacks, _, sums = _stack_table(profile, stat)
+    return {_frames_of(key): time_s for key, time_s in zip(stacks, sums)}
 
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:
@@ -61,18 +134,12 @@ def folded_stacks(profile: Profile, stat: str = "median") -> str:
     lines = []
     running_s = 0.0
     emitted_us = 0
-    frames: dict[str, str] = {}
-    for stack, time_s in folded_times_s(profile, stat).items():
+    _, texts, sums = _stack_table(profile, stat)
+    for text, time_s in zip(texts, sums):
         running_s += time_s
         value_us = round(running_s * 1e6) - emitted_us
         if value_us <= 0:
             continue
         emitted_us += value_us
-        names = []
-        for frame in stack:
-            name = frames.get(frame)
-            if name is None:
-                name = frames[frame] = folded_frame(frame)
-            names.append(name)
-        lines.append(";".join(names) + f" {value_us}")
-    return "".join(line + "\n" for line in lines)
+        lines.append(f"{text} {value_us}\n")
+    return "".join(lines)

@@ -22,9 +22,7 @@ Kept apart from the DOT syntax so the choices are testable on their own:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Mapping
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import critical_path, graph_critical_path
@@ -32,7 +30,11 @@ from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, dataflow_graph, ed
 from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
+from graphprof.render.node_columns import graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
+
+if TYPE_CHECKING:  # the node-level view of a small graph imports it; the module-level view never needs it
+    import networkx as nx
 
 CONSTANT_FACTORIES = frozenset({
     "empty", "empty_strided", "zeros", "ones", "full", "scalar_tensor", "arange", "lift_fresh_copy",
@@ -119,7 +121,8 @@ def _choose_depth(profile: Profile, max_nodes: int) -> int:
     Works on the distinct (graph, phase, module) triples, a few thousand even
     in a 100,000-node profile, rather than on every node at every depth.
     """
-    triples = {(g.id, n.phase, n.module) for g, n in profile.iter_nodes()}
+    frame = node_frame(profile)
+    triples = set(zip(frame.column("graph_id"), frame.column("phase"), frame.column("module")))
     parts = {module: [p for p in module.split(".") if p] for _, _, module in triples}
     deepest = max(map(len, parts.values()), default=0)
     for depth in range(deepest, 0, -1):
@@ -147,7 +150,7 @@ def build_view(profile: Profile, stat: str = "median", module_level: bool | None
     for graph, dag in dags:
         cp = paths[graph.id]
         records = {n.id: n for n in graph.nodes}
-        work = nx.DiGraph(dag)
+        work = dag.copy()
         if hide_views:
             for nid in [n.id for n in graph.nodes if is_hideable(n)]:
                 for p in list(work.predecessors(nid)):
@@ -216,50 +219,52 @@ def _successors(graph: GraphRecord, edges: EdgeArrays) -> list[list[int]]:
 
 def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_nodes: int) -> GraphView:
     depth = _choose_depth(profile, min(max_nodes, MODULE_LEVEL_BOXES))
-    times = node_frame(profile).times(stat, "auto")
+    frame = node_frame(profile)
+    times = frame.times(stat, "auto")
+    col = frame.column
+    spans = graph_spans(profile, frame)
     edges_of: dict[int, EdgeArrays] = {}
     paths = {}
-    start = 0
-    for graph in profile.graphs:
+    for graph, lo, hi in spans:
         edges_of[graph.id] = edge_arrays(graph)
-        paths[graph.id] = graph_critical_path(graph, times[start:start + len(graph.nodes)], stat, edges_of[graph.id])
-        start += len(graph.nodes)
+        paths[graph.id] = graph_critical_path(graph, times[lo:hi], stat, edges_of[graph.id])
     total = sum(cp.serial_s for cp in paths.values())
     prefix_of: dict[str, str] = {}
-    group_of: dict[tuple[int, int], str] = {}
     info: dict[tuple[int, str, str], dict[str, Any]] = {}
-    position = 0
-    for graph in profile.graphs:
+    groups_of: list[tuple[list[str], dict[int, str]]] = []  # per graph: each position's group, each node id's
+    for graph, lo, hi in spans:
         prefix = (graph.name or f"graph {graph.id}",) if multi else ()
-        for node in graph.nodes:
-            module = prefix_of.get(node.module)
-            if module is None:
-                module = prefix_of[node.module] = truncate_module(node.module, depth)
-            phase = node.phase.value
-            ident = (graph.id, phase, module)
+        keys: list[str] = []
+        for module, phase, flops, module_type, t in zip(col("module")[lo:hi], col("phase")[lo:hi],
+                                                        col("flops")[lo:hi], col("module_type")[lo:hi], times[lo:hi]):
+            shown = prefix_of.get(module)
+            if shown is None:
+                shown = prefix_of[module] = truncate_module(module, depth)
+            ident = (graph.id, phase, shown)
             entry = info.get(ident)
             if entry is None:
-                entry = info[ident] = {"key": f"g{graph.id}_{phase}_{len(info)}", "module": module, "types": {},
+                entry = info[ident] = {"key": f"g{graph.id}_{phase}_{len(info)}", "module": shown, "types": {},
                                        "time": 0.0, "flops": 0, "flops_known": True, "count": 0,
                                        "cluster": prefix + (phase,)}
-            group_of[(graph.id, node.id)] = entry["key"]
-            entry["time"] += times[position]
-            position += 1
+            keys.append(entry["key"])
+            entry["time"] += t
             entry["count"] += 1
-            if node.flops is None:
+            if flops is None:
                 entry["flops_known"] = False
             else:
-                entry["flops"] += node.flops
-            if node.module and node.module == module:
-                entry["types"][node.module_type] = None
+                entry["flops"] += flops
+            if module and module == shown:
+                entry["types"][module_type] = None
+        # A node's group by its id (of a repeated id, the last node's, as a mapping by id keeps it).
+        by_id = dict(zip(col("id")[lo:hi], keys))
+        groups_of.append(([by_id[nid] for nid in col("id")[lo:hi]], by_id))
     crit_groups: set[str] = set()
     crit_edges: set[tuple[str, str]] = set()
     edges: dict[tuple[str, str], EdgeKind] = {}
-    for graph in profile.graphs:
-        seq = [group_of[(graph.id, n)] for n in paths[graph.id].nodes]
+    for (graph, _, _), (groups, by_id) in zip(spans, groups_of):
+        seq = [by_id[n] for n in paths[graph.id].nodes]
         crit_groups.update(seq)
         crit_edges.update((a, b) for a, b in zip(seq, seq[1:]) if a != b)
-        groups = [group_of[(graph.id, n.id)] for n in graph.nodes]
         for src, targets in enumerate(_successors(graph, edges_of[graph.id])):
             ga = groups[src]
             for dst in targets:

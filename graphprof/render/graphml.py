@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import io
 import json
-from typing import IO, Any
-
-import networkx as nx
+from typing import IO, TYPE_CHECKING, Any
 
 from graphprof.analysis.critical_path import critical_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
 from graphprof.profile.model import Profile
 from graphprof.render.escape import strip_control
 from graphprof.render.graph_stream import model_typed, write_graphml, write_node_link
+
+if TYPE_CHECKING:  # only the networkx fallback and profile_graph build a graph: the streamed writers need no import
+    import networkx as nx
 
 
 def node_key(graph_id: int, node_id: int) -> str:
@@ -35,6 +36,8 @@ def node_key(graph_id: int, node_id: int) -> str:
 
 def profile_graph(profile: Profile, stat: str = "median") -> nx.DiGraph:
     """All graphs of a profile in one DiGraph, keyed by ``node_key``, with ``critical_path`` flags."""
+    import networkx as nx
+
     meta = profile.meta
     combined = nx.DiGraph(function=meta.function, device_type=meta.device_type, device_name=meta.device_name,
                           torch_version=meta.torch_version, stat=stat, steps=len(profile.steps),
@@ -75,6 +78,8 @@ def graphml_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
 def graphml_via_networkx(profile: Profile, stat: str = "median") -> str:
     """GraphML through networkx's writer: for profiles whose fields hold other types than the model's
     (``graph_stream.model_typed``), whose keys networkx types per value."""
+    import networkx as nx
+
     combined = profile_graph(profile, stat)
     flat = nx.DiGraph(**graphml_attributes(dict(combined.graph)))
     for n, attrs in combined.nodes(data=True):

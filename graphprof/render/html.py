@@ -15,6 +15,8 @@ caller has them: ``options.findings`` (objects with ``severity``, ``title``,
 
 from __future__ import annotations
 
+import heapq
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from graphprof.analysis.aggregate import aggregate
@@ -142,7 +144,7 @@ def _findings(findings: Sequence[Any]) -> str:
 def _top_nodes(timed: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
     """The slowest nodes; a ``bound`` column only when the caller knows bounds."""
     rows = []
-    for g, n, t in sorted(timed, key=lambda x: x[2], reverse=True)[:TOP_NODES]:
+    for g, n, t in heapq.nlargest(TOP_NODES, timed, key=itemgetter(2)):  # = sorted(reverse=True)[:TOP_NODES]
         moved = _moved(n)
         crit = (g.id, n.id) in critical
         intensity = n.flops / moved if n.flops is not None and moved else None
@@ -242,12 +244,12 @@ def _critical_section(paths: Sequence[CriticalPath], timed: list[Timed], total: 
             + table(every, "critical-path-nodes") + "</details>")
 
 
-def _memory_section(profile: Profile, options: ExportOptions) -> str:
+def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) -> str:
     try:
         from graphprof.render.memory_svg import memory_timeline_svg
     except ImportError:
         return '<p class="note">This graphprof has no memory timeline renderer.</p>'
-    if not any(n.memory is not None for _, n in profile.iter_nodes()):
+    if frame.column("live_by_category_bytes").count(None) == len(frame):  # no node has a memory record
         return '<p class="note">The profile has no modelled memory (the memory pass did not run).</p>'
     try:
         svg = memory_timeline_svg(profile, graph_id=options.graph_id)
@@ -257,13 +259,14 @@ def _memory_section(profile: Profile, options: ExportOptions) -> str:
     return f'<div class="memory">{svg[start:] if start >= 0 else svg}</div>'
 
 
-def _roofline(timed: list[Timed], total: float, profile: Profile) -> str:
+def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: Profile) -> str:
     points = []
-    for _g, n, t in timed:
-        moved = _moved(n)
-        if n.flops and moved and t > 0:
-            points.append(RooflinePoint(f"{n.type} ({n.module or '-'}) #{n.id}", n.phase.value, n.flops / moved,
-                                        n.flops / t, t, t / total if total else 0.0))
+    col = frame.column
+    for flops, moved, t, op_type, module, nid, phase in zip(col("flops"), col("bytes_moved"), times, col("type"),
+                                                            col("module"), col("id"), col("phase")):
+        if flops and moved and t > 0:
+            points.append(RooflinePoint(f"{op_type} ({module or '-'}) #{nid}", phase, flops / moved,
+                                        flops / t, t, t / total if total else 0.0))
     peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
     caption = ('<p>One dot per op node with FLOPs and bytes moved: x = FLOPs per byte, y = achieved FLOP/s, '
                "size = share of step time (hover for the op). "
@@ -295,7 +298,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
         "function": meta.function, "stat": stat, "steps": len(profile.steps), "ops": len(timed),
         "time_per_step_s": total, "critical_path_s": sum(p.length_s for p in paths),
         "top": [{"op": n.type, "module": n.module, "source": n.source, "time_s": t}
-                for _, n, t in sorted(timed, key=lambda x: x[2], reverse=True)[:10]],
+                for _, n, t in heapq.nlargest(10, timed, key=itemgetter(2))],
     }
     device = " ".join(x for x in (meta.device_type, meta.device_name) if x)
     sub = (f"{device} · torch {meta.torch_version or '?'} · graphprof {meta.graphprof_version or '?'} · "
@@ -308,8 +311,8 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
         ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase
          + "<h3>By top-level module</h3>" + depth1 + "</div><div><h3>By module (depth 2)</h3>" + depth2
          + "<h3>By source line</h3>" + by_source + "</div></div>"),
-        ("roofline", "Roofline", _roofline(timed, total, profile)),
-        ("memory", "Memory timeline", _memory_section(profile, options)),
+        ("roofline", "Roofline", _roofline(frame, times, total, profile)),
+        ("memory", "Memory timeline", _memory_section(profile, frame, options)),
         ("critical-path", "Critical path", _critical_section(paths, timed, total)),
     ]
     nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)

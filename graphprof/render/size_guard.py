@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from operator import attrgetter
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
 from graphprof.render.labels import shapes_text
 from graphprof.render.units import clip_middle, format_bytes
@@ -41,6 +42,7 @@ STORED_BYTES_PER_SAMPLE = 8
 ESTIMATE_SAMPLE_NODES = 5_000
 
 _NODE_TEXT = ("name", "op", "type", "module", "module_type", "source", "scope")
+_TUPLE_TEXT = ("in_dtypes", "out_dtypes", "attrs")
 #: Estimated bytes per node (fixed, per sample, per character of its text) of the formats whose size
 #: grows with something a profile stores once: a trace repeats nodes per step, GraphML and node-link
 #: JSON carry every sample and whole shapes. Measured on benchmarks.analyze_scale's profiles.
@@ -51,17 +53,23 @@ _MODEL = {
 
 
 # -- clipping ------------------------------------------------------------------------
-def _longest(nodes: Sequence[NodeRecord]) -> int:
-    """The longest string any node of ``nodes`` holds, with C-level passes per field."""
-    longest = max((max(map(len, map(attrgetter(f), nodes)), default=0) for f in _NODE_TEXT), default=0)
-    for f in ("in_dtypes", "out_dtypes", "attrs"):
-        distinct = {id(t): t for t in map(attrgetter(f), nodes)}.values()  # the loader shares equal tuples
+def _longest(columns: Sequence[Sequence[Any]], tuple_columns: Sequence[Sequence[Any]]) -> int:
+    """The longest string in ``columns`` (of strings) and ``tuple_columns`` (of tuples of strings, numbers
+    or pairs), with C-level passes; equal tuples the loader shares are looked at once."""
+    longest = max((max(map(len, c), default=0) for c in columns), default=0)
+    for column in tuple_columns:
+        distinct = dict(zip(map(id, column), column)).values()
         for t in distinct:
             for item in t:
                 for s in (item if isinstance(item, tuple) else (item,)):
                     if isinstance(s, str) and len(s) > longest:  # attrs also hold numbers and flags
                         longest = len(s)
     return longest
+
+
+def _record_columns(nodes: Sequence[NodeRecord]) -> tuple[list[list[Any]], list[list[Any]]]:
+    return ([list(map(attrgetter(f), nodes)) for f in _NODE_TEXT],
+            [list(map(attrgetter(f), nodes)) for f in _TUPLE_TEXT])
 
 
 def _clip_node(node: NodeRecord, limit: int) -> NodeRecord:
@@ -78,7 +86,7 @@ def _clip_node(node: NodeRecord, limit: int) -> NodeRecord:
 
 def _clip_graph(graph: GraphRecord, limit: int) -> GraphRecord:
     nodes = graph.nodes
-    if _longest(nodes) > limit:
+    if _longest(*_record_columns(nodes)) > limit:
         nodes = tuple(_clip_node(n, limit) for n in nodes)
     peak = graph.memory_peak
     if peak is not None and any(len(t.name) > limit or len(t.category) > limit for t in peak.largest_tensors):
@@ -91,11 +99,20 @@ def _clip_graph(graph: GraphRecord, limit: int) -> GraphRecord:
 
 
 def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profile:
-    """``profile`` with every name longer than ``limit`` clipped in the middle (itself when none is)."""
-    graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
+    """``profile`` with every name longer than ``limit`` clipped in the middle (itself when none is).
+
+    Whether anything is too long is read from the node frame's columns (shared
+    with the export that follows, and no node records where the frame has its
+    columns without them); only a profile that needs clipping is walked graph by graph.
+    """
     meta = profile.meta
     long_meta: dict[str, Any] = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
                  if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
+    if not long_meta and not any(_long_graph_text(g, limit) for g in profile.graphs):
+        frame = node_frame(profile)
+        if _longest([frame.column(f) for f in _NODE_TEXT], [frame.column(f) for f in _TUPLE_TEXT]) <= limit:
+            return profile
+    graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
     if long_meta:
         meta = replace(meta, **long_meta)
     if meta is profile.meta and all(a is b for a, b in zip(graphs, profile.graphs)):
@@ -103,15 +120,19 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     return type(profile)(meta=meta, steps=profile.steps, graphs=graphs)
 
 
+def _long_graph_text(graph: GraphRecord, limit: int) -> bool:
+    """True when the graph's name or a tensor name of its memory peak is longer than ``limit``."""
+    peak = graph.memory_peak
+    return len(graph.name) > limit or (peak is not None and any(
+        len(t.name) > limit or len(t.category) > limit for t in peak.largest_tensors))
+
+
 # -- sizes ---------------------------------------------------------------------------
-def _samples(node: NodeRecord) -> int:
-    return max(len(node.host_time_s), len(node.device_time_s))
-
-
 def stored_bytes(profile: Profile) -> int:
     """About the size of ``profile``'s JSON file (names not counted: the file stores each once)."""
-    nodes = [n for g in profile.graphs for n in g.nodes]
-    return len(nodes) * STORED_BYTES_PER_NODE + sum(map(_samples, nodes)) * STORED_BYTES_PER_SAMPLE
+    frame = node_frame(profile)
+    samples = sum(map(max, map(len, frame.column("host_time_ns")), map(len, frame.column("device_time_ns"))))
+    return len(frame) * STORED_BYTES_PER_NODE + samples * STORED_BYTES_PER_SAMPLE
 
 
 def default_max_bytes(input_bytes: int) -> int:
@@ -119,32 +140,37 @@ def default_max_bytes(input_bytes: int) -> int:
     return max(LIMIT_FLOOR_BYTES, LIMIT_RATIO * input_bytes)
 
 
-def _node_text(graph: GraphRecord, node: NodeRecord, raw_shapes: bool) -> int:
-    text = len(graph.name) + sum(min(len(getattr(node, f)), EXPORT_TEXT_LIMIT) for f in _NODE_TEXT)
-    text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in (*node.in_dtypes, *node.out_dtypes) if d is not None)
+def _node_text(frame: NodeFrame, i: int, raw_shapes: bool) -> int:
+    """Characters of node ``i``'s text in an export (names clipped to ``EXPORT_TEXT_LIMIT``)."""
+    col = frame.column
+    text = len(col("graph")[i]) + sum(min(len(col(f)[i]), EXPORT_TEXT_LIMIT) for f in _NODE_TEXT)
+    dtypes = (*col("in_dtypes")[i], *col("out_dtypes")[i])
+    text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in dtypes if d is not None)
+    in_shapes, out_shapes = col("in_shapes")[i], col("out_shapes")[i]
     if raw_shapes:  # the whole shapes, about 3 characters a dimension
-        return text + 3 * sum(len(s) for s in (*node.in_shapes, *node.out_shapes) if s is not None)
-    return text + len(shapes_text(node.in_shapes, limit=8)) + len(shapes_text(node.out_shapes, limit=8))
-
-
-def _sampled(graphs: Iterable[GraphRecord]) -> tuple[list[tuple[GraphRecord, NodeRecord]], int]:
-    pairs = [(g, n) for g in graphs for n in g.nodes]
-    stride = max(1, len(pairs) // ESTIMATE_SAMPLE_NODES)
-    return pairs[::stride], stride
+        return text + 3 * sum(len(s) for s in (*in_shapes, *out_shapes) if s is not None)
+    return text + len(shapes_text(in_shapes, limit=8)) + len(shapes_text(out_shapes, limit=8))
 
 
 def estimated_bytes(profile: Profile, format: str) -> int | None:
-    """About the size of ``profile`` exported as ``format``, or None for a format not estimated."""
+    """About the size of ``profile`` exported as ``format``, or None for a format not estimated.
+
+    Graphs of more than ``ESTIMATE_SAMPLE_NODES`` nodes are sampled evenly
+    (every ``stride``-th node in execution order) and the sum scaled back up.
+    """
     model = _MODEL.get(format)
     if model is None:
         return None
     fixed, per_sample, per_char = model
-    sample, stride = _sampled(profile.graphs)
+    frame = node_frame(profile)
+    stride = max(1, len(frame) // ESTIMATE_SAMPLE_NODES)
+    host, device = frame.column("host_time_ns"), frame.column("device_time_ns")
     per_step = format.startswith("chrome")
     total = 0
-    for graph, node in sample:
-        text = per_char * _node_text(graph, node, raw_shapes=not per_step)
-        total += fixed + (text + per_sample) * _samples(node) if per_step else fixed + text + per_sample * _samples(node)
+    for i in range(0, len(frame), stride):
+        text = per_char * _node_text(frame, i, raw_shapes=not per_step)
+        samples = max(len(host[i]), len(device[i]))
+        total += fixed + (text + per_sample) * samples if per_step else fixed + text + per_sample * samples
     return total * stride
 
 

@@ -70,3 +70,17 @@ def test_hostile_names_cannot_add_frames_or_lines() -> None:
 
 def test_empty_profile_is_an_empty_file() -> None:
     assert folded_stacks(empty_profile()) == ""
+
+
+def test_stacks_of_nested_and_odd_module_paths_are_each_nodes_frames() -> None:
+    """Stack texts are made from the nearest module prefix already made; each must still be exactly
+    its node's frames (``node_stack``), also for deep paths, empty parts and paths sharing prefixes."""
+    deep = [".".join(f"m{i}" for i in range(depth)) for depth in (40, 75, 20, 1, 0, 300)]
+    modules = [*deep, ".a..b.", "a.b", "a", "."]
+    nodes = [node(i, op_type, times=(1e-3 * (i + 1),), module=m) for i, (m, op_type) in
+             enumerate((m, t) for m in modules for t in ("mm", "relu"))]
+    lines = _parse(folded_stacks(make_profile(nodes)))
+    expected = {}
+    for n in nodes:
+        expected.setdefault(node_stack(n), 0)
+    assert [tuple(frames) for frames, _ in lines] == list(expected)

@@ -63,12 +63,13 @@ def test_node_link_json_reads_back_as_the_networkx_document(real: Profile) -> No
         assert json.loads(node_link_json(profile)) == expected, name
 
 
-@pytest.mark.parametrize("filename", ["t.trace.json", "g.graphml", "g.nodelink.json"])
+@pytest.mark.parametrize("filename", ["t.trace.json", "t.trace.json.gz", "g.graphml", "g.nodelink.json"])
 def test_a_failing_streamed_write_leaves_the_old_file(filename: str, monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
     target = tmp_path / filename
     target.write_text("old")
-    name = {"t.trace.json": "chrome", "g.graphml": "graphml", "g.nodelink.json": "nodelink"}[filename]
+    name = {"t.trace.json": "chrome", "t.trace.json.gz": "chrome-gz", "g.graphml": "graphml",
+            "g.nodelink.json": "nodelink"}[filename]
     original = streamed.STREAMED[name]
 
     def half_then_crash(profile: Profile, options: object, f: object) -> None:
@@ -93,3 +94,45 @@ def test_a_streamed_document_over_the_limit_is_refused_with_its_whole_size(monke
     assert os.listdir(tmp_path) == []
     export_profile(synthetic_profile(), target, max_bytes=len(text))
     assert target.read_text() == text
+
+
+def test_the_gzip_trace_is_the_whole_trace_gzip_compressed_at_once(real: Profile, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    import gzip
+
+    from graphprof.render import chrome_stream
+
+    monkeypatch.setattr(chrome_stream, "CHUNK_EVENTS", 7)  # many small writes into the compressor
+    for profile in (real, hostile_profile(), empty_profile()):
+        target = tmp_path / "t.trace.json.gz"
+        export_profile(profile, target)
+        assert target.read_bytes() == gzip.compress(chrome_trace_json(profile).encode("utf-8"), 6, mtime=0)
+
+
+def test_a_gzip_trace_over_the_limit_is_refused_with_its_compressed_size(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    monkeypatch.setattr(exporters, "estimated_bytes", lambda profile, fmt: None)
+    target = tmp_path / "t.trace.json.gz"
+    export_profile(synthetic_profile(), target, max_bytes=0)
+    packed = target.read_bytes()
+    target.write_bytes(b"old")
+    with pytest.raises(ExportError, match=f"the chrome-gz export would be {format_bytes(len(packed))},"):
+        export_profile(synthetic_profile(), target, max_bytes=len(packed) - 1)
+    assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["t.trace.json.gz"]
+
+
+def test_trace_blocks_match_the_dict_built_trace_on_uneven_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes without FLOPs or memory, a zero time, a node missing a step and a second graph: the
+    column-block path and the event-by-event path (a graph with a node short of a step) both stay exact."""
+    from graphprof.render import chrome_stream
+    from tests.render.export_profiles import node
+
+    monkeypatch.setattr(chrome_stream, "CHUNK_EVENTS", 2)  # blocks split mid-graph
+    p = synthetic_profile()
+    first = p.graphs[0]
+    nodes = (*first.nodes, node(6, "add", (5,), (0.0, 1e-6, 2e-6)), node(7, "view", (6,), (3e-6, 4e-6, 5e-6), flops=None))
+    short = dataclasses.replace(first, id=1, name="second", nodes=(
+        node(0, "mm", (), (1e-3, 2e-3), flops=10), node(1, "relu", (0,), (1e-4, 2e-4, 3e-4), bytes_read=8)))
+    uneven = dataclasses.replace(p, graphs=(dataclasses.replace(first, nodes=nodes), short))
+    for bounds in (None, BOUNDS):
+        assert chrome_trace_json(uneven, bounds=bounds) == reference_trace_json(uneven, bounds=bounds)
