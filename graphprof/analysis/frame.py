@@ -53,10 +53,11 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
 class NodeFrame:
     """Every node of one profile in execution order, with cached per-node columns."""
 
-    __slots__ = ("pairs", "_times", "_columns", "_memo", "__weakref__")
+    __slots__ = ("pairs", "_graphs", "_times", "_columns", "_memo", "__weakref__")
 
     def __init__(self, profile: Profile) -> None:
         self.pairs: NodePairs = [(g, n) for g in profile.graphs for n in g.nodes]
+        self._graphs = profile.graphs
         self._times: dict[tuple[str, str], list[float]] = {}
         self._columns: dict[str, list[Any]] = {}
         self._memo: dict[Any, Any] = {}
@@ -75,12 +76,15 @@ class NodeFrame:
     def column(self, name: str) -> list[Any]:
         """The value of ``name`` for every node: a NodeRecord field or a derived column of ``_DERIVED``.
 
-        ``graph`` is the graph's name.
+        ``graph`` is the graph's name, ``graph_index`` the graph's position in ``profile.graphs``
+        and ``graph_id`` its id.
         """
         cached = self._columns.get(name)
         if cached is None:
             if name == "graph":
                 cached = [g.name for g, _ in self.pairs]
+            elif name in ("graph_index", "graph_id"):
+                cached = [i if name == "graph_index" else g.id for i, g in enumerate(self._graphs) for _ in g.nodes]
             elif name in _DERIVED:
                 read = _DERIVED[name]
                 cached = [read(n) for _, n in self.pairs]
