@@ -32,14 +32,38 @@ def times_array(frame: NodeFrame, stat: str, clock: str) -> np.ndarray:
 
 
 def int_array(frame: NodeFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A column of optional integers as (values with 0 where unknown, known mask)."""
-    def build() -> tuple[np.ndarray, np.ndarray]:
+    """A column of optional integers as (values with 0 where unknown, known mask).
+
+    ValueError when the column holds anything else (a float in a hand-edited
+    file, a count beyond int64): callers then keep to Python's arithmetic.
+    """
+    def build() -> tuple[np.ndarray, np.ndarray] | None:
         column = frame.column(name)
+        if not set(map(type, column)) <= {int, type(None)}:
+            return None
         known = np.fromiter((v is not None for v in column), dtype=bool, count=len(column))
-        values = np.fromiter((0 if v is None else v for v in column), dtype=np.int64, count=len(column))
+        try:
+            values = np.fromiter((0 if v is None else v for v in column), dtype=np.int64, count=len(column))
+        except OverflowError:
+            return None
         known.flags.writeable = values.flags.writeable = False
         return values, known
-    return frame.memo(("int_array", name), build)
+    found = frame.memo(("int_array", name), build)
+    if found is None:
+        raise ValueError(f"column {name!r} is not all integers")
+    return found
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The sum of int64 ``values`` as a Python int: in int64 where it cannot overflow, else in Python.
+
+    An object array (Python numbers) is summed by Python, in order.
+    """
+    if not len(values):
+        return 0
+    if values.dtype != object and float(np.abs(values.astype(np.float64)).sum()) < 2.0**62:
+        return int(values.sum())
+    return sum(values.tolist())
 
 
 def codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:

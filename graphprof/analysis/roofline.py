@@ -176,9 +176,14 @@ def roofline_bounds(profile: Profile, peaks: Peaks | None = None, stat: str = "m
     unknown = _CODE[Bound.UNKNOWN]
     if peaks is None or n == 0:
         return RooflineBounds(profile, peaks, times, np.full(n, unknown, dtype=np.int8), np.full(n, np.nan))
-    flops, flops_known = int_array(frame, "flops")
-    read, read_known = int_array(frame, "bytes_read")
-    written, written_known = int_array(frame, "bytes_written")
+    try:
+        flops, flops_known = int_array(frame, "flops")
+        read, read_known = int_array(frame, "bytes_read")
+        written, written_known = int_array(frame, "bytes_written")
+        if n and max(int(read.max()), int(written.max())) >= 2**62:
+            raise ValueError("bytes moved may not fit in int64")
+    except ValueError:  # counts that are not all int64 (a profile made by hand): node by node
+        return RooflineBounds.of_points(profile, peaks, roofline(profile, peaks, stat))
     known = flops_known & read_known & written_known
     dtype_codes, dtype_sets = codes(frame.column("in_dtypes"))
     peak_of_set = np.array([peaks.flops_for(d[0] if d else None) for d in dtype_sets],  # type: ignore[index]
