@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from graphprof.analysis.eager import eager_overhead as measure_eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
-from graphprof.analysis.node_arrays import graph_spans
+from graphprof.analysis.node_arrays import column_mask, graph_spans
 from graphprof.analysis.roofline import (BOUNDS, OVERHEAD_RATIO, Bound, Peaks, RooflineBounds, RooflinePoint,
                                          roofline_bounds)
 from graphprof.analysis.stats import stat_fn
@@ -100,16 +100,22 @@ def _finding(ctx: AdvisorContext, rule: str, title: str, hint: str,
     return Finding(rule, severity, title, seconds, hint, tuple((graph_id[i], node_id[i]) for i in hits), sources)
 
 
-def _where(ctx: AdvisorContext, test: Callable[..., bool], *names: str) -> list[int]:
-    """Indices of the nodes for which ``test(*values of names)`` holds."""
-    return [i for i, values in enumerate(zip(*(ctx.column(name) for name in names))) if test(*values)]
+def _mask(ctx: AdvisorContext, name: str, test: Callable[[Any], bool]) -> np.ndarray:
+    """Where ``test`` holds for a column (judged once per distinct value)."""
+    return column_mask(ctx.frame, name, test)
+
+
+def _indices(mask: np.ndarray) -> list[int]:
+    return np.flatnonzero(mask).tolist()
+
+
+_NOT_OPTIMIZER = lambda phase: phase != Phase.OPTIMIZER.value  # noqa: E731
 
 
 # -- rules --------------------------------------------------------------------
 def host_sync(ctx: AdvisorContext) -> list[Finding]:
     """Host reads of tensor values: a device sync on accelerators, a graph break under torch.compile."""
-    optimizer = Phase.OPTIMIZER.value
-    hits = _where(ctx, lambda t, phase: t in HOST_READ_TYPES and phase != optimizer, "type", "phase")
+    hits = _indices(_mask(ctx, "type", HOST_READ_TYPES.__contains__) & _mask(ctx, "phase", _NOT_OPTIMIZER))
     if not hits:
         return []
     accelerator = ctx.profile.meta.device_type not in ("cpu", "")
@@ -130,7 +136,9 @@ def _cross_device_copy(op_type: str, attrs: tuple) -> bool:
 
 def device_copies(ctx: AdvisorContext) -> list[Finding]:
     """Copies between host and device inside the step."""
-    hits = _where(ctx, _cross_device_copy, "type", "attrs")
+    types, attrs = ctx.column("type"), ctx.column("attrs")
+    copies = _mask(ctx, "type", lambda t: t in ("_to_copy", "copy_", "to"))
+    hits = [i for i in _indices(copies) if _cross_device_copy(types[i], attrs[i])]
     if not hits:
         return []
     return [_finding(ctx, "device-copy", f"{len(hits)} host<->device copies inside the step",
@@ -139,7 +147,8 @@ def device_copies(ctx: AdvisorContext) -> list[Finding]:
 
 
 def float64_work(ctx: AdvisorContext) -> list[Finding]:
-    hits = _where(ctx, lambda dtypes, flops: "float64" in dtypes and (flops or 0) > 0, "in_dtypes", "flops")
+    flops = ctx.column("flops")
+    hits = [i for i in _indices(_mask(ctx, "in_dtypes", lambda dtypes: "float64" in dtypes)) if (flops[i] or 0) > 0]
     if not hits:
         return []
     return [_finding(ctx, "float64", f"{len(hits)} ops compute in float64",
@@ -150,9 +159,9 @@ def float64_work(ctx: AdvisorContext) -> list[Finding]:
 def slow_convolution(ctx: AdvisorContext) -> list[Finding]:
     findings = []
     types, attrs_of, modules = ctx.column("type"), ctx.column("attrs"), ctx.column("module")
-    for i, (op_type, attrs) in enumerate(zip(types, attrs_of)):
-        if not attrs and op_type not in SLOW_CONV_TYPES:  # only a recorded backend can make other ops slow
-            continue
+    # Only a recorded backend can make ops other than the slow kernels slow.
+    for i in _indices(_mask(ctx, "attrs", bool) | _mask(ctx, "type", SLOW_CONV_TYPES.__contains__)):
+        op_type, attrs = types[i], attrs_of[i]
         recorded = dict(attrs)
         backend = recorded.get("conv_backend", "")
         slow = op_type in SLOW_CONV_TYPES or (backend in SLOW_CONV_BACKENDS and recorded.get("fast_conv_available"))
@@ -190,7 +199,9 @@ def _layout_copy(op_type: str, phase: str, in_dtypes: tuple, out_dtypes: tuple) 
 
 
 def layout_copies(ctx: AdvisorContext) -> list[Finding]:
-    hits = _where(ctx, _layout_copy, "type", "phase", "in_dtypes", "out_dtypes")
+    types, phases, in_dtypes, out_dtypes = (ctx.column(name) for name in ("type", "phase", "in_dtypes", "out_dtypes"))
+    hits = [i for i in _indices(_mask(ctx, "type", LAYOUT_COPY_TYPES.__contains__))
+            if _layout_copy(types[i], phases[i], in_dtypes[i], out_dtypes[i])]
     if not hits or ctx.share(sum([ctx.times[i] for i in hits])) < MIN_SHARE:
         return []
     return [_finding(ctx, "layout-copy", f"{len(hits)} layout copies (contiguous/clone/permute copies)",
@@ -199,10 +210,8 @@ def layout_copies(ctx: AdvisorContext) -> list[Finding]:
 
 
 def slow_matmuls(ctx: AdvisorContext) -> list[Finding]:
-    slow = BOUNDS.index(Bound.SLOW)
-    codes = ctx.bounds.codes
-    hits = [i for i, op_type in enumerate(ctx.column("type"))
-            if op_type in MATMUL_TYPES and codes[i] == slow and ctx.share(ctx.times[i]) >= MIN_SHARE / 2]
+    slow = _mask(ctx, "type", MATMUL_TYPES.__contains__) & (ctx.bounds.codes == BOUNDS.index(Bound.SLOW))
+    hits = [i for i in _indices(slow) if ctx.share(ctx.times[i]) >= MIN_SHARE / 2]
     if not hits:
         return []
     return [_finding(ctx, "slow-matmul", f"{len(hits)} matmuls/convolutions run at under "
@@ -232,8 +241,7 @@ def activation_peak(ctx: AdvisorContext) -> list[Finding]:
 
 
 def single_tensor_optimizer(ctx: AdvisorContext) -> list[Finding]:
-    optimizer = Phase.OPTIMIZER.value
-    hits = _where(ctx, lambda phase: phase == optimizer, "phase")
+    hits = _indices(_mask(ctx, "phase", lambda phase: phase == Phase.OPTIMIZER.value))
     ops = ctx.column("op")
     if len(hits) < MIN_OPTIMIZER_OPS or any("_foreach_" in ops[i] or "_fused_" in ops[i] for i in hits):
         return []
@@ -281,7 +289,7 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     host_ns, device_ns = ctx.column("host_time_ns"), ctx.column("device_time_ns")
     roofline_s = ctx.bounds.roofline_time_s
     for graph, (start, end) in zip(ctx.profile.graphs, ctx.spans()):
-        timed = [i for i in range(start, end) if device_ns[i] and host_ns[i]]
+        timed = [i for i in range(start, end) if device_ns[i] and host_ns[i]] if any(device_ns[start:end]) else []
         if not timed:
             continue
         device_total = 0.0

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.frame import NodeFrame
-from graphprof.analysis.node_arrays import codes, exact_sum, int_array
+from graphprof.analysis.node_arrays import codes, column_codes, exact_sum, int_array
 from graphprof.analysis.options import TableOptions
 
 _MEASURED = ("flops", "bytes_read", "bytes_written", "bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes")
@@ -68,11 +68,6 @@ def _first_seen(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray
     return remap[selected], [labels[c] for c in present[order].tolist()]
 
 
-def _column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[Any]]:
-    """The codes of a text column (first-seen order) and its distinct values, once per profile."""
-    return frame.memo(("codes", name), lambda: codes(frame.column(name)))
-
-
 def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
                  module_depth: int | None) -> tuple[np.ndarray, list[Any], Callable[[Any, int], str]]:
     """Each selected node's group (numbered in order of first appearance), the group keys, and a
@@ -85,13 +80,13 @@ def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
         group, keys = codes([(types[i], shapes[i]) for i in indices])
         return group, keys, lambda key, first: key[0]
     if by == "graph":
-        raw, values = _column_codes(frame, "graph_id")
+        raw, values = column_codes(frame, "graph_id")
         names = frame.column("graph")
         group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
         return group, keys, lambda key, first: names[first]
-    raw, values = _column_codes(frame, by)  # phase is its value, like every other text column
+    raw, values = column_codes(frame, by)  # phase is its value, like every other text column
     if by == "module":
-        to_key, keys = codes([truncate_module(path, module_depth) for path in values])
+        to_key, keys = codes([truncate_module(path, module_depth) for path in values])  # type: ignore[arg-type]
         raw, values = to_key[raw], keys
     group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
     return group, keys, lambda key, first: key

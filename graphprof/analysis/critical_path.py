@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index, inplace_writes
+from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index, frame_writes
 from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import graph_spans
@@ -114,19 +114,18 @@ def _trace_back(best: list[float], prev: list[int]) -> tuple[list[int], float]:
     return path, best[end]
 
 
-def _longest_by_index(times: Sequence[float], edges: EdgeIndex) -> tuple[list[int], float]:
+def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int], float]:
     """``_longest_in_order`` over an ``EdgeIndex``: the same path and length, predecessors read from arrays.
 
     Each node's predecessors are its data sources then its ORDER sources,
     each in edge order, as ``EdgeArrays.predecessors`` lists them (the first
     of equally long predecessors wins, so the order decides ties).
     """
-    size = len(times)
+    size = len(weights)
     dst = np.concatenate((edges.data_dst, edges.order_dst))
     by_dst = np.argsort(dst, kind="stable")
     srcs = np.concatenate((edges.data_src, edges.order_src))[by_dst].tolist()
     ends = np.cumsum(np.bincount(dst, minlength=size)).tolist()
-    weights = [float(w or 0.0) for w in times]
     best: list[float] = [0.0] * size
     prev: list[int] = [-1] * size
     start = 0
@@ -143,7 +142,14 @@ def _longest_by_index(times: Sequence[float], edges: EdgeIndex) -> tuple[list[in
         best[n] = parent_len + weights[n]
         prev[n] = parent
         start = end
-    return _trace_back(best, prev)
+    if not best:
+        return [], 0.0
+    end = int(np.argmax(best))  # the first of equals, as max() in _trace_back
+    path = [end]
+    while prev[path[-1]] >= 0:
+        path.append(prev[path[-1]])
+    path.reverse()
+    return path, best[end]
 
 
 def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: EdgeArrays | None = None) -> CriticalPath:
@@ -163,8 +169,9 @@ def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: E
 def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat: str,
                 edges: EdgeIndex) -> CriticalPath:
     """``_record_path`` from a graph's columns and ``EdgeIndex``."""
-    path, length = _longest_by_index(times, edges)
-    serial = sum(float(t or 0.0) for t in times)
+    weights = [float(t or 0.0) for t in times]
+    path, length = _longest_by_index(weights, edges)
+    serial = sum(weights)
     size = len(times)
     data = set((edges.data_src * size + edges.data_dst).tolist()) if len(path) > 1 else set()
     kinds = tuple(EdgeKind.DATA if a * size + b in data else EdgeKind.ORDER for a, b in zip(path, path[1:]))
@@ -209,12 +216,10 @@ def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath
     frame = node_frame(profile)
     times = frame.times(stat, "auto")
     col = frame.column
-    ids, inputs, types, is_view = col("id"), col("inputs"), col("type"), col("is_view")
-    writes = inplace_writes(col("is_inplace"), types)
+    ids, inputs = col("id"), col("inputs")
+    writes, aliases = frame_writes(frame)
     out = []
     for graph, (start, end) in zip(profile.graphs, graph_spans(profile, frame)):
-        graph_writes = writes[start:end]
-        aliases = [w or v or t == "getitem" for w, v, t in zip(graph_writes, is_view[start:end], types[start:end])]
-        edges = edge_index(ids[start:end], inputs[start:end], graph_writes, aliases)
+        edges = edge_index(ids[start:end], inputs[start:end], writes[start:end], aliases[start:end])
         out.append(_frame_path(graph.id, ids[start:end], times[start:end], stat, edges))
     return tuple(out)

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import column_codes, column_mask
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord
@@ -125,6 +127,24 @@ def inplace_writes(is_inplace: Sequence[bool | None], types: Sequence[str]) -> l
             for flag, t in zip(is_inplace, types)]
 
 
+def _writes_by_name(op_type: str) -> bool:
+    return op_type.endswith("_") and not op_type.endswith("__")
+
+
+def frame_writes(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``is_inplace_write`` of every node of a frame, and whether it aliases its inputs (a view, a
+    ``getitem`` or a writer): judged once per distinct type, ``is_inplace`` and ``is_view`` value."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        flag_codes, flags = column_codes(frame, "is_inplace")
+        said = np.array([f is not None for f in flags], dtype=bool)[flag_codes] if flags else np.zeros(0, bool)
+        said_true = np.array([bool(f) for f in flags], dtype=bool)[flag_codes] if flags else np.zeros(0, bool)
+        writes = np.where(said, said_true, column_mask(frame, "type", _writes_by_name))
+        aliases = writes | column_mask(frame, "is_view", bool) | column_mask(frame, "type", lambda t: t == "getitem")
+        writes.flags.writeable = aliases.flags.writeable = False
+        return writes, aliases
+    return frame.memo("frame_writes", build)
+
+
 def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The position of each wanted id among ``ids`` (the last one of equal ids), -1 where none has it."""
     n = len(ids)
@@ -162,8 +182,8 @@ def _alias_classes(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return label
 
 
-def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequence[bool],
-               aliases: Sequence[bool]) -> EdgeIndex:
+def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequence[bool] | np.ndarray,
+               aliases: Sequence[bool] | np.ndarray) -> EdgeIndex:
     """DATA and ORDER edges (rules 1 to 3 above) of one graph's nodes, given as columns.
 
     ``writes``: ``is_inplace_write`` per node; ``aliases``: whether the node
@@ -185,10 +205,10 @@ def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequ
         keep[by[1:][repeat]] = False
     src, dst = pos[keep], dst[keep]
     empty = np.zeros(0, dtype=np.intp)
-    write_arr = np.fromiter(writes, dtype=bool, count=n)
+    write_arr = np.asarray(writes, dtype=bool)
     if not write_arr[dst].any():  # no writer with a producer before it: no ORDER edge
         return EdgeIndex(src, dst, empty, empty)
-    alias = np.fromiter(aliases, dtype=bool, count=n)[dst]
+    alias = np.asarray(aliases, dtype=bool)[dst]
     label = _alias_classes(n, src[alias], dst[alias])
     # A class is named by its smallest node id (rule 2's union-find named it so).
     smallest = np.full(n, np.iinfo(np.int64).max)

@@ -14,7 +14,7 @@ index order, as a Python loop does); ``math.fsum`` stays ``math.fsum``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -76,6 +76,23 @@ def codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
     setdefault = index.setdefault
     out = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.intp, count=len(values))
     return out, list(index)
+
+
+def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:
+    """``codes`` of a frame column, once per profile (read-only)."""
+    def build() -> tuple[np.ndarray, list[object]]:
+        found, values = codes(frame.column(name))
+        found.flags.writeable = False
+        return found, values
+    return frame.memo(("codes", name), build)
+
+
+def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.ndarray:
+    """Where ``test(value)`` holds for a column, judged once per distinct value."""
+    found, values = column_codes(frame, name)
+    if not values:
+        return np.zeros(len(found), dtype=bool)
+    return np.array([bool(test(v)) for v in values], dtype=bool)[found]
 
 
 def graph_spans(profile: Profile, frame: NodeFrame) -> list[tuple[int, int]]:

@@ -8,15 +8,17 @@ and the advisor's findings); ``render.report_text`` prints it.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, fields
 from typing import Mapping
+
+import numpy as np
 
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
 from graphprof.analysis.eager import EagerOverhead, eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.node_arrays import times_array
 from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline_bounds
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
@@ -99,10 +101,7 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
     peaks = peaks or peaks_from_meta(profile)
     bounds = roofline_bounds(profile, peaks, stat)  # per node: device time where recorded, else host time
     frame = node_frame(profile)
-    times = bounds.times
-    # nlargest is sorted(..., reverse=True)[:top], ties included, without sorting every node.
-    indices = range(len(frame))
-    ranked = heapq.nlargest(top, indices, key=times.__getitem__) if top > 0 else sorted(indices, key=times.__getitem__, reverse=True)
+    ranked = top_indices(times_array(frame, stat, "auto"), top)
     host_device = _host_device(profile, stat)
     host_times = frame.times(stat, "host") if host_device is not None else None
     graph_index = frame.column("graph_index")
@@ -122,6 +121,21 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
         distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
         utilisation=utilisation(profile, given_flops, stat, workload), eager=eager_overhead(profile, stat),
     )
+
+
+def top_indices(values: np.ndarray, top: int) -> list[int]:
+    """The indices of the ``top`` largest values, largest first, the earlier of equal values first:
+    ``sorted(range(n), key=values.__getitem__, reverse=True)[:top]``, without sorting every value."""
+    n = len(values)
+    if top <= 0:  # as the slice [:top] of the whole order
+        return np.argsort(-values, kind="stable")[:top].tolist()
+    if top < n:
+        threshold = np.partition(values, n - top)[n - top]  # the top-th largest value
+        candidates = np.flatnonzero(values >= threshold)  # ties with it included, in index order
+    else:
+        candidates = np.arange(n)
+    ordered = candidates[np.argsort(-values[candidates], kind="stable")]
+    return ordered[:top].tolist()
 
 
 def node_at(frame: NodeFrame, i: int) -> NodeRecord:

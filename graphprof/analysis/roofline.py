@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from graphprof.analysis.frame import node_frame
-from graphprof.analysis.node_arrays import codes, int_array, times_array
+from graphprof.analysis.node_arrays import column_codes, int_array, times_array
 from graphprof.profile.model import NodeRecord, Profile
 
 OVERHEAD_RATIO = 0.1
@@ -185,7 +185,7 @@ def roofline_bounds(profile: Profile, peaks: Peaks | None = None, stat: str = "m
     except ValueError:  # counts that are not all int64 (a profile made by hand): node by node
         return RooflineBounds.of_points(profile, peaks, roofline(profile, peaks, stat))
     known = flops_known & read_known & written_known
-    dtype_codes, dtype_sets = codes(frame.column("in_dtypes"))
+    dtype_codes, dtype_sets = column_codes(frame, "in_dtypes")
     peak_of_set = np.array([peaks.flops_for(d[0] if d else None) for d in dtype_sets],  # type: ignore[index]
                            dtype=np.float64)
     time_s = times_array(frame, stat, "auto")

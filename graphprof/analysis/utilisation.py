@@ -41,7 +41,7 @@ import numpy as np
 
 from graphprof.analysis.eager import replay_step_times_s
 from graphprof.analysis.frame import node_frame
-from graphprof.analysis.node_arrays import codes, exact_sum, int_array, times_array
+from graphprof.analysis.node_arrays import column_codes, column_mask, exact_sum, int_array, times_array
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks
@@ -220,10 +220,9 @@ class _NodeFlops:
             flops, _ = int_array(frame, "flops")
         except ValueError:  # not all integers (a profile made by hand): Python's arithmetic, as the records'
             flops = np.array([f or 0 for f in frame.column("flops")], dtype=object)
-        type_codes, types = codes(frame.column("type"))
-        model = np.array([_model_type(t) for t in types], dtype=bool)[type_codes] if types else np.zeros(0, bool)
-        matmul = np.array([_matmul_type(t) for t in types], dtype=bool)[type_codes] if types else np.zeros(0, bool)
-        phase_codes, phases = codes(frame.column("phase"))
+        model = column_mask(frame, "type", _model_type)
+        matmul = column_mask(frame, "type", _matmul_type)
+        phase_codes, phases = column_codes(frame, "phase")
         phase = np.array([PHASES.index(Phase(p)) for p in phases], dtype=np.intp)[phase_codes] if phases \
             else np.zeros(0, np.intp)
         kinds = np.array([g.kind is not GraphKind.HOST for g in profile.graphs], dtype=bool)
