@@ -84,12 +84,19 @@ def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
         names = frame.column("graph")
         group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
         return group, keys, lambda key, first: names[first]
-    raw, values = column_codes(frame, by)  # phase is its value, like every other text column
     if by == "module":
-        to_key, keys = codes([truncate_module(path, module_depth) for path in values])  # type: ignore[arg-type]
-        raw, values = to_key[raw], keys
+        raw, values = frame.memo(("module_codes", module_depth), lambda: _module_codes(frame, module_depth))
+    else:
+        raw, values = column_codes(frame, by)  # phase is its value, like every other text column
     group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
     return group, keys, lambda key, first: key
+
+
+def _module_codes(frame: NodeFrame, depth: int | None) -> tuple[np.ndarray, list[Any]]:
+    """Codes of the module paths cut to ``depth`` (first-seen order), and those paths."""
+    raw, paths = column_codes(frame, "module")
+    to_key, keys = codes([truncate_module(path, depth) for path in paths])  # type: ignore[arg-type]
+    return to_key[raw], keys
 
 
 def _is_everything(frame: NodeFrame, indices: Sequence[int]) -> bool:

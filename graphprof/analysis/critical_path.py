@@ -173,10 +173,14 @@ def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat:
     path, length = _longest_by_index(weights, edges)
     serial = sum(weights)
     size = len(times)
-    data = set((edges.data_src * size + edges.data_dst).tolist()) if len(path) > 1 else set()
-    kinds = tuple(EdgeKind.DATA if a * size + b in data else EdgeKind.ORDER for a, b in zip(path, path[1:]))
+    kinds: tuple[EdgeKind, ...] = ()
+    if len(path) > 1:
+        steps = np.array(path, dtype=np.int64)
+        linked = steps[:-1] * size + steps[1:]
+        by_data = np.isin(linked, edges.data_src.astype(np.int64) * size + edges.data_dst).tolist()
+        kinds = tuple([EdgeKind.DATA if d else EdgeKind.ORDER for d in by_data])
     return CriticalPath(
-        graph_id=graph_id, stat=stat, nodes=tuple(ids[i] for i in path), edge_kinds=kinds,
+        graph_id=graph_id, stat=stat, nodes=tuple(map(ids.__getitem__, path)), edge_kinds=kinds,
         length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
     )
 
