@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from graphprof.analysis.eager import eager_overhead as measure_eager_overhead
-from graphprof.analysis.roofline import OVERHEAD_RATIO, Bound, Peaks, RooflinePoint, roofline
+from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.node_arrays import column_mask, graph_spans
+from graphprof.analysis.roofline import (BOUNDS, OVERHEAD_RATIO, Bound, Peaks, RooflineBounds, RooflinePoint,
+                                         roofline_bounds)
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+from graphprof.profile.model import NS_PER_S, Phase, Profile
 
 #: A finding about less than this share of step time is noise.
 MIN_SHARE = 0.02
@@ -60,41 +65,57 @@ class Finding:
 
 @dataclass(frozen=True)
 class AdvisorContext:
-    """What every rule may read: the profile, node times, roofline points."""
+    """What every rule may read: the profile, its node frame, node times and roofline bounds.
+
+    Rules read nodes by index into the frame's columns (execution order over
+    all graphs), never as records: a rule is a pass over a few columns.
+    """
 
     profile: Profile
-    times: dict[tuple[int, int], float]
-    points: dict[tuple[int, int], RooflinePoint]
+    frame: NodeFrame
+    times: Sequence[float]
+    bounds: RooflineBounds
     step_time_s: float
 
-    def nodes(self) -> Iterable[tuple[GraphRecord, NodeRecord]]:
-        return self.profile.iter_nodes()
+    def column(self, name: str) -> list:
+        return self.frame.column(name)
 
-    def time(self, graph: GraphRecord, node: NodeRecord) -> float:
-        return self.times[(graph.id, node.id)]
+    def spans(self) -> list[tuple[int, int]]:
+        """Each graph's (start, end) in the frame, in ``profile.graphs`` order."""
+        return graph_spans(self.profile, self.frame)
 
     def share(self, seconds: float) -> float:
         return seconds / self.step_time_s if self.step_time_s > 0 else 0.0
 
 
-def _attrs(node: NodeRecord) -> dict:
-    return dict(getattr(node, "attrs", None) or {})
-
-
 def _finding(ctx: AdvisorContext, rule: str, title: str, hint: str,
-             hits: Sequence[tuple[GraphRecord, NodeRecord]], severity: Severity | None = None) -> Finding:
-    seconds = sum(ctx.time(g, n) for g, n in hits)
+             hits: Sequence[int], severity: Severity | None = None) -> Finding:
+    times = ctx.times
+    seconds = sum([times[i] for i in hits])
     if severity is None:
         share = ctx.share(seconds)
         severity = Severity.HIGH if share >= 0.2 else Severity.MEDIUM if share >= 0.05 else Severity.LOW
-    sources = tuple(dict.fromkeys(n.source for _, n in hits if n.source))
-    return Finding(rule, severity, title, seconds, hint, tuple((g.id, n.id) for g, n in hits), sources)
+    source, graph_id, node_id = ctx.column("source"), ctx.column("graph_id"), ctx.column("id")
+    sources = tuple(dict.fromkeys(source[i] for i in hits if source[i]))
+    return Finding(rule, severity, title, seconds, hint, tuple((graph_id[i], node_id[i]) for i in hits), sources)
+
+
+def _mask(ctx: AdvisorContext, name: str, test: Callable[[Any], bool]) -> np.ndarray:
+    """Where ``test`` holds for a column (judged once per distinct value)."""
+    return column_mask(ctx.frame, name, test)
+
+
+def _indices(mask: np.ndarray) -> list[int]:
+    return np.flatnonzero(mask).tolist()
+
+
+_NOT_OPTIMIZER = lambda phase: phase != Phase.OPTIMIZER.value  # noqa: E731
 
 
 # -- rules --------------------------------------------------------------------
 def host_sync(ctx: AdvisorContext) -> list[Finding]:
     """Host reads of tensor values: a device sync on accelerators, a graph break under torch.compile."""
-    hits = [(g, n) for g, n in ctx.nodes() if n.type in HOST_READ_TYPES and n.phase is not Phase.OPTIMIZER]
+    hits = _indices(_mask(ctx, "type", HOST_READ_TYPES.__contains__) & _mask(ctx, "phase", _NOT_OPTIMIZER))
     if not hits:
         return []
     accelerator = ctx.profile.meta.device_type not in ("cpu", "")
@@ -106,15 +127,18 @@ def host_sync(ctx: AdvisorContext) -> list[Finding]:
     )]
 
 
+def _cross_device_copy(op_type: str, attrs: tuple) -> bool:
+    if not attrs:  # no devices recorded: not a cross-device copy
+        return False
+    devices = dict(attrs).get("devices", "")
+    return op_type in ("_to_copy", "copy_", "to") and "," in devices and len(set(devices.split(","))) > 1
+
+
 def device_copies(ctx: AdvisorContext) -> list[Finding]:
     """Copies between host and device inside the step."""
-    hits = []
-    for g, n in ctx.nodes():
-        if not n.attrs:  # no devices recorded: not a cross-device copy
-            continue
-        devices = _attrs(n).get("devices", "")
-        if n.type in ("_to_copy", "copy_", "to") and "," in devices and len(set(devices.split(","))) > 1:
-            hits.append((g, n))
+    types, attrs = ctx.column("type"), ctx.column("attrs")
+    copies = _mask(ctx, "type", lambda t: t in ("_to_copy", "copy_", "to"))
+    hits = [i for i in _indices(copies) if _cross_device_copy(types[i], attrs[i])]
     if not hits:
         return []
     return [_finding(ctx, "device-copy", f"{len(hits)} host<->device copies inside the step",
@@ -123,7 +147,8 @@ def device_copies(ctx: AdvisorContext) -> list[Finding]:
 
 
 def float64_work(ctx: AdvisorContext) -> list[Finding]:
-    hits = [(g, n) for g, n in ctx.nodes() if "float64" in n.in_dtypes and (n.flops or 0) > 0]
+    flops = ctx.column("flops")
+    hits = [i for i in _indices(_mask(ctx, "in_dtypes", lambda dtypes: "float64" in dtypes)) if (flops[i] or 0) > 0]
     if not hits:
         return []
     return [_finding(ctx, "float64", f"{len(hits)} ops compute in float64",
@@ -133,45 +158,51 @@ def float64_work(ctx: AdvisorContext) -> list[Finding]:
 
 def slow_convolution(ctx: AdvisorContext) -> list[Finding]:
     findings = []
-    for g, n in ctx.nodes():
-        if not n.attrs and n.type not in SLOW_CONV_TYPES:  # only a recorded backend can make other ops slow
-            continue
-        backend = _attrs(n).get("conv_backend", "")
-        slow = n.type in SLOW_CONV_TYPES or (backend in SLOW_CONV_BACKENDS and _attrs(n).get("fast_conv_available"))
-        if slow and ctx.share(ctx.time(g, n)) >= MIN_SHARE / 4:
+    types, attrs_of, modules = ctx.column("type"), ctx.column("attrs"), ctx.column("module")
+    # Only a recorded backend can make ops other than the slow kernels slow.
+    for i in _indices(_mask(ctx, "attrs", bool) | _mask(ctx, "type", SLOW_CONV_TYPES.__contains__)):
+        op_type, attrs = types[i], attrs_of[i]
+        recorded = dict(attrs)
+        backend = recorded.get("conv_backend", "")
+        slow = op_type in SLOW_CONV_TYPES or (backend in SLOW_CONV_BACKENDS and recorded.get("fast_conv_available"))
+        time_s = ctx.times[i]
+        if slow and ctx.share(time_s) >= MIN_SHARE / 4:
             findings.append(_finding(
-                ctx, "slow-conv", f"{n.type} in {n.module or 'the step'} takes the slow path ({backend or n.type})",
+                ctx, "slow-conv", f"{op_type} in {modules[i] or 'the step'} takes the slow path ({backend or op_type})",
                 "a fast convolution backend exists on this device but was not used: check "
                 "torch.backends.mkldnn.enabled / torch.backends.cudnn.enabled, dtype and memory format",
-                [(g, n)], Severity.HIGH if ctx.share(ctx.time(g, n)) >= 0.05 else Severity.MEDIUM))
+                [i], Severity.HIGH if ctx.share(time_s) >= 0.05 else Severity.MEDIUM))
     return findings
 
 
 def dispatch_bound_runs(ctx: AdvisorContext) -> list[Finding]:
     """Long runs of tiny ops whose time is overhead, not arithmetic or traffic."""
     findings = []
-    for graph in ctx.profile.graphs:
-        run: list[tuple[GraphRecord, NodeRecord]] = []
-        for node in (*graph.nodes, None):
-            point = ctx.points.get((graph.id, node.id)) if node is not None else None
-            if node is not None and point is not None and point.bound is Bound.OVERHEAD:
-                run.append((graph, node))
-                continue
-            if len(run) >= MIN_TINY_RUN and ctx.share(sum(ctx.time(g, n) for g, n in run)) >= MIN_SHARE:
-                first, last = run[0][1], run[-1][1]
+    ids = ctx.column("id")
+    overhead = ctx.bounds.codes == BOUNDS.index(Bound.OVERHEAD)
+    for start, end in ctx.spans():
+        # Runs of overhead-bound nodes inside the graph: where the mask turns on, and off again.
+        edges = np.flatnonzero(np.diff(overhead[start:end].astype(np.int8), prepend=0, append=0))
+        for first, stop in zip(edges[::2].tolist(), edges[1::2].tolist()):
+            run = range(start + first, start + stop)
+            if len(run) >= MIN_TINY_RUN and ctx.share(sum([ctx.times[i] for i in run])) >= MIN_SHARE:
                 findings.append(_finding(
-                    ctx, "dispatch-bound", f"{len(run)} consecutive tiny ops (nodes {first.id}-{last.id}) "
+                    ctx, "dispatch-bound", f"{len(run)} consecutive tiny ops (nodes {ids[run[0]]}-{ids[run[-1]]}) "
                     "are bound by per-op overhead",
                     "fuse them: torch.compile, a fused or foreach implementation, or larger tensors per op", run))
-            run = []
     return findings
 
 
+def _layout_copy(op_type: str, phase: str, in_dtypes: tuple, out_dtypes: tuple) -> bool:
+    return (op_type in LAYOUT_COPY_TYPES and phase != Phase.OPTIMIZER.value
+            and len(set(filter(None, in_dtypes + out_dtypes))) <= 1)
+
+
 def layout_copies(ctx: AdvisorContext) -> list[Finding]:
-    hits = [(g, n) for g, n in ctx.nodes()
-            if n.type in LAYOUT_COPY_TYPES and n.phase is not Phase.OPTIMIZER
-            and len(set(filter(None, n.in_dtypes + n.out_dtypes))) <= 1]
-    if not hits or ctx.share(sum(ctx.time(g, n) for g, n in hits)) < MIN_SHARE:
+    types, phases, in_dtypes, out_dtypes = (ctx.column(name) for name in ("type", "phase", "in_dtypes", "out_dtypes"))
+    hits = [i for i in _indices(_mask(ctx, "type", LAYOUT_COPY_TYPES.__contains__))
+            if _layout_copy(types[i], phases[i], in_dtypes[i], out_dtypes[i])]
+    if not hits or ctx.share(sum([ctx.times[i] for i in hits])) < MIN_SHARE:
         return []
     return [_finding(ctx, "layout-copy", f"{len(hits)} layout copies (contiguous/clone/permute copies)",
                      "avoid .contiguous() after transpose/permute where the consumer accepts strides, "
@@ -179,12 +210,8 @@ def layout_copies(ctx: AdvisorContext) -> list[Finding]:
 
 
 def slow_matmuls(ctx: AdvisorContext) -> list[Finding]:
-    hits = []
-    for g, n in ctx.nodes():
-        point = ctx.points.get((g.id, n.id))
-        if n.type in MATMUL_TYPES and point is not None and point.bound is Bound.SLOW \
-                and ctx.share(point.time_s) >= MIN_SHARE / 2:
-            hits.append((g, n))
+    slow = _mask(ctx, "type", MATMUL_TYPES.__contains__) & (ctx.bounds.codes == BOUNDS.index(Bound.SLOW))
+    hits = [i for i in _indices(slow) if ctx.share(ctx.times[i]) >= MIN_SHARE / 2]
     if not hits:
         return []
     return [_finding(ctx, "slow-matmul", f"{len(hits)} matmuls/convolutions run at under "
@@ -195,15 +222,15 @@ def slow_matmuls(ctx: AdvisorContext) -> list[Finding]:
 
 def activation_peak(ctx: AdvisorContext) -> list[Finding]:
     findings = []
-    for graph in ctx.profile.graphs:
+    ids = ctx.column("id")
+    for graph, (start, end) in zip(ctx.profile.graphs, ctx.spans()):
         peak = getattr(graph, "memory_peak", None)
         if peak is None or getattr(peak, "live_bytes", 0) < ACTIVATION_PEAK_MIN_BYTES:
             continue
         by_cat = dict(getattr(peak, "by_category_bytes", {}) or {})
         activations = sum(v for k, v in by_cat.items() if k.startswith(ACTIVATION_CATEGORIES))
         if activations / peak.live_bytes >= 0.5:
-            node = next((n for n in graph.nodes if n.id == peak.node_id), None)
-            hits = [(graph, node)] if node is not None else []
+            hits = next(([i] for i in range(start, end) if ids[i] == peak.node_id), [])
             f = _finding(ctx, "activation-peak",
                          f"activations saved for backward are {100 * activations / peak.live_bytes:.0f}% "
                          f"of the memory peak ({peak.live_bytes / 2**20:.1f} MiB)",
@@ -214,10 +241,11 @@ def activation_peak(ctx: AdvisorContext) -> list[Finding]:
 
 
 def single_tensor_optimizer(ctx: AdvisorContext) -> list[Finding]:
-    hits = [(g, n) for g, n in ctx.nodes() if n.phase is Phase.OPTIMIZER]
-    if len(hits) < MIN_OPTIMIZER_OPS or any("_foreach_" in n.op or "_fused_" in n.op for _, n in hits):
+    hits = _indices(_mask(ctx, "phase", lambda phase: phase == Phase.OPTIMIZER.value))
+    ops = ctx.column("op")
+    if len(hits) < MIN_OPTIMIZER_OPS or any("_foreach_" in ops[i] or "_fused_" in ops[i] for i in hits):
         return []
-    if ctx.share(sum(ctx.time(g, n) for g, n in hits)) < MIN_SHARE:
+    if ctx.share(sum([ctx.times[i] for i in hits])) < MIN_SHARE:
         return []
     return [_finding(ctx, "single-tensor-optimizer",
                      f"the optimizer updates parameters one tensor at a time ({len(hits)} ops)",
@@ -241,6 +269,11 @@ def _median(xs: Sequence[float]) -> float:
     return s[half] if len(s) % 2 else (s[half - 1] + s[half]) / 2
 
 
+def _median_s(samples_ns: Sequence[int]) -> float:
+    """The median of a node's samples in seconds (``NodeRecord.host_time_s``), as the rule has always taken it."""
+    return _median([t / NS_PER_S for t in samples_ns])
+
+
 def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     """A step whose device idles while the host dispatches: device self times track host dispatch times.
 
@@ -253,23 +286,24 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     rule stays quiet.
     """
     findings = []
-    for graph in ctx.profile.graphs:
-        timed = [n for n in graph.nodes if n.device_time_ns and n.host_time_ns]
+    host_ns, device_ns = ctx.column("host_time_ns"), ctx.column("device_time_ns")
+    roofline_s = ctx.bounds.roofline_time_s
+    for graph, (start, end) in zip(ctx.profile.graphs, ctx.spans()):
+        timed = [i for i in range(start, end) if device_ns[i] and host_ns[i]] if any(device_ns[start:end]) else []
         if not timed:
             continue
         device_total = 0.0
-        hits: list[tuple[GraphRecord, NodeRecord]] = []
+        hits: list[int] = []
         paced_s = 0.0
-        for node in timed:
-            host, device = _median(node.host_time_s), _median(node.device_time_s)
+        for i in timed:
+            host, device = _median_s(host_ns[i]), _median_s(device_ns[i])
             device_total += device
             if host <= 0 or abs(device - host) > LAUNCH_TRACK_TOLERANCE * host:
                 continue
-            point = ctx.points.get((graph.id, node.id))
-            roof = point.roofline_time_s if point is not None else None
-            if roof is not None and roof >= OVERHEAD_RATIO * device:
+            roof = float(roofline_s[i])
+            if roof == roof and roof >= OVERHEAD_RATIO * device:  # NaN: no roofline time
                 continue
-            hits.append((graph, node))
+            hits.append(i)
             paced_s += device
         if len(hits) < LAUNCH_BOUND_MIN_NODES or device_total <= 0 or paced_s < LAUNCH_BOUND_SHARE * device_total:
             continue
@@ -340,17 +374,18 @@ _ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
 
 
 def advise(profile: Profile, peaks: Peaks | None = None, stat: str = "median",
-           points: Sequence[RooflinePoint] | None = None) -> list[Finding]:
+           points: Sequence[RooflinePoint] | None = None, bounds: RooflineBounds | None = None) -> list[Finding]:
     """Every rule's findings, most severe and most expensive first.
 
-    ``points`` may pass a roofline already computed with the same peaks and stat.
+    ``bounds`` (``roofline_bounds``) or ``points`` (``roofline``'s, one per node
+    in frame order) may pass a roofline already computed with the same peaks and stat.
     """
-    if points is None:
-        points = roofline(profile, peaks, stat)
-    by_key = {(p.graph_id, p.node_id): p for p in points}
-    times = {key: p.time_s for key, p in by_key.items()}
-    step = stat_fn(stat)([s.wall_time_s for s in profile.steps]) if profile.steps else sum(times.values())
-    ctx = AdvisorContext(profile, times, by_key, step)
+    if bounds is None:
+        bounds = (RooflineBounds.of_points(profile, peaks, points) if points is not None
+                  else roofline_bounds(profile, peaks, stat))
+    times = bounds.times
+    step = stat_fn(stat)([s.wall_time_s for s in profile.steps]) if profile.steps else sum(times)
+    ctx = AdvisorContext(profile, node_frame(profile), times, bounds, step)
     findings = [f for rule in RULES for f in rule(ctx)]
     findings.sort(key=lambda f: (_ORDER[f.severity], -f.time_s))
     return findings

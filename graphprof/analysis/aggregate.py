@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import codes, column_codes, exact_sum, int_array
 from graphprof.analysis.options import TableOptions
 
 _MEASURED = ("flops", "bytes_read", "bytes_written", "bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes")
@@ -51,39 +54,53 @@ def truncate_module(path: str, depth: int | None) -> str:
     return ".".join(path.split(".")[:depth])
 
 
-def _group_keys(frame: NodeFrame, indices: Sequence[int], by: str | None,
-                module_depth: int | None) -> tuple[list[Hashable], Callable[[Hashable, int], str]]:
-    """The grouping key of each selected node, and a function giving a group's label from (key, first index)."""
+def _first_seen(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Renumber value codes so that groups count from 0 in order of their first selected node.
+
+    ``selected``: a code per selected node; ``labels``: the value of each code.
+    """
+    if not len(selected):
+        return selected, []
+    present, first = np.unique(selected, return_index=True)
+    order = np.argsort(first, kind="stable")
+    remap = np.empty(int(present[-1]) + 1, dtype=np.intp)
+    remap[present[order]] = np.arange(len(present))
+    return remap[selected], [labels[c] for c in present[order].tolist()]
+
+
+def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
+                 module_depth: int | None) -> tuple[np.ndarray, list[Any], Callable[[Any, int], str]]:
+    """Each selected node's group (numbered in order of first appearance), the group keys, and a
+    function giving a group's label from (key, first index)."""
+    chosen = None if _is_everything(frame, indices) else np.asarray(indices, dtype=np.intp)
     if by is None:
-        return ["all"] * len(indices), lambda key, first: "all"
-    if by == "module":
-        column = frame.column("module")
-        truncated: dict[str, str] = {}
-        keys: list[Hashable] = []
-        for i in indices:
-            path = column[i]
-            key = truncated.get(path)
-            if key is None:
-                key = truncated[path] = truncate_module(path, module_depth)
-            keys.append(key)
-        return keys, lambda key, first: key  # type: ignore[return-value]
+        return np.zeros(len(indices), dtype=np.intp), ["all"] if len(indices) else [], lambda key, first: "all"
     if by == "shape":
         types, shapes = frame.column("type"), frame.column("in_shapes")
-        return [(types[i], shapes[i]) for i in indices], lambda key, first: key[0]  # type: ignore[index]
+        group, keys = codes([(types[i], shapes[i]) for i in indices])
+        return group, keys, lambda key, first: key[0]
     if by == "graph":
-        pairs = frame.pairs
-        return [pairs[i][0].id for i in indices], lambda key, first: pairs[first][0].name
-    column = frame.column(by)  # phase is its value, like every other text column
-    return [column[i] for i in indices], lambda key, first: key  # type: ignore[return-value]
+        raw, values = column_codes(frame, "graph_id")
+        names = frame.column("graph")
+        group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
+        return group, keys, lambda key, first: names[first]
+    if by == "module":
+        raw, values = frame.memo(("module_codes", module_depth), lambda: _module_codes(frame, module_depth))
+    else:
+        raw, values = column_codes(frame, by)  # phase is its value, like every other text column
+    group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
+    return group, keys, lambda key, first: key
 
 
-def _gatherer(members: list[int]) -> Callable[[Sequence[Any]], list[Any]]:
-    """A function taking the members' values out of a column, as a list."""
-    if len(members) == 1:
-        only = members[0]
-        return lambda column: [column[only]]
-    get = operator.itemgetter(*members)
-    return lambda column: list(get(column))
+def _module_codes(frame: NodeFrame, depth: int | None) -> tuple[np.ndarray, list[Any]]:
+    """Codes of the module paths cut to ``depth`` (first-seen order), and those paths."""
+    raw, paths = column_codes(frame, "module")
+    to_key, keys = codes([truncate_module(path, depth) for path in paths])  # type: ignore[arg-type]
+    return to_key[raw], keys
+
+
+def _is_everything(frame: NodeFrame, indices: Sequence[int]) -> bool:
+    return isinstance(indices, range) and indices.start == 0 and indices.step == 1 and len(indices) == len(frame)
 
 
 def _common(values: list[Any]) -> Any:
@@ -99,34 +116,101 @@ def _reduce(fn: Callable[[Sequence[float]], float], values: list[Any]) -> float 
     return fn(known)
 
 
+#: Members a group must have before its columns are reduced over arrays rather than lists.
+_ARRAY_GROUP = 64
+#: How many members ``_common`` compares before gathering them all: values that differ usually show there.
+_PROBES = 8
+
+
+def _common_of(column: Sequence[Any], members: list[int]) -> Any:
+    """``_common`` of the members' values; a few members are compared first, so a column whose values
+    differ is not gathered whole. Values compare as ``list.count`` does (identity, then ==)."""
+    first = column[members[0]]
+    step = max(1, len(members) // _PROBES)
+    for k in range(step, len(members), step):
+        value = column[members[k]]
+        if value is not first and value != first:
+            return None
+    get = operator.itemgetter(*members)
+    return _common([get(column)] if len(members) == 1 else list(get(column)))
+
+
+def _reduce_ints(frame: NodeFrame, name: str, members: np.ndarray, fn_name: str) -> Any:
+    """``_reduce`` of an all-integer column over arrays (the same value; ValueError if not all integers)."""
+    values, known = int_array(frame, name)
+    chosen = values[members][known[members]]
+    if not len(chosen):
+        return None
+    if fn_name == "sum":
+        return exact_sum(chosen)
+    if fn_name == "mean":
+        return math.fsum(chosen.astype(np.float64).tolist()) / len(chosen)  # fsum converts each int alike
+    return int(chosen.max() if fn_name == "max" else chosen.min())
+
+
+class _Group(GroupEntry):
+    """A group whose columns other than its time are reduced on first use.
+
+    A report aggregates a 100,000-node profile four times and prints ten
+    groups of each: reducing every column of every group was most of that work.
+    """
+
+    def __init__(self, label: str, total_time_s: float, order: int, values: dict[str, Any],
+                 frame: NodeFrame, members: list[int], member_array: np.ndarray, options: TableOptions) -> None:
+        super().__init__(label, total_time_s, order, values)
+        self._frame = frame
+        self._members = members
+        self._member_array = member_array
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:  # only called for a column not reduced yet
+        if name in _DESCRIPTIVE:
+            value = _common_of(self._frame.column(name), self._members)
+        elif name in _MEASURED:
+            fn_name = self._options.aggregate_fn
+            fn_name = "max" if name == "live_bytes" and fn_name == "sum" else fn_name
+            value = None
+            if len(self._members) >= _ARRAY_GROUP:
+                try:
+                    value = _reduce_ints(self._frame, name, self._member_array, fn_name)
+                except ValueError:
+                    value = _reduce(_FUNCS[fn_name], self._gather(name))
+            else:
+                value = _reduce(_FUNCS[fn_name], self._gather(name))
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
+
+    def _gather(self, name: str) -> list[Any]:
+        column = self._frame.column(name)
+        get = operator.itemgetter(*self._members)
+        return [get(column)] if len(self._members) == 1 else list(get(column))
+
+
 def aggregate(frame: NodeFrame, times: Sequence[float], indices: Sequence[int], options: TableOptions,
               total_time_s: float) -> list[GroupEntry]:
     """One GroupEntry per group of the selected nodes (``indices`` into ``frame``), in order of each group's first node.
 
-    Works column by column over index lists: a report aggregates a 100,000-node
-    profile four times, and reading each value through an entry object was most of that time.
+    Groups are formed over arrays (a code per node, a stable sort by group);
+    each group's time is reduced at once, its other columns when first read.
     """
-    keys, label_of = _group_keys(frame, indices, options.aggregate_by, options.module_depth)
-    groups: dict[Hashable, list[int]] = {}
-    for key, i in zip(keys, indices):
-        members = groups.get(key)
-        if members is None:
-            groups[key] = [i]
-        else:
-            members.append(i)
+    group, keys, label_of = _group_codes(frame, indices, options.aggregate_by, options.module_depth)
+    order = np.argsort(group, kind="stable")
+    member_array = order if _is_everything(frame, indices) else np.asarray(indices, dtype=np.intp)[order]
+    members_of = member_array.tolist()
+    ends = np.cumsum(np.bincount(group, minlength=len(keys))).tolist()
+    member_times = list(operator.itemgetter(*members_of)(times)) if len(members_of) > 1 else \
+        [times[i] for i in members_of]
     fn = _FUNCS[options.aggregate_fn]
-    columns = {key: frame.column(key) for key in (*_MEASURED, *_DESCRIPTIVE)}
-    out = []
-    for order, (key, members) in enumerate(groups.items()):
-        gather = _gatherer(members)  # one C-level gather per column, not a Python loop per value
-        values: dict[str, Any] = {"calls": len(members), "time_s": fn(gather(times))}
-        for name in _MEASURED:
-            column_fn = _FUNCS["max"] if name == "live_bytes" and options.aggregate_fn == "sum" else fn
-            values[name] = _reduce(column_fn, gather(columns[name]))
-        for name in _DESCRIPTIVE:
-            values[name] = _common(gather(columns[name]))
+    out: list[GroupEntry] = []
+    start = 0
+    for number, (key, end) in enumerate(zip(keys, ends)):
+        members = members_of[start:end]
+        values: dict[str, Any] = {"calls": len(members), "time_s": fn(member_times[start:end])}
         label = label_of(key, members[0])
         if options.aggregate_by == "module":
             values["module"] = label
-        out.append(GroupEntry(label, total_time_s, order, values))
+        out.append(_Group(label, total_time_s, number, values, frame, members, member_array[start:end], options))
+        start = end
     return out

@@ -17,14 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, edge_arrays
+import numpy as np
+
+from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index, frame_writes
 from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import node_frame
+from graphprof.analysis.node_arrays import graph_spans
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, Profile
 
-if TYPE_CHECKING:  # networkx is imported where a graph is built: exports and views that
-    import networkx as nx  # need only edge arrays do not pay its import
+if TYPE_CHECKING:  # networkx is imported only to analyse a networkx graph given by the caller
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,14 @@ def longest_path(dag: nx.DiGraph, weight: str = "time_s") -> tuple[list[int], fl
     Dynamic programming in topological order (ties broken towards the
     earliest ``position``, so the answer is deterministic). O(V + E).
     """
+    import networkx as nx
+
     positions = dict(dag.nodes(data="position"))
     if all(p is not None for p in positions.values()) and all(positions[a] < positions[b] for a, b in dag.edges):
         # Every edge points forward in execution order (graphprof's dataflow graphs):
         # that order is topological, and acyclic by construction.
         order = sorted(dag.nodes, key=positions.__getitem__)
     else:
-        import networkx as nx
-
         if not nx.is_directed_acyclic_graph(dag):
             raise ValueError("the dataflow graph has a cycle, so it has no critical path")
         order = list(nx.lexicographical_topological_sort(dag, key=lambda n: dag.nodes[n].get("position", n)))
@@ -97,9 +100,51 @@ def _longest_in_order(times: Sequence[float], preds: list[list[int]]) -> tuple[l
                 parent, parent_len = p, best[p]
         best.append(parent_len + float(w or 0.0))
         prev.append(parent)
+    return _trace_back(best, prev)
+
+
+def _trace_back(best: list[float], prev: list[int]) -> tuple[list[int], float]:
     if not best:
         return [], 0.0
     end = max(range(len(best)), key=best.__getitem__)  # max() keeps the first of equals
+    path = [end]
+    while prev[path[-1]] >= 0:
+        path.append(prev[path[-1]])
+    path.reverse()
+    return path, best[end]
+
+
+def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int], float]:
+    """``_longest_in_order`` over an ``EdgeIndex``: the same path and length, predecessors read from arrays.
+
+    Each node's predecessors are its data sources then its ORDER sources,
+    each in edge order, as ``EdgeArrays.predecessors`` lists them (the first
+    of equally long predecessors wins, so the order decides ties).
+    """
+    size = len(weights)
+    dst = np.concatenate((edges.data_dst, edges.order_dst))
+    by_dst = np.argsort(dst, kind="stable")
+    srcs = np.concatenate((edges.data_src, edges.order_src))[by_dst].tolist()
+    ends = np.cumsum(np.bincount(dst, minlength=size)).tolist()
+    best: list[float] = [0.0] * size
+    prev: list[int] = [-1] * size
+    start = 0
+    for n, end in enumerate(ends):
+        if end == start:
+            best[n] = 0.0 + weights[n]
+            continue
+        parent = srcs[start]
+        parent_len = best[parent]
+        for k in range(start + 1, end):
+            p = srcs[k]
+            if best[p] > parent_len:
+                parent, parent_len = p, best[p]
+        best[n] = parent_len + weights[n]
+        prev[n] = parent
+        start = end
+    if not best:
+        return [], 0.0
+    end = int(np.argmax(best))  # the first of equals, as max() in _trace_back
     path = [end]
     while prev[path[-1]] >= 0:
         path.append(prev[path[-1]])
@@ -117,6 +162,25 @@ def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: E
     nodes = graph.nodes
     return CriticalPath(
         graph_id=graph.id, stat=stat, nodes=tuple(nodes[i].id for i in path), edge_kinds=kinds,
+        length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
+    )
+
+
+def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat: str,
+                edges: EdgeIndex) -> CriticalPath:
+    """``_record_path`` from a graph's columns and ``EdgeIndex``."""
+    weights = [float(t or 0.0) for t in times]
+    path, length = _longest_by_index(weights, edges)
+    serial = sum(weights)
+    size = len(times)
+    kinds: tuple[EdgeKind, ...] = ()
+    if len(path) > 1:
+        steps = np.array(path, dtype=np.int64)
+        linked = steps[:-1] * size + steps[1:]
+        by_data = np.isin(linked, edges.data_src.astype(np.int64) * size + edges.data_dst).tolist()
+        kinds = tuple([EdgeKind.DATA if d else EdgeKind.ORDER for d in by_data])
+    return CriticalPath(
+        graph_id=graph_id, stat=stat, nodes=tuple(map(ids.__getitem__, path)), edge_kinds=kinds,
         length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
     )
 
@@ -150,13 +214,16 @@ def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath
     """One critical path per graph of the profile, in graph order.
 
     Graphs of a step run one after another, so a step's critical path is the
-    concatenation of these and its length their sum.
+    concatenation of these and its length their sum. Read from the node
+    frame's columns: no node record is needed.
     """
-    times = node_frame(profile).times(stat, "auto")
+    frame = node_frame(profile)
+    times = frame.times(stat, "auto")
+    col = frame.column
+    ids, inputs = col("id"), col("inputs")
+    writes, aliases = frame_writes(frame)
     out = []
-    start = 0
-    for graph in profile.graphs:
-        end = start + len(graph.nodes)
-        out.append(_record_path(graph, times[start:end], stat))
-        start = end
+    for graph, (start, end) in zip(profile.graphs, graph_spans(profile, frame)):
+        edges = edge_index(ids[start:end], inputs[start:end], writes[start:end], aliases[start:end])
+        out.append(_frame_path(graph.id, ids[start:end], times[start:end], stat, edges))
     return tuple(out)

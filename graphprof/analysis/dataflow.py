@@ -39,15 +39,20 @@ hand-edited profile has them) are dropped, so the result is always a DAG.
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
+from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import column_codes, column_mask
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, NodeRecord
 
-if TYPE_CHECKING:  # networkx is imported where a graph is built: exports and views that
-    import networkx as nx  # need only edge arrays do not pay its import
+if TYPE_CHECKING:  # networkx is imported where a graph is built: the report and critical path never need it
+    import networkx as nx
 
 
 class EdgeKind(str, enum.Enum):
@@ -79,19 +84,6 @@ def is_inplace_write(node: NodeRecord) -> bool:
     return op_type.endswith("_") and not op_type.endswith("__")
 
 
-def _aliases_inputs(node: NodeRecord) -> bool:
-    return node.is_view or node.type == "getitem" or is_inplace_write(node)
-
-
-def _find(parent: list[int], x: int) -> int:
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:  # path compression
-        parent[x], x = root, parent[x]
-    return root
-
-
 @dataclass(frozen=True)
 class EdgeArrays:
     """A graph's dataflow edges as (source, destination) positions in execution order.
@@ -115,50 +107,130 @@ class EdgeArrays:
         return preds
 
 
-def edge_arrays(graph: GraphRecord) -> EdgeArrays:
-    """DATA and ORDER edges of ``graph`` (rules 1 to 3 above) in positions; see ``data_edges``, ``order_edges``."""
-    nodes = graph.nodes
-    pos = {node.id: i for i, node in enumerate(nodes)}
-    get = pos.get
-    # Each node's distinct producers that run before it, in input order.
-    sources: list[list[int]] = []
-    data: list[tuple[int, int]] = []
-    for i, node in enumerate(nodes):
-        srcs = []
-        inputs = node.inputs
-        for src in (inputs if len(inputs) < 2 else dict.fromkeys(inputs)):
-            p = get(src)
-            if p is not None and p < i:
-                srcs.append(p)
-                data.append((p, i))
-        sources.append(srcs)
-    writes = [is_inplace_write(node) for node in nodes]
-    ids = [node.id for node in nodes]
-    parent = list(range(len(nodes)))
-    for i, node in enumerate(nodes):
-        if sources[i] and (writes[i] or node.is_view or node.type == "getitem"):
-            for p in sources[i]:
-                ra, rb = _find(parent, i), _find(parent, p)
-                if ra != rb:  # the root is the member with the smallest id, so classes are named by it
-                    if ids[ra] > ids[rb]:
-                        parent[ra] = rb
-                    else:
-                        parent[rb] = ra
-    # Only a class with a writer gets ORDER edges (a writer belongs to the class of what it writes):
-    # readers of the other classes need not be listed.
-    written = {ids[_find(parent, i)] for i, srcs in enumerate(sources) if srcs and writes[i]}
+@dataclass(frozen=True)
+class EdgeIndex:
+    """The same edges as ``EdgeArrays``, as numpy arrays (what the critical path of a big graph reads)."""
+
+    data_src: np.ndarray
+    data_dst: np.ndarray
+    order_src: np.ndarray
+    order_dst: np.ndarray
+
+    def lists(self) -> EdgeArrays:
+        return EdgeArrays(list(zip(self.data_src.tolist(), self.data_dst.tolist())),
+                          list(zip(self.order_src.tolist(), self.order_dst.tolist())))
+
+
+def inplace_writes(is_inplace: Sequence[bool | None], types: Sequence[str]) -> list[bool]:
+    """``is_inplace_write`` of each node, from its ``is_inplace`` and ``type`` columns."""
+    return [flag if flag is not None else (t.endswith("_") and not t.endswith("__"))
+            for flag, t in zip(is_inplace, types)]
+
+
+def _writes_by_name(op_type: str) -> bool:
+    return op_type.endswith("_") and not op_type.endswith("__")
+
+
+def frame_writes(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``is_inplace_write`` of every node of a frame, and whether it aliases its inputs (a view, a
+    ``getitem`` or a writer): judged once per distinct type, ``is_inplace`` and ``is_view`` value."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        flag_codes, flags = column_codes(frame, "is_inplace")
+        said = np.array([f is not None for f in flags], dtype=bool)[flag_codes] if flags else np.zeros(0, bool)
+        said_true = np.array([bool(f) for f in flags], dtype=bool)[flag_codes] if flags else np.zeros(0, bool)
+        writes = np.where(said, said_true, column_mask(frame, "type", _writes_by_name))
+        aliases = writes | column_mask(frame, "is_view", bool) | column_mask(frame, "type", lambda t: t == "getitem")
+        writes.flags.writeable = aliases.flags.writeable = False
+        return writes, aliases
+    return frame.memo("frame_writes", build)
+
+
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The position of each wanted id among ``ids`` (the last one of equal ids), -1 where none has it."""
+    n = len(ids)
+    if n and ids[0] == 0 and ids[-1] == n - 1 and np.array_equal(ids, np.arange(n)):
+        return np.where((wanted >= 0) & (wanted < n), wanted, -1)
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    k = np.searchsorted(ordered, wanted, side="right") - 1
+    safe = np.maximum(k, 0)
+    found = (k >= 0) & (ordered[safe] == wanted) if n else np.zeros(len(wanted), dtype=bool)
+    return np.where(found, order[safe] if n else -1, -1)
+
+
+def _alias_classes(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The connected component of each position under edges (a, b), named by its smallest position.
+
+    Hooking and pointer jumping over arrays; each round at least halves the
+    distance to a component's smallest member, so rounds are few.
+    """
+    label = np.arange(n)
+    while len(a):
+        la, lb = label[a], label[b]
+        low = np.minimum(la, lb)
+        hooked = label.copy()
+        np.minimum.at(hooked, la, low)
+        np.minimum.at(hooked, lb, low)
+        while True:
+            jumped = hooked[hooked]
+            if np.array_equal(jumped, hooked):
+                break
+            hooked = jumped
+        if np.array_equal(hooked, label):
+            break
+        label = hooked
+    return label
+
+
+def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequence[bool] | np.ndarray,
+               aliases: Sequence[bool] | np.ndarray) -> EdgeIndex:
+    """DATA and ORDER edges (rules 1 to 3 above) of one graph's nodes, given as columns.
+
+    ``writes``: ``is_inplace_write`` per node; ``aliases``: whether the node
+    shares storage with its inputs (a view, a ``getitem`` or a writer).
+    Data edges and the alias classes are array operations; the ORDER edges
+    walk only the readers of classes that are written.
+    """
+    n = len(ids)
+    id_arr = np.fromiter(ids, dtype=np.int64, count=n)
+    lens = np.fromiter(map(len, inputs), dtype=np.intp, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+    dst = np.repeat(np.arange(n), lens)
+    pos = _positions(id_arr, flat)
+    keep = (pos >= 0) & (pos < dst)
+    multi = np.flatnonzero(lens[dst] >= 2)  # a node's repeated input counts once, at its first place
+    if len(multi):
+        by = multi[np.lexsort((multi, flat[multi], dst[multi]))]
+        repeat = (dst[by][1:] == dst[by][:-1]) & (flat[by][1:] == flat[by][:-1])
+        keep[by[1:][repeat]] = False
+    src, dst = pos[keep], dst[keep]
+    empty = np.zeros(0, dtype=np.intp)
+    write_arr = np.asarray(writes, dtype=bool)
+    if not write_arr[dst].any():  # no writer with a producer before it: no ORDER edge
+        return EdgeIndex(src, dst, empty, empty)
+    alias = np.asarray(aliases, dtype=bool)[dst]
+    label = _alias_classes(n, src[alias], dst[alias])
+    # A class is named by its smallest node id (rule 2's union-find named it so).
+    smallest = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(smallest, label, id_arr)
+    name = smallest[label]
+    written_names = np.unique(name[dst[write_arr[dst]]])
+    written = set(written_names.tolist())
+    source_class = name[src]
+    touched = np.isin(source_class, written_names)
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
+    classes = source_class.tolist()
     readers: dict[int, list[int]] = {}
-    for i, srcs in enumerate(sources) if written else ():  # execution order, so each list is sorted
-        if srcs:
-            for cls in {ids[_find(parent, p)] for p in srcs}:
-                if cls not in written:
-                    continue
-                chain = readers.get(cls)
-                if chain is None:
-                    readers[cls] = [i]
-                else:
-                    chain.append(i)
-    data_set = set(data)
+    for i in np.unique(dst[touched]).tolist():  # execution order, so each list is sorted
+        for cls in {classes[k] for k in range(ptr[i], ptr[i + 1])}:
+            if cls not in written:
+                continue
+            chain = readers.get(cls)
+            if chain is None:
+                readers[cls] = [i]
+            else:
+                chain.append(i)
+    writes_list = write_arr.tolist()
     found: dict[tuple[int, int], None] = {}
     for chain in readers.values():
         since_write: list[int] = []
@@ -166,15 +238,31 @@ def edge_arrays(graph: GraphRecord) -> EdgeArrays:
         for i in chain:
             if last_writer >= 0:
                 found[(last_writer, i)] = None
-            if writes[i]:
+            if writes_list[i]:
                 for reader in since_write:
                     found[(reader, i)] = None
                 since_write = []
                 last_writer = i
             else:
                 since_write.append(i)
-    order = [e for e in found if e[0] != e[1] and e not in data_set]
-    return EdgeArrays(data, order)
+    data_keys = set((src * n + dst).tolist())
+    order = [e for e in found if e[0] != e[1] and e[0] * n + e[1] not in data_keys]
+    order_arr = np.array(order, dtype=np.intp).reshape(-1, 2)
+    return EdgeIndex(src, dst, order_arr[:, 0], order_arr[:, 1])
+
+
+def graph_edge_index(graph: GraphRecord) -> EdgeIndex:
+    """``edge_index`` of a graph record's nodes."""
+    nodes = graph.nodes
+    types = [node.type for node in nodes]
+    writes = inplace_writes([node.is_inplace for node in nodes], types)
+    aliases = [w or node.is_view or t == "getitem" for w, node, t in zip(writes, nodes, types)]
+    return edge_index([node.id for node in nodes], [node.inputs for node in nodes], writes, aliases)
+
+
+def edge_arrays(graph: GraphRecord) -> EdgeArrays:
+    """DATA and ORDER edges of ``graph`` (rules 1 to 3 above) in positions; see ``data_edges``, ``order_edges``."""
+    return graph_edge_index(graph).lists()
 
 
 def data_edges(graph: GraphRecord) -> tuple[DataflowEdge, ...]:
@@ -217,9 +305,9 @@ def dataflow_graph(graph: GraphRecord, stat: str = "median", attributes: bool = 
     ``time_s`` is the node's time under ``stat``. Graph attributes: ``graph_id``, ``name``, ``kind``, ``stat``.
     With ``attributes=False`` nodes carry only ``position`` and ``time_s``.
     """
-    stat_fn(stat)  # a bad statistic fails here, with the list of valid ones
     import networkx as nx
 
+    stat_fn(stat)  # a bad statistic fails here, with the list of valid ones
     dag = nx.DiGraph(graph_id=graph.id, name=graph.name, kind=graph.kind.value, stat=stat)
     if attributes:
         dag.add_nodes_from((node.id, _node_attributes(graph, i, node, stat)) for i, node in enumerate(graph.nodes))

@@ -8,25 +8,27 @@ and the advisor's findings); ``render.report_text`` prints it.
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Mapping
+
+import numpy as np
 
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
 from graphprof.analysis.eager import EagerOverhead, eager_overhead
-from graphprof.analysis.frame import node_frame
-from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline
-from graphprof.analysis.node_time import node_time_s, node_times_s
+from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.node_arrays import times_array
+from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_meta, roofline_bounds
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
 from graphprof.profile.serialize import _gc_paused
 from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
+_NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
 
 
 @dataclass(frozen=True)
@@ -97,21 +99,15 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
                   peak_flops_per_s: float | None, workload: Workload | None) -> Report:
     given_flops = peak_flops_per_s if peak_flops_per_s is not None else (peaks.flops_per_s if peaks else None)
     peaks = peaks or peaks_from_meta(profile)
-    points = _points(profile, peaks, stat)
-    by_key = {(p.graph_id, p.node_id): p for p in points}
-    time_by_bound: dict[Bound, float] = {}
-    for p in points:
-        time_by_bound[p.bound] = time_by_bound.get(p.bound, 0.0) + p.time_s
-    # nlargest is sorted(..., reverse=True)[:top], ties included, without sorting every node.
-    def time_of(gn: tuple[GraphRecord, NodeRecord]) -> float:
-        return by_key[(gn[0].id, gn[1].id)].time_s
-
-    pairs = node_frame(profile).pairs
-    ranked = heapq.nlargest(top, pairs, key=time_of) if top > 0 else sorted(pairs, key=time_of, reverse=True)
+    bounds = roofline_bounds(profile, peaks, stat)  # per node: device time where recorded, else host time
+    frame = node_frame(profile)
+    ranked = top_indices(times_array(frame, stat, "auto"), top)
     host_device = _host_device(profile, stat)
-    rows = tuple(RooflineRow(g, n, by_key[(g.id, n.id)],
-                             node_time_s(n, stat, "host") if host_device is not None else None)
-                 for g, n in ranked[:top])
+    host_times = frame.times(stat, "host") if host_device is not None else None
+    graph_index = frame.column("graph_index")
+    rows = tuple(RooflineRow(profile.graphs[graph_index[i]], node_at(frame, i), bounds.point(i),
+                             host_times[i] if host_times is not None else None)
+                 for i in ranked[:top])
     breakdowns = {
         key: build_table(profile, aggregate_by=key, top=top, stat=stat,
                          module_depth=module_depth if key == "module" else None)
@@ -120,21 +116,40 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
     return Report(
         profile=profile, stat=stat, peaks=peaks, steps=step_stats(profile),
         overview=build_table(profile, top=top, stat=stat), roofline_rows=rows,
-        time_by_bound_s=time_by_bound, critical=critical_paths(profile, stat=stat) if profile.graphs else (),
-        breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, points)),
+        time_by_bound_s=bounds.time_by_bound(), critical=critical_paths(profile, stat=stat) if profile.graphs else (),
+        breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, bounds=bounds)),
         distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
         utilisation=utilisation(profile, given_flops, stat, workload), eager=eager_overhead(profile, stat),
     )
 
 
-def _points(profile: Profile, peaks: Peaks | None, stat: str) -> list[RooflinePoint]:
-    """Roofline points on the device clock where nodes have device times (host time is only dispatch there)."""
-    return roofline(profile, peaks, stat)  # per node: device time where recorded, else host time
+def top_indices(values: np.ndarray, top: int) -> list[int]:
+    """The indices of the ``top`` largest values, largest first, the earlier of equal values first:
+    ``sorted(range(n), key=values.__getitem__, reverse=True)[:top]``, without sorting every value."""
+    n = len(values)
+    if top <= 0:  # as the slice [:top] of the whole order
+        return np.argsort(-values, kind="stable")[:top].tolist()
+    if top < n:
+        threshold = np.partition(values, n - top)[n - top]  # the top-th largest value
+        candidates = np.flatnonzero(values >= threshold)  # ties with it included, in index order
+    else:
+        candidates = np.arange(n)
+    ordered = candidates[np.argsort(-values[candidates], kind="stable")]
+    return ordered[:top].tolist()
+
+
+def node_at(frame: NodeFrame, i: int) -> NodeRecord:
+    """The record of node ``i`` of ``frame``, made from its columns (a report shows a few nodes, not all)."""
+    values = {name: frame.column(name)[i] for name in _NODE_FIELDS}
+    values["phase"] = Phase(values["phase"])  # the frame's phase column holds the value
+    return NodeRecord(**values)
 
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:
-    timed = [n for _, n in profile.iter_nodes() if n.device_time_ns]
+    frame = node_frame(profile)
+    timed = [i for i, samples in enumerate(frame.column("device_time_ns")) if samples]
     if not timed:
         return None
-    return HostDeviceTimes(host_s=sum(node_times_s(timed, stat, "host")),
-                           device_s=sum(node_times_s(timed, stat, "device")), nodes=len(timed))
+    host, device = frame.times(stat, "host"), frame.times(stat, "device")
+    return HostDeviceTimes(host_s=sum([host[i] for i in timed]), device_s=sum([device[i] for i in timed]),
+                           nodes=len(timed))

@@ -35,9 +35,13 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
 
 from graphprof.analysis.eager import replay_step_times_s
 from graphprof.analysis.frame import node_frame
+from graphprof.analysis.node_arrays import column_codes, column_mask, exact_sum, int_array, times_array
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks
@@ -54,6 +58,8 @@ MODEL_OP_TYPES = frozenset({
 BACKWARD_OP_TYPES = frozenset({"convolution_backward", "_flash_attention_backward", "_efficient_attention_backward"})
 #: Backward of the forward work: grad w.r.t. inputs and w.r.t. weights.
 BACKWARD_FACTOR = 2
+#: Phases in the order a report lists them.
+PHASES = tuple(Phase)
 
 
 def is_model_op(node: NodeRecord) -> bool:
@@ -145,11 +151,15 @@ class UtilisationReport:
 
 
 def _model_dtype(nodes: list[NodeRecord]) -> str | None:
+    return _dtype_of_most(((n.in_dtypes, n.flops) for n in nodes if is_model_op(n) and n.flops))
+
+
+def _dtype_of_most(model_ops: Iterable[tuple[tuple[str | None, ...], int]]) -> str | None:
+    """The input dtype carrying most FLOPs over (input dtypes, FLOPs) of model ops; the first of equals."""
     by_dtype: dict[str, int] = {}
-    for n in nodes:
-        if is_model_op(n) and n.flops:
-            dtype = n.in_dtypes[0] if n.in_dtypes and n.in_dtypes[0] else "float32"
-            by_dtype[dtype] = by_dtype.get(dtype, 0) + n.flops
+    for in_dtypes, flops in model_ops:
+        dtype = in_dtypes[0] if in_dtypes and in_dtypes[0] else "float32"
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + flops
     return max(by_dtype, key=by_dtype.__getitem__) if by_dtype else None
 
 
@@ -192,6 +202,44 @@ class _FlopSums:
         return cls(forward_model, hardware, matmul)
 
 
+@dataclass(frozen=True)
+class _NodeFlops:
+    """The columns utilisation reads, as arrays over the node frame: FLOPs (0 where unknown), whether
+    each node is a model op or matmul-class, its phase, and whether its graph is timed by probes."""
+
+    flops: np.ndarray
+    model: np.ndarray
+    matmul: np.ndarray
+    phase: np.ndarray  # index into PHASES
+    probed: np.ndarray  # not a host-time record
+
+    @classmethod
+    def of(cls, profile: Profile) -> "_NodeFlops":
+        frame = node_frame(profile)
+        try:
+            flops, _ = int_array(frame, "flops")
+        except ValueError:  # not all integers (a profile made by hand): Python's arithmetic, as the records'
+            flops = np.array([f or 0 for f in frame.column("flops")], dtype=object)
+        model = column_mask(frame, "type", _model_type)
+        matmul = column_mask(frame, "type", _matmul_type)
+        phase_codes, phases = column_codes(frame, "phase")
+        phase = np.array([PHASES.index(Phase(p)) for p in phases], dtype=np.intp)[phase_codes] if phases \
+            else np.zeros(0, np.intp)
+        kinds = np.array([g.kind is not GraphKind.HOST for g in profile.graphs], dtype=bool)
+        probed = kinds[np.asarray(frame.column("graph_index"), dtype=np.intp)] if len(kinds) else np.zeros(0, bool)
+        return cls(flops, model, matmul, phase, probed)
+
+    def sums(self, mask: np.ndarray) -> _FlopSums:
+        """``_FlopSums.of`` the nodes of ``mask``."""
+        forward_like = (self.phase == PHASES.index(Phase.FORWARD)) | (self.phase == PHASES.index(Phase.OTHER))
+        return _FlopSums(_int_sum(self.flops, mask & self.model & forward_like), _int_sum(self.flops, mask),
+                         _int_sum(self.flops, mask & self.matmul))
+
+
+def _int_sum(values: np.ndarray, mask: np.ndarray) -> int:
+    return exact_sum(values[mask])
+
+
 def _part(label: str, sums: _FlopSums, time_s: float, backward_model: int = 0, ranks: int = 1) -> Utilisation:
     """FLOPs of one set of nodes (divided by ``ranks``: one device's share) over ``time_s``."""
     return Utilisation(
@@ -207,32 +255,29 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
     ``workload`` (tokens/samples per step) overrides the one recorded in the profile.
     """
     fn = stat_fn(stat)
-    nodes = [n for g in profile.graphs if g.kind is not GraphKind.HOST for n in g.nodes]
+    cols = _NodeFlops.of(profile)
     steps = replay_step_times_s(profile)
-    grad_forward = sum(n.flops or 0 for n in nodes if is_model_op(n) and n.phase is Phase.FORWARD)
-    has_backward = any(n.phase is Phase.BACKWARD for n in nodes)
+    forward = cols.probed & (cols.phase == PHASES.index(Phase.FORWARD))
+    grad_forward = _int_sum(cols.flops, forward & cols.model)
+    has_backward = bool((cols.probed & (cols.phase == PHASES.index(Phase.BACKWARD))).any())
     backward_model = BACKWARD_FACTOR * grad_forward if has_backward else 0
     ranks = max(1, len(set(graph_ranks(profile).values())))
-    whole = _FlopSums.of(nodes)
+    whole = cols.sums(cols.probed)
     step = _part("step", whole, fn(steps) if steps else 0.0, backward_model, ranks)
     if not steps or step.model_flops <= 0:
         return None
-    dtype = _model_dtype(nodes)
-    phases = []
     frame = node_frame(profile)
-    times = frame.times(stat, "auto")  # node_time_s of every node, taken once per profile
-    by_phase: dict[Phase, tuple[list[NodeRecord], list[float]]] = {}
-    for (g, n), t in zip(frame.pairs, times):
-        if g.kind is not GraphKind.HOST:
-            members, member_times = by_phase.setdefault(n.phase, ([], []))
-            members.append(n)
-            member_times.append(t)
-    for phase in Phase:
-        if phase not in by_phase:
+    model_ops = np.flatnonzero(cols.probed & cols.model & (cols.flops != 0)).tolist()
+    in_dtypes, flops = frame.column("in_dtypes"), frame.column("flops")
+    dtype = _dtype_of_most((in_dtypes[i], flops[i]) for i in model_ops)
+    phases = []
+    times = times_array(frame, stat, "auto")  # node_time_s of every node, taken once per profile
+    for code, phase in enumerate(PHASES):
+        members = cols.probed & (cols.phase == code)
+        if not members.any():
             continue
-        members, member_times = by_phase[phase]
-        time_s = math.fsum(member_times) / ranks
-        phases.append(_part(phase.value, _FlopSums.of(members), time_s,
+        time_s = math.fsum(times[members].tolist()) / ranks  # fsum is exact: the order of the terms does not matter
+        phases.append(_part(phase.value, cols.sums(members), time_s,
                             backward_model if phase is Phase.BACKWARD else 0, ranks))
     per_step = tuple(_part(f"step {s.index}", whole, t, backward_model, ranks) for s, t in zip(profile.steps, steps))
     return UtilisationReport(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import heapq
+import numpy as np
 
 from graphprof.analysis.frame import node_frame
-from graphprof.analysis.report import Report
+from graphprof.analysis.node_arrays import graph_spans, times_array
+from graphprof.analysis.report import Report, top_indices
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
 from graphprof.render.distributed_text import render_distributed
@@ -109,23 +110,25 @@ def _roofline(report: Report, width: int | None) -> str:
 
 def _critical(report: Report) -> list[str]:
     lines = ["critical path (dataflow, weighted by measured time)"]
-    offsets: dict[int, int] = {}
-    start = 0
-    for g in report.profile.graphs:
-        offsets.setdefault(g.id, start)
-        start += len(g.nodes)
+    profile = report.profile
+    frame = node_frame(profile)
+    spans = graph_spans(profile, frame)
+    first_of: dict[int, int] = {}  # graph id -> index of the first graph with it
+    for k, g in enumerate(profile.graphs):
+        first_of.setdefault(g.id, k)
+    ids, types, modules = frame.column("id"), frame.column("type"), frame.column("module")
     for cp in report.critical:
-        graph = next(g for g in report.profile.graphs if g.id == cp.graph_id)
-        by_id = {n.id: n for n in graph.nodes}
-        position = {n.id: offsets[graph.id] + i for i, n in enumerate(graph.nodes)}
-        times = node_frame(report.profile).times(cp.stat, "auto")  # the per-node time the path was weighted by
-        # nsmallest(5) is sorted(...)[:5], ties included.
-        heavy = heapq.nsmallest(5, cp.nodes, key=lambda i: -times[position[i]])
-        lines.append(f"  {graph.name}: {len(cp.nodes)} of {len(graph.nodes)} nodes, {format_time(cp.length_s)} of "
+        k = first_of[cp.graph_id]
+        graph, (start, end) = profile.graphs[k], spans[k]
+        position = {node_id: start + i for i, node_id in enumerate(ids[start:end])}
+        times = times_array(frame, cp.stat, "auto")  # the per-node time the path was weighted by
+        on_path = np.fromiter(map(position.__getitem__, cp.nodes), dtype=np.intp, count=len(cp.nodes))
+        heavy = [cp.nodes[k] for k in top_indices(times[on_path], 5)]  # the longest first, the earliest of equals
+        lines.append(f"  {graph.name}: {len(cp.nodes)} of {end - start} nodes, {format_time(cp.length_s)} of "
                      f"{format_time(cp.serial_s)} serial ({100 * cp.ratio:.0f}%)")
         if heavy:
-            lines.append("    heaviest on it: " + ", ".join(f"#{i} {by_id[i].type} {by_id[i].module or ''}".rstrip()
-                                                          for i in heavy))
+            lines.append("    heaviest on it: " + ", ".join(
+                f"#{i} {types[position[i]]} {modules[position[i]] or ''}".rstrip() for i in heavy))
     return lines
 
 

@@ -1,0 +1,75 @@
+"""Array views of the node frame give the same answers as the node-by-node code they replace."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from graphprof.analysis.frame import node_frame
+from graphprof.analysis.node_arrays import codes, exact_sum, graph_spans, int_array
+from graphprof.analysis.report import top_indices
+from graphprof.analysis.roofline import BOUNDS, Peaks, classify, roofline_bounds
+from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile, StepRecord
+
+
+def _random_profile(seed: int) -> Profile:
+    rng = random.Random(seed)
+    graphs = []
+    for g in range(3):
+        nodes = tuple(NodeRecord(
+            id=i, name=f"n{i}", op="aten.mm", type=rng.choice(["mm", "add", "relu_"]),
+            in_dtypes=rng.choice([(), ("float32",), ("bfloat16",)]),
+            flops=rng.choice([None, 0, 7, 10**6, 3 * 10**12]), bytes_read=rng.choice([None, 0, 8, 10**9]),
+            bytes_written=rng.choice([None, 0, 8, 4096]),
+            host_time_ns=(rng.choice([0, 1, 900, 40_000, 60_000, 10**7]),),
+        ) for i in range(rng.randint(0, 40)))
+        graphs.append(GraphRecord(g, f"g{g}", GraphKind.STEP, nodes))
+    return Profile(steps=(StepRecord(0, 1.0),), graphs=tuple(graphs))
+
+
+def test_bounds_over_arrays_are_those_classify_gives_each_node() -> None:
+    peaks = Peaks(1e11, 2e10, {"bfloat16": 4e11})
+    for seed in range(20):
+        profile = _random_profile(seed)
+        bounds = roofline_bounds(profile, peaks)
+        times = node_frame(profile).times("median", "auto")
+        nodes = [n for g in profile.graphs for n in g.nodes]
+        expected = [classify(n, t, peaks) for n, t in zip(nodes, times)]
+        assert [BOUNDS[c] for c in bounds.codes] == [p.bound for p in expected]
+        assert [bounds.point(i).roofline_time_s for i in range(len(nodes))] == [p.roofline_time_s for p in expected]
+        by_bound: dict = {}
+        for p in expected:  # the old running sum, in node order
+            by_bound[p.bound] = by_bound.get(p.bound, 0.0) + p.time_s
+        assert bounds.time_by_bound() == by_bound and list(bounds.time_by_bound()) == list(by_bound)
+
+
+def test_graph_spans_split_the_flat_columns_by_graph() -> None:
+    profile = _random_profile(3)
+    spans = graph_spans(profile, node_frame(profile))
+    assert [end - start for start, end in spans] == [len(g.nodes) for g in profile.graphs]
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_top_indices_is_a_stable_descending_sort_cut_to_top() -> None:
+    rng = random.Random(0)
+    for _ in range(500):
+        values = [rng.choice([0.0, -0.0, 1.0, 2.5, rng.random()]) for _ in range(rng.randint(0, 25))]
+        top = rng.randint(-2, 30)
+        assert top_indices(np.array(values, dtype=float), top) == \
+            sorted(range(len(values)), key=values.__getitem__, reverse=True)[:top]
+
+
+def test_codes_number_values_in_first_seen_order() -> None:
+    found, values = codes(["b", "a", "b", None, ("x",), "a"])
+    assert found.tolist() == [0, 1, 0, 2, 3, 1] and values == ["b", "a", None, ("x",)]
+
+
+def test_integer_columns_stay_exact() -> None:
+    big = 2**62
+    assert exact_sum(np.array([big, big, 3], dtype=np.int64)) == 2 * big + 3  # would overflow int64
+    profile = _random_profile(5)
+    values, known = int_array(node_frame(profile), "flops")
+    column = node_frame(profile).column("flops")
+    assert known.tolist() == [v is not None for v in column]
+    assert values.tolist() == [v or 0 for v in column]
