@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import GraphKind, Profile
+from graphprof.profile.model import GraphKind, Profile, graph_size
 from graphprof.profile.step_facts import eager_calls
 
 #: Below this share of an eager step, the bookkeeping is not worth a finding.
@@ -34,7 +34,7 @@ MIN_OVERHEAD_SHARE = 0.05
 
 def probe_count(profile: Profile) -> int:
     """Probes a profiled step runs: one per op node of its graphs (host-time records carry none)."""
-    return sum(len(g.nodes) for g in profile.graphs if g.kind is not GraphKind.HOST)
+    return sum(graph_size(g) for g in profile.graphs if g.kind is not GraphKind.HOST)
 
 
 def replay_step_times_s(profile: Profile) -> tuple[float, ...]:

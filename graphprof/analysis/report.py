@@ -8,7 +8,7 @@ and the advisor's findings); ``render.report_text`` prints it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -23,12 +23,11 @@ from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
-from graphprof.profile.model import GraphRecord, NodeRecord, Phase, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.profile.serialize import _gc_paused
 from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
-_NODE_FIELDS = tuple(f.name for f in fields(NodeRecord))
 
 
 @dataclass(frozen=True)
@@ -140,9 +139,7 @@ def top_indices(values: np.ndarray, top: int) -> list[int]:
 
 def node_at(frame: NodeFrame, i: int) -> NodeRecord:
     """The record of node ``i`` of ``frame``, made from its columns (a report shows a few nodes, not all)."""
-    values = {name: frame.column(name)[i] for name in _NODE_FIELDS}
-    values["phase"] = Phase(values["phase"])  # the frame's phase column holds the value
-    return NodeRecord(**values)
+    return frame.pair(i)[1]
 
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:

@@ -14,6 +14,7 @@ much of the time those FLOPs cover.
 from __future__ import annotations
 
 import math
+from itertools import compress
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -64,27 +65,21 @@ def summarize(profile: Profile, frame: NodeFrame, times: Sequence[float], stat: 
     Reads the frame's columns, never a NodeRecord, so that summarising a loaded profile builds none.
     """
     total = math.fsum(times)
-    flops = flops_nodes = moved = 0
-    flops_times: list[float] = []
-    for f, t in zip(frame.column("flops"), times):
-        if f is not None:
-            flops += f
-            flops_nodes += 1
-            flops_times.append(t)
+    flops_column = frame.column("flops")
+    counted = [f is not None for f in flops_column]
+    flops_values = list(compress(flops_column, counted))
+    flops, flops_nodes = sum(flops_values), len(flops_values)
+    flops_times = list(compress(times, counted))
     moved_values = [v for v in frame.column("bytes_moved") if v is not None]
     moved_known = bool(moved_values)
     moved = sum(moved_values)
-    phase_times: dict[str, list[float]] = {}
-    for phase, t in zip(frame.column("phase"), times):
-        bucket = phase_times.get(phase)
-        if bucket is None:
-            bucket = phase_times[phase] = []
-        bucket.append(t)
-    peak: int | None = None
-    peak_index: int | None = None
-    for i, live in enumerate(frame.column("live_bytes")):
-        if live is not None and (peak is None or live > peak):
-            peak, peak_index = live, i
+    phase_column = frame.column("phase")
+    phase_times = {phase: list(compress(times, [p == phase for p in phase_column]))
+                   for phase in dict.fromkeys(phase_column)}  # a few phases: one C-level pass each
+    live_column = frame.column("live_bytes")
+    known_live = [v for v in live_column if v is not None]
+    peak: int | None = max(known_live) if known_live else None
+    peak_index: int | None = live_column.index(peak) if peak is not None else None  # the first node at the peak
     phases = []
     for member in Phase:
         if member.value in phase_times:
