@@ -21,7 +21,7 @@ import numpy as np
 
 from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index, frame_writes
 from graphprof.analysis.node_time import node_times_s
-from graphprof.analysis.frame import node_frame
+from graphprof.analysis.frame import graph_column, node_frame
 from graphprof.analysis.node_arrays import graph_spans
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import GraphRecord, Profile
@@ -159,9 +159,9 @@ def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: E
     serial = sum(float(t or 0.0) for t in times)
     data = set(edges.data)
     kinds = tuple(EdgeKind.DATA if e in data else EdgeKind.ORDER for e in zip(path, path[1:]))
-    nodes = graph.nodes
+    ids = graph_column(graph, "id")  # a loaded graph builds no record
     return CriticalPath(
-        graph_id=graph.id, stat=stat, nodes=tuple(nodes[i].id for i in path), edge_kinds=kinds,
+        graph_id=graph.id, stat=stat, nodes=tuple(ids[i] for i in path), edge_kinds=kinds,
         length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
     )
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.frame import NodeFrame, graph_column
 from graphprof.analysis.node_arrays import column_codes, column_mask
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
@@ -253,11 +253,10 @@ def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequ
 
 def graph_edge_index(graph: GraphRecord) -> EdgeIndex:
     """``edge_index`` of a graph record's nodes."""
-    nodes = graph.nodes
-    types = [node.type for node in nodes]
-    writes = inplace_writes([node.is_inplace for node in nodes], types)
-    aliases = [w or node.is_view or t == "getitem" for w, node, t in zip(writes, nodes, types)]
-    return edge_index([node.id for node in nodes], [node.inputs for node in nodes], writes, aliases)
+    types = graph_column(graph, "type")  # columns: a loaded graph builds no record
+    writes = inplace_writes(graph_column(graph, "is_inplace"), types)
+    aliases = [w or view or t == "getitem" for w, view, t in zip(writes, graph_column(graph, "is_view"), types)]
+    return edge_index(graph_column(graph, "id"), graph_column(graph, "inputs"), writes, aliases)
 
 
 def edge_arrays(graph: GraphRecord) -> EdgeArrays:

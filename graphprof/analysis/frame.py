@@ -24,6 +24,7 @@ The cache is keyed by the profile object's identity and dropped with it
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any, Callable
 
@@ -65,6 +66,8 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
     "freed_bytes": _memory_field("freed_bytes"),
     "live_bytes": _memory_field("live_bytes"),
     "live_by_category_bytes": _memory_field("live_by_category_bytes"),
+    "workspace_bytes": _memory_field("workspace_bytes"),
+    "workspace_allocated_bytes": _memory_field("workspace_allocated_bytes"),
 }
 _DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
     "phase": NodeColumns.phase_values,
@@ -73,6 +76,8 @@ _DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
     "freed_bytes": lambda c: c.memory_field("freed_bytes"),
     "live_bytes": lambda c: c.memory_field("live_bytes"),
     "live_by_category_bytes": lambda c: c.memory_field("live_by_category_bytes"),
+    "workspace_bytes": lambda c: c.memory_field("workspace_bytes"),
+    "workspace_allocated_bytes": lambda c: c.memory_field("workspace_allocated_bytes"),
 }
 #: Columns with one value per graph, repeated over its nodes.
 _PER_GRAPH: dict[str, Callable[[int, GraphRecord], Any]] = {
@@ -100,6 +105,11 @@ class NodeFrame:
     def __len__(self) -> int:
         return sum(self.sizes)
 
+    def spans(self) -> list[tuple[int, int]]:
+        """[start, end) of each graph's nodes in the columns, in the order of ``graphs``."""
+        ends = list(itertools.accumulate(self.sizes))
+        return [(end - size, end) for size, end in zip(self.sizes, ends)]
+
     @property
     def pairs(self) -> NodePairs:
         """Every (graph, node record) in execution order; builds the records (prefer ``column``/``times``)."""
@@ -113,10 +123,7 @@ class NodeFrame:
             return self._pairs[i]
         for graph, size in zip(self.graphs, self.sizes):
             if i < size:
-                source = node_source(graph)
-                if isinstance(source, NodeColumns):  # equal to graph.nodes[i], without building them all
-                    return graph, source.record(i)
-                return graph, graph.nodes[i]
+                return graph, graph_record(graph, i)
             i -= size
         raise IndexError("node index out of range")
 
@@ -133,8 +140,9 @@ class NodeFrame:
 
         Derived: ``graph`` (the graph's name), ``graph_index`` (the graph's
         position in ``profile.graphs``), ``graph_id``, ``phase`` (its text
-        value), ``bytes_moved``, ``allocated_bytes``, ``freed_bytes`` and
-        ``live_bytes`` (None where unknown). Shared: do not modify.
+        value), ``bytes_moved``, and the memory record's ``allocated_bytes``,
+        ``freed_bytes``, ``live_bytes``, ``live_by_category_bytes``,
+        ``workspace_bytes`` and ``workspace_allocated_bytes`` (None where a node has no record). Shared: do not modify.
         """
         cached = self._columns.get(name)
         if cached is None:
@@ -144,7 +152,7 @@ class NodeFrame:
                 for i, (graph, size) in enumerate(zip(self.graphs, self.sizes)):
                     cached += [value(i, graph)] * size
             else:
-                cached = self._joined([_graph_column(g, name) for g in self.graphs])
+                cached = self._joined([graph_column(g, name) for g in self.graphs])
             self._columns[name] = cached
         return cached
 
@@ -176,7 +184,7 @@ class NodeFrame:
         return out
 
 
-def _graph_column(graph: GraphRecord, name: str) -> list[Any]:
+def graph_column(graph: GraphRecord, name: str) -> list[Any]:
     """Column ``name`` of one graph: from its loaded columns when it has them, else from its records."""
     source = node_source(graph)
     if isinstance(source, NodeColumns):
@@ -186,6 +194,14 @@ def _graph_column(graph: GraphRecord, name: str) -> list[Any]:
         read = _DERIVED[name]
         return [read(n) for n in graph.nodes]
     return [getattr(n, name) for n in graph.nodes]
+
+
+def graph_record(graph: GraphRecord, i: int) -> NodeRecord:
+    """Node ``i`` of ``graph`` as a record, equal to ``graph.nodes[i]``, without building the graph's others."""
+    source = node_source(graph)
+    if isinstance(source, NodeColumns):
+        return source.record(i)
+    return graph.nodes[i]
 
 
 _FRAMES: dict[int, tuple[weakref.ref, NodeFrame]] = {}

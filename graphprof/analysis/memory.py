@@ -8,9 +8,12 @@ turns the results into text and SVG.
 
 from __future__ import annotations
 
+import operator
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
+from graphprof.analysis.frame import graph_column, graph_record
 from graphprof.profile.model import MEMORY_CATEGORIES, GraphRecord, NodeRecord, Profile
 
 
@@ -131,29 +134,30 @@ def memory_summary(profile: Profile, graph_id: int = 0) -> MemorySummary:
     graph = find_graph(profile, graph_id)
     if graph is None:
         return MemorySummary(str(graph_id), False, 0, None, 0, 0, 0, 0, (), ())
-    nodes = [n for n in graph.nodes if n.memory is not None]
+    # Columns, not records: only the nodes the summary names are built.
+    kept = [i for i, v in enumerate(graph_column(graph, "live_bytes")) if v is not None]  # nodes with a record
     peak = graph.memory_peak
-    if not nodes or peak is None:
+    if not kept or peak is None:
         return MemorySummary(graph.name, False, 0, None, 0, 0, 0, 0, (), (), _device_stats(graph))
-    by_id = {n.id: n for n in graph.nodes}
-    peak_node = by_id.get(peak.node_id)
+    position = {node_id: i for i, node_id in enumerate(graph_column(graph, "id"))}
+
+    def ref(node_id: int) -> NodeRef | None:
+        return _ref(graph_record(graph, position[node_id])) if node_id in position else None
+
     cats = sorted(((c, b) for c, b in peak.by_category_bytes.items() if b), key=lambda kv: (-kv[1], kv[0]))
-    largest = tuple(
-        PeakTensorRow(t.name, t.nbytes, t.category, _ref(by_id[t.node_id]) if t.node_id in by_id else None)
-        for t in peak.largest_tensors
-    )
+    largest = tuple(PeakTensorRow(t.name, t.nbytes, t.category, ref(t.node_id)) for t in peak.largest_tensors)
+    workspace = graph_column(graph, "workspace_allocated_bytes")
+    allocated, freed = graph_column(graph, "allocated_bytes"), graph_column(graph, "freed_bytes")
     return MemorySummary(
         graph=graph.name,
         has_model=True,
         peak_bytes=peak.live_bytes,
-        peak_node=_ref(peak_node) if peak_node is not None else None,
+        peak_node=ref(peak.node_id),
         start_bytes=peak.start_bytes,
-        end_bytes=nodes[-1].memory.live_bytes,  # type: ignore[union-attr]
+        end_bytes=graph_column(graph, "live_bytes")[kept[-1]],
         # kernel workspace (measured, runtime/workspace.py) is allocated in the step too
-        allocated_bytes=sum(n.memory.allocated_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr,misc]
-                            for n in nodes),
-        freed_bytes=sum(n.memory.freed_bytes + n.memory.workspace_allocated_bytes  # type: ignore[union-attr,misc]
-                        for n in nodes),  # workspace is freed inside its op
+        allocated_bytes=sum(allocated[i] + workspace[i] for i in kept),
+        freed_bytes=sum(freed[i] + workspace[i] for i in kept),  # workspace is freed inside its op
         by_category_bytes=tuple(cats),
         largest=largest,
         device=_device_stats(graph),
@@ -164,19 +168,29 @@ def memory_timeline(profile: Profile, graph_id: int = 0) -> MemoryTimeline:
     """Live bytes by category after every op node of graph ``graph_id`` (empty without records)."""
     graph = find_graph(profile, graph_id)
     name = graph.name if graph is not None else str(graph_id)
-    nodes = [n for n in graph.nodes if n.memory is not None] if graph is not None else []
-    if not nodes:
+    # Columns, not records: a timeline of a loaded graph builds no NodeRecord.
+    live_column = graph_column(graph, "live_bytes") if graph is not None else []
+    kept = [i for i, v in enumerate(live_column) if v is not None]  # nodes with a memory record
+    if not kept:
         return MemoryTimeline(name, (), (), (), (), (), (), (), 0, -1, 0)
+    assert graph is not None
+    pick = operator.itemgetter(*kept)
+
+    def picked(column: str) -> tuple[Any, ...]:
+        values = pick(graph_column(graph, column))
+        return values if len(kept) > 1 else (values,)
+
+    by_category = picked("live_by_category_bytes")
     categories = _ordered_categories(  # categories that are ever non-zero (a file may hold explicit zeros)
-        {c for n in nodes for c, b in n.memory.live_by_category_bytes.items() if b})  # type: ignore[union-attr]
-    per_cat = tuple(tuple(int(n.memory.live_by_category_bytes.get(c, 0)) for n in nodes) for c in categories)  # type: ignore[union-attr]
-    live = tuple(n.memory.live_bytes for n in nodes)  # type: ignore[union-attr]
-    during = tuple(n.memory.live_bytes + n.memory.freed_bytes + n.memory.workspace_bytes  # type: ignore[union-attr]
-                   for n in nodes)
-    first = nodes[0].memory
-    start = first.live_bytes + first.freed_bytes - first.allocated_bytes  # type: ignore[union-attr]
+        {c for cats in by_category for c, b in cats.items() if b})
+    per_cat = tuple(tuple(int(cats.get(c, 0)) for cats in by_category) for c in categories)
+    live = picked("live_bytes")
+    freed, allocated = picked("freed_bytes"), picked("allocated_bytes")
+    during = tuple(a + f + w for a, f, w in zip(live, freed, picked("workspace_bytes")))
+    start = live[0] + freed[0] - allocated[0]
+    ids = picked("id")
     peak = graph.memory_peak if graph is not None else None
-    index_of = {n.id: i for i, n in enumerate(nodes)}
+    index_of = {node_id: i for i, node_id in enumerate(ids)}
     if peak is not None and peak.node_id in index_of:
         peak_index, peak_bytes = index_of[peak.node_id], peak.live_bytes
     else:
@@ -185,9 +199,9 @@ def memory_timeline(profile: Profile, graph_id: int = 0) -> MemoryTimeline:
     return MemoryTimeline(
         graph=name,
         categories=categories,
-        node_ids=tuple(n.id for n in nodes),
-        node_names=tuple(n.name for n in nodes),
-        phases=tuple(n.phase.value for n in nodes),
+        node_ids=ids,
+        node_names=picked("name"),
+        phases=picked("phase"),
         live_by_category=per_cat,
         live_bytes=live,
         during_bytes=during,

@@ -103,9 +103,5 @@ def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.
 
 
 def graph_spans(profile: Profile, frame: NodeFrame) -> list[tuple[int, int]]:
-    """(start, end) of each graph of ``profile.graphs`` in the frame's flat columns."""
-    def build() -> list[tuple[int, int]]:
-        graph_index = np.asarray(frame.column("graph_index"), dtype=np.intp)
-        ends = np.cumsum(np.bincount(graph_index, minlength=len(profile.graphs))).tolist()
-        return [(0 if g == 0 else ends[g - 1], ends[g]) for g in range(len(profile.graphs))]
-    return frame.memo("graph_spans", build)
+    """(start, end) of each graph of ``profile.graphs`` in the frame's flat columns (``frame.spans``)."""
+    return frame.spans()

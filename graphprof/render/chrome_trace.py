@@ -34,7 +34,7 @@ import io
 import json
 from typing import Any, Mapping
 
-from graphprof.analysis.node_time import node_samples_s
+from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
 from graphprof.render.chrome_stream import CRITICAL_CNAME, PID, STEP_TID, write_chrome_trace
 
@@ -56,7 +56,8 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
 
 def node_events(profile: Profile) -> int:
     """How many node events a trace of ``profile`` holds: one per node per profiled step."""
-    return sum(len(node_samples_s(n)) for _, n in profile.iter_nodes())
+    frame = node_frame(profile)  # columns: a loaded profile builds no record to count its events
+    return sum(len(d or h) for d, h in zip(frame.column("device_time_ns"), frame.column("host_time_ns")))
 
 
 def bytes_per_node_step(profile: Profile, file_bytes: int) -> float | None:

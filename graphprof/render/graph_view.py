@@ -28,7 +28,7 @@ from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import critical_path, graph_critical_path
 from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, dataflow_graph, edge_arrays
 from graphprof.analysis.frame import node_frame
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import GraphRecord, NodeRecord, Profile, graph_size
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.node_columns import graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
@@ -209,7 +209,7 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
 
 def _successors(graph: GraphRecord, edges: EdgeArrays) -> list[list[int]]:
     """Per position, the destinations of its edges in the dataflow graph's adjacency order (data, then order)."""
-    succ: list[list[int]] = [[] for _ in graph.nodes]
+    succ: list[list[int]] = [[] for _ in range(graph_size(graph))]
     for src, dst in edges.data:
         succ[src].append(dst)
     for src, dst in edges.order:

@@ -16,7 +16,6 @@ caller has them: ``options.findings`` (objects with ``severity``, ``title``,
 from __future__ import annotations
 
 import heapq
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from graphprof.analysis.aggregate import aggregate
@@ -73,20 +72,20 @@ def _card(key: str, value: str, sub: str = "") -> str:
             f'<div class="s">{html_text(sub)}</div></div>')
 
 
-def _summary(profile: Profile, timed: list[Timed], total: float, paths: Sequence[CriticalPath], stat: str) -> str:
+def _summary(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[CriticalPath], stat: str) -> str:
     steps = len(profile.steps)
     walls = [s.wall_time_s for s in profile.steps]
-    known_flops = [n.flops for _, n, _ in timed if n.flops is not None]
+    known_flops = [f for f in frame.column("flops") if f is not None]
     flops = sum(known_flops) if known_flops else None
-    moved = [m for _, n, _ in timed if (m := _moved(n)) is not None]
+    moved = [m for m in frame.column("bytes_moved") if m is not None]  # read + written, as _moved
     cp_len = sum(p.length_s for p in paths)
     ratio = cp_len / total if total > 0 else 0.0
     cards = [
         _card("time per step", format_time(total), f"sum of op times, {stat} of {steps} step{'s' * (steps != 1)}"),
         _card("wall time per step", format_time(median(walls)) if walls else "N/A", "median, whole call"),
-        _card("ops", str(len(timed)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
+        _card("ops", str(len(frame)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
         _card("FLOPs per step", format_count(flops, "FLOP"),
-              f"{format_count(_rate(flops, total), 'FLOP/s')}; {len(known_flops)} of {len(timed)} ops counted"),
+              f"{format_count(_rate(flops, total), 'FLOP/s')}; {len(known_flops)} of {len(frame)} ops counted"),
         _card("bytes moved", format_bytes(sum(moved)) if moved else "N/A",
               f"{format_bytes(_rate(sum(moved), total), 'B/s')}" if moved else "no byte counts"),
         _card("critical path", format_time(cp_len), f"{ratio:.0%} of the serial sum" if total > 0 else ""),
@@ -141,10 +140,16 @@ def _findings(findings: Sequence[Any]) -> str:
     return "".join(out)
 
 
-def _top_nodes(timed: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
-    """The slowest nodes; a ``bound`` column only when the caller knows bounds."""
+def slowest_nodes(frame: NodeFrame, times: Sequence[float], count: int) -> list[Timed]:
+    """The ``count`` slowest nodes as (graph, record, time), slowest first, ties in execution order
+    (``sorted(..., reverse=True)[:count]``): only these records are built, none for the other nodes."""
+    return [(*frame.pair(i), times[i]) for i in heapq.nlargest(count, range(len(times)), key=times.__getitem__)]
+
+
+def _top_nodes(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
+    """The slowest nodes (``slowest``, slowest first); a ``bound`` column only when the caller knows bounds."""
     rows = []
-    for g, n, t in heapq.nlargest(TOP_NODES, timed, key=itemgetter(2)):  # = sorted(reverse=True)[:TOP_NODES]
+    for g, n, t in slowest[:TOP_NODES]:
         moved = _moved(n)
         crit = (g.id, n.id) in critical
         intensity = n.flops / moved if n.flops is not None and moved else None
@@ -208,9 +213,12 @@ def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[
     return found
 
 
-def _critical_section(paths: Sequence[CriticalPath], timed: list[Timed], total: float) -> str:
-    """Length against the serial sum, the slowest ops on the path, then the whole path (capped)."""
-    records = {(g.id, n.id): (n, t) for g, n, t in timed}
+def _critical_section(paths: Sequence[CriticalPath], frame: NodeFrame, times: Sequence[float], total: float) -> str:
+    """Length against the serial sum, the slowest ops on the path, then the whole path (capped).
+
+    Only the rows shown build a record (``frame.pair``): a path can hold thousands of nodes.
+    """
+    position = dict(zip(zip(frame.column("graph_id"), frame.column("id")), range(len(frame))))
     length = sum(p.length_s for p in paths)
     ratio = length / total if total > 0 else 0.0
     head = (f"<p>The longest chain of dependent ops (data edges and in-place ordering) takes "
@@ -218,9 +226,11 @@ def _critical_section(paths: Sequence[CriticalPath], timed: list[Timed], total: 
             f"(<b>{ratio:.0%}</b>): running independent ops concurrently could save at most "
             f"{html_text(format_time(max(total - length, 0.0)))} per step; only faster ops on this path "
             "shorten it further.</p>")
-    timed_path = [(i, p, *records[(p.graph_id, nid)]) for p in paths for i, nid in enumerate(p.nodes)]
+    timed_path = [(i, p, k, times[k]) for p in paths for i, nid in enumerate(p.nodes)
+                  for k in (position[(p.graph_id, nid)],)]
 
-    def row(i: int, p: CriticalPath, n: NodeRecord, t: float) -> str:
+    def row(i: int, p: CriticalPath, k: int, t: float) -> str:
+        n = frame.pair(k)[1]
         via = p.edge_kinds[i - 1].value if i > 0 else ""
         return (f'<tr><td class="num" data-v="{i}">{i + 1}</td><td class="name">{html_text(n.type)}</td>'
                 f'<td class="name">{html_text(n.module or "-")}</td>{_source_cell(n.source)}'
@@ -280,13 +290,13 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     """The report as one HTML document."""
     stat = options.stat
     frame = node_frame(profile)  # the per-node times analysis already computed, not one statistic per node again
-    timed: list[Timed] = [(g, n, t) for (g, n), t in zip(frame.pairs, frame.times(stat, "auto"))]
-    total = sum(t for _, _, t in timed)
+    times = frame.times(stat, "auto")
+    total = sum(times)
+    slowest = slowest_nodes(frame, times, max(TOP_NODES, 10))
     paths = critical_paths(profile, stat=stat)
     critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
     meta = profile.meta
     title = f"graphprof report: {meta.function or 'profile'}"
-    times = [t for _, _, t in timed]
     module_types = _first_by(frame, "module", "module_type", skip_empty=True)  # a module's own type
     first_modules = _first_by(frame, "source", "module", skip_empty=False)
     depth1 = _breakdown(frame, times, total, "module", lambda m: module_types.get(m, "") if m else "", 25, 1, blank=TOP_LEVEL)
@@ -295,25 +305,25 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     by_source = _breakdown(frame, times, total, "source", lambda src: first_modules.get(src, ""), 20,
                            detail_header="first module")
     summary_data = {
-        "function": meta.function, "stat": stat, "steps": len(profile.steps), "ops": len(timed),
+        "function": meta.function, "stat": stat, "steps": len(profile.steps), "ops": len(times),
         "time_per_step_s": total, "critical_path_s": sum(p.length_s for p in paths),
         "top": [{"op": n.type, "module": n.module, "source": n.source, "time_s": t}
-                for _, n, t in heapq.nlargest(10, timed, key=itemgetter(2))],
+                for _, n, t in slowest[:10]],
     }
     device = " ".join(x for x in (meta.device_type, meta.device_name) if x)
     sub = (f"{device} · torch {meta.torch_version or '?'} · graphprof {meta.graphprof_version or '?'} · "
            f"{meta.created_at or ''} · {len(profile.steps)} profiled steps, {stat} shown")
     sections = [
-        ("summary", "Summary", _summary(profile, timed, total, paths, stat) + utilisation_cards(profile, stat)),
+        ("summary", "Summary", _summary(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)),
         ("findings", "Advisor findings", _findings(options.findings or ())),
-        ("top-ops", f"Top {min(TOP_NODES, len(timed))} nodes", _top_nodes(timed, total, critical, options.bounds)
+        ("top-ops", f"Top {min(TOP_NODES, len(times))} nodes", _top_nodes(slowest, total, critical, options.bounds)
          + "<h3>By op type</h3>" + _by_op_type(frame, times, total)),
         ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase
          + "<h3>By top-level module</h3>" + depth1 + "</div><div><h3>By module (depth 2)</h3>" + depth2
          + "<h3>By source line</h3>" + by_source + "</div></div>"),
         ("roofline", "Roofline", _roofline(frame, times, total, profile)),
         ("memory", "Memory timeline", _memory_section(profile, frame, options)),
-        ("critical-path", "Critical path", _critical_section(paths, timed, total)),
+        ("critical-path", "Critical path", _critical_section(paths, frame, times, total)),
     ]
     nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{html_text(name)}</h2>{content}</section>' for sid, name, content in sections)

@@ -12,7 +12,6 @@ made once per distinct value (``Encoded``).
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +39,4 @@ class Encoded(dict):
 
 def graph_spans(profile: Profile, frame: NodeFrame) -> list[tuple[GraphRecord, int, int]]:
     """Each graph with the [start, end) range of its nodes in ``frame``'s columns."""
-    index = frame.column("graph_index")
-    bounds = [bisect_left(index, i) for i in range(len(profile.graphs))] + [len(index)]
-    return [(g, bounds[i], bounds[i + 1]) for i, g in enumerate(profile.graphs)]
+    return [(g, start, end) for g, (start, end) in zip(profile.graphs, frame.spans())]

@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 
 from graphprof.analysis.critical_path import critical_paths
-from graphprof.analysis.node_time import node_time_s
+from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
 from graphprof.render.escape import html_text
 from graphprof.render.exporters import ExportOptions, with_analysis
-from graphprof.render.html import _findings, _summary, _top_nodes, utilisation_cards
+from graphprof.render.html import TOP_NODES, _findings, _summary, _top_nodes, slowest_nodes, utilisation_cards
 from graphprof.render.html_assets import CSS
 
 ROOT_CLASS = "graphprof-nb"
@@ -53,12 +53,14 @@ def notebook_html(profile: Profile, stat: str = "median") -> str:
         body = '<p class="note">No profiled step: nothing to show yet.</p>'
     else:
         options = with_analysis(profile, ExportOptions(stat=stat))
-        timed = [(g, n, node_time_s(n, stat)) for g, n in profile.iter_nodes()]
-        total = sum(t for _, _, t in timed)
+        frame = node_frame(profile)
+        times = frame.times(stat, "auto")
+        total = sum(times)
         paths = critical_paths(profile, stat=stat)
         critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
-        body = (_summary(profile, timed, total, paths, stat) + utilisation_cards(profile, stat)
+        body = (_summary(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)
                 + "<h4>Advisor findings</h4>" + _findings(options.findings or ())
-                + "<h4>Top nodes</h4>" + _top_nodes(timed, total, critical, options.bounds))
+                + "<h4>Top nodes</h4>" + _top_nodes(slowest_nodes(frame, times, TOP_NODES), total, critical,
+                                                    options.bounds))
     return (f'<div class="{ROOT_CLASS}"><style>{scoped_css()}</style>'
             f"<h4>{html_text(title)}</h4><p class=\"note\">{html_text(sub)}</p>{body}</div>")
