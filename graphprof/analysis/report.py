@@ -24,7 +24,7 @@ from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
-from graphprof.profile.serialize import _gc_paused
+from graphprof.profile.node_columns import gc_paused
 from graphprof.profile.step_facts import Workload
 
 BREAKDOWNS = ("phase", "module", "type", "source")
@@ -90,7 +90,7 @@ def build_report(profile: Profile, peaks: Peaks | None = None, stat: str = "medi
     """
     # The analyses allocate millions of short-lived objects and no cycles; without a pause every
     # full collection walks the whole loaded profile again (a second of a 100,000-node report).
-    with _gc_paused():
+    with gc_paused():
         return _build_report(profile, peaks, stat, top, module_depth, peak_flops_per_s, workload)
 
 

@@ -44,7 +44,6 @@ from graphprof.profile.atomic import atomic_file
 from graphprof.profile.columns import graph_from_json, graph_to_json
 from graphprof.profile.node_columns import gc_paused
 
-_gc_paused = gc_paused  # the name the exporters import
 from graphprof.profile.meta_sections import sections_from_extra, sections_to_extra
 from graphprof.profile.schema import BYTES, COUNT, ID, SchemaError
 

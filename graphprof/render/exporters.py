@@ -23,7 +23,7 @@ from typing import Any, Callable
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
-from graphprof.profile.serialize import _gc_paused
+from graphprof.profile.node_columns import gc_paused
 from graphprof.render.export_options import ExportError, ExportOptions
 from graphprof.render.streamed import ANALYSIS, STREAMED, Analysis, write_streamed
 from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
@@ -200,7 +200,7 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
     if refusal:
         raise ExportError(refusal)
 
-    with _gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
+    with gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
         opts = analysed_options(exporter.name, profile, opts)
         if exporter.name in STREAMED:
             write_streamed(path, exporter.name, STREAMED[exporter.name], profile, opts, limit, input_bytes)
