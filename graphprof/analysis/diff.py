@@ -33,7 +33,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterator, Mapping, Sequence, overload
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from graphprof.analysis.entries import ratio
 from graphprof.analysis.filters import flat_nodes, resolve_clock, select, why_empty
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.match import KINDS, ColumnCodes, MatchKind, match_frames
+from graphprof.analysis.node_arrays import paired_codes
 from graphprof.analysis.options import TableOptionError, TableOptions, make_options
 from graphprof.analysis.regression import RegressionGate, StepComparison, compare_steps, regression_gate
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
@@ -142,48 +143,74 @@ class NodeDiff:
         return self.side("flops", "before") != self.side("flops", "after")
 
 
-class NodeDiffs(Sequence[NodeDiff]):
+_T = TypeVar("_T")
+_Rows = TypeVar("_Rows", bound="_LazyRows[Any]")
+
+
+class _LazyRows(Sequence[_T]):
+    """Items kept as rows of arrays and built only when read; ``rows`` picks and orders them.
+
+    A slice is the same kind of view over fewer rows; two views are equal
+    when their items are (to each other or to any sequence of the same items).
+    """
+
+    __slots__ = ("_rows",)
+    _rows: np.ndarray
+
+    def _item(self, row: int) -> _T:
+        raise NotImplementedError
+
+    def _with_rows(self: _Rows, rows: np.ndarray) -> _Rows:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self: _Rows, index: slice) -> _Rows: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self._with_rows(self._rows[index])
+        return self._item(int(self._rows[index]))
+
+    def __iter__(self) -> Iterator[_T]:
+        return map(self._item, self._rows.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(x == y for x, y in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class NodeDiffs(_LazyRows[NodeDiff]):
     """Node pairs in their order, each built as a NodeDiff only when read.
 
     Why: a diff of two 100,000-node profiles pairs 100,000 nodes and prints
     ten; the pairs live as arrays (``_Pairs``) and ``rows`` picks and orders them.
     """
 
-    __slots__ = ("_pairs", "_rows")
+    __slots__ = ("_pairs",)
 
     def __init__(self, pairs: "_Pairs", rows: np.ndarray) -> None:
         self._pairs, self._rows = pairs, rows
 
-    def __len__(self) -> int:
-        return len(self._rows)
+    def _item(self, row: int) -> NodeDiff:
+        return self._pairs.node_diff(row)
 
-    @overload
-    def __getitem__(self, index: int) -> NodeDiff: ...
-    @overload
-    def __getitem__(self, index: slice) -> "NodeDiffs": ...
-
-    def __getitem__(self, index: int | slice) -> "NodeDiff | NodeDiffs":
-        if isinstance(index, slice):
-            return NodeDiffs(self._pairs, self._rows[index])
-        return self._pairs.node_diff(int(self._rows[index]))
-
-    def __iter__(self) -> Iterator[NodeDiff]:
-        node_diff = self._pairs.node_diff
-        return (node_diff(k) for k in self._rows.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
-            return NotImplemented if not isinstance(other, Sequence) else False
-        return all(x == y for x, y in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]
+    def _with_rows(self, rows: np.ndarray) -> "NodeDiffs":
+        return NodeDiffs(self._pairs, rows)
 
     def __repr__(self) -> str:
         return f"NodeDiffs({len(self)} node pairs)"
 
     def changed(self) -> "NodeDiffs":
         """The pairs that are not identical (``NodeDiff.changed``), in this order."""
-        return NodeDiffs(self._pairs, self._rows[self._pairs.changed()[self._rows]])
+        return self._with_rows(self._rows[self._pairs.changed()[self._rows]])
 
 
 @dataclass(frozen=True)
@@ -276,49 +303,29 @@ class GroupDiff:
         return _flops_delta(self.before_flops, self.after_flops)
 
 
-class GroupDiffs(Sequence[GroupDiff]):
+class GroupDiffs(_LazyRows[GroupDiff]):
     """The groups of one grouping in their order, each built as a GroupDiff only when read.
 
     Why: grouping a 100,000-node profile by module gives 30,000 groups and
     a diff prints the ten that changed most; the groups live as columns.
     """
 
-    __slots__ = ("_by", "_keys", "_columns", "_rows", "_built")
+    __slots__ = ("_by", "_keys", "_columns", "_built")
 
     def __init__(self, by: str, keys: Sequence[str], columns: tuple[list[Any], ...], rows: np.ndarray,
                  built: dict[int, GroupDiff] | None = None) -> None:
         self._by, self._keys, self._columns, self._rows = by, keys, columns, rows
         self._built = {} if built is None else built  # shared by views, so a group read twice is one object
 
-    def __len__(self) -> int:
-        return len(self._rows)
+    def _with_rows(self, rows: np.ndarray) -> "GroupDiffs":
+        return GroupDiffs(self._by, self._keys, self._columns, rows, self._built)
 
-    @overload
-    def __getitem__(self, index: int) -> GroupDiff: ...
-    @overload
-    def __getitem__(self, index: slice) -> "GroupDiffs": ...
-
-    def __getitem__(self, index: int | slice) -> "GroupDiff | GroupDiffs":
-        if isinstance(index, slice):
-            return GroupDiffs(self._by, self._keys, self._columns, self._rows[index], self._built)
-        return self._group(int(self._rows[index]))
-
-    def _group(self, g: int) -> GroupDiff:
+    def _item(self, g: int) -> GroupDiff:
         out = self._built.get(g)
         if out is None:  # without the frozen __init__ (one object.__setattr__ per field)
             out = self._built[g] = _new(GroupDiff)
             out.__dict__.update(zip(_GROUP_DIFF_FIELDS, (self._by, self._keys[g], *(c[g] for c in self._columns))))
         return out
-
-    def __iter__(self) -> Iterator[GroupDiff]:
-        return map(self._group, self._rows.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == len(self) and all(x == y for x, y in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"GroupDiffs({self._by!r}, {len(self)} groups)"
@@ -330,7 +337,7 @@ class GroupDiffs(Sequence[GroupDiff]):
         changed = ((np.asarray(tb, dtype=np.float64) != np.asarray(ta, dtype=np.float64))
                    | (np.asarray(na) != np.asarray(nb)) | (_objects(fa) != _objects(fb)))
         rows = self._rows[changed[self._rows]] if len(self._rows) else self._rows
-        return GroupDiffs(self._by, self._keys, self._columns, rows, self._built)
+        return self._with_rows(rows)
 
 
 _GROUP_DIFF_FIELDS = tuple(f.name for f in fields(GroupDiff))
@@ -519,10 +526,7 @@ def _group_codes(by: str, module_depth: int | None, frames: tuple[NodeFrame, Nod
         return remap[codes_a], remap[codes_b], list(labels)
     va = _kept(_group_keys(by, module_depth, frames[0]), keep[0])
     vb = _kept(_group_keys(by, module_depth, frames[1]), keep[1])
-    keys = list(dict.fromkeys([*dict.fromkeys(va), *dict.fromkeys(vb)]))
-    index = {k: i for i, k in enumerate(keys)}
-    return (np.fromiter(map(index.__getitem__, va), dtype=np.int64, count=len(va)),
-            np.fromiter(map(index.__getitem__, vb), dtype=np.int64, count=len(vb)), keys)
+    return paired_codes(va, vb)
 
 
 def _flops_objects(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray | None]:

@@ -35,7 +35,6 @@ all its nodes removed or added.
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Callable, Hashable, Sequence
@@ -43,6 +42,7 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 
 from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import paired_codes
 from graphprof.profile.model import GraphRecord, NodeRecord
 
 
@@ -105,12 +105,7 @@ class ColumnCodes:
         """(codes of the before nodes, codes of the after nodes, the distinct values in code order)."""
         cached = self._codes.get(name)
         if cached is None:
-            a, b = self._columns[0](name), self._columns[1](name)
-            values = list(dict.fromkeys(itertools.chain(a, b)))
-            index = dict(zip(values, range(len(values))))
-            cached = self._codes[name] = (np.fromiter(map(index.__getitem__, a), dtype=np.int64, count=len(a)),
-                                          np.fromiter(map(index.__getitem__, b), dtype=np.int64, count=len(b)),
-                                          values)
+            cached = self._codes[name] = paired_codes(self._columns[0](name), self._columns[1](name))
         return cached
 
     def key(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -85,6 +85,13 @@ def codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
     return out, distinct
 
 
+def paired_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """``codes`` of two columns over one table of values (``a``'s first-seen order, then ``b``'s):
+    equal values get equal codes on both sides."""
+    found, values = codes([*a, *b])
+    return found[:len(a)], found[len(a):], values
+
+
 def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:
     """``codes`` of a frame column, once per profile (read-only)."""
     def build() -> tuple[np.ndarray, list[object]]:
