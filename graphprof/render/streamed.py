@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import zlib
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 from graphprof.profile.atomic import atomic_file
 from graphprof.profile.model import Profile
@@ -72,16 +72,17 @@ GZIP_LEVEL = 6
 
 
 class _Counted:
-    """A text sink that writes while the document stays within ``limit`` characters and counts all of it."""
+    """A sink that writes while the document stays within ``limit`` units and counts all of it:
+    characters of a text file, or bytes of a compressed one."""
 
-    def __init__(self, f: IO[str], limit: int) -> None:
+    def __init__(self, f: IO[Any], limit: int) -> None:
         self.f, self.limit, self.size = f, limit, 0
 
-    def write(self, text: str) -> int:
-        self.size += len(text)
+    def write(self, data: str | bytes) -> int:
+        self.size += len(data)
         if not self.limit or self.size <= self.limit:
-            self.f.write(text)
-        return len(text)
+            self.f.write(data)
+        return len(data)
 
 
 class _Gzipped:
@@ -107,19 +108,6 @@ class _Gzipped:
         self.f.write(self.deflate.flush())
 
 
-class _CountedBytes:
-    """``_Counted`` for the compressed bytes: writes while within ``limit`` bytes, counts all of them."""
-
-    def __init__(self, f: IO[bytes], limit: int) -> None:
-        self.f, self.limit, self.size = f, limit, 0
-
-    def write(self, data: bytes) -> int:
-        self.size += len(data)
-        if not self.limit or self.size <= self.limit:
-            self.f.write(data)
-        return len(data)
-
-
 def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profile, options: ExportOptions,
                    limit: int, input_bytes: int) -> None:
     """Write ``format`` to ``path`` through ``atomic_file``; refuse (ExportError) a document over ``limit``.
@@ -131,7 +119,7 @@ def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profil
     try:
         with atomic_file(path, binary=format in GZIPPED) as f:
             if format in GZIPPED:
-                sink: _Counted | _CountedBytes = _CountedBytes(f, limit)
+                sink = _Counted(f, limit)
                 packed = _Gzipped(sink)  # type: ignore[arg-type]
                 writer(profile, options, packed)  # type: ignore[arg-type]
                 packed.close()
