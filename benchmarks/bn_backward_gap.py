@@ -13,24 +13,34 @@ converts its TSC readings to the same clock), so per call
            + exit (profiler's exit, results wrapped for Python)
            + frees of the inputs dying there + probe
 
-Two extra stamps (just before the call, just after it, before the ``del``)
-mark the call; each costs ~0.1 us. Rows, medians per node over interleaved
-rounds, then the mean over the step's 9 nodes:
+Two extra stamps (just before the call, and just after it, before the
+``del``) mark the call. Rows, medians per node over interleaved rounds, then
+the mean over the step's 9 nodes:
 
 * ``in step``: the step's instrumented graph under torch.profiler.
 * ``in step, warmed``: the same, with the op first called on tiny tensors
-  right before each real call: its binding, schema, dispatch entry and
-  kernel code are then hot, the real call's tensors are not.
+  right before each real call (that call is in "Python to the call"): the
+  op's binding, schema, dispatch entry and kernel code are then hot, the
+  real call's tensors are not.
 * ``hot loop``: the op repeated on tensors of the first node's shapes.
 
-What it shows (figures in the report of this change): the event is the same
-kernel in the graph and in eager autograd; the time outside the event is
-entry + exit + frees, 4 + 1 us in a hot loop but 15-38 + 5-9 us in the
-step, where the op's binding/schema/dispatch code and metadata are cold
-after the other ops' work (the warm-up call cuts the entry to about a
-third). Minor page faults per call are 0 (fresh-memory faults ruled out).
-graphprof's interval starts at the Python call, torch.profiler's inside the
-dispatcher, so on a cold call the two differ by more than a hot loop shows.
+Below the table: the node without the profiler; eager autograd's event for
+the op and the engine's ``evaluate_function`` event around it (eager's
+counterpart of a node: the op plus the engine's own work for it); the tiny
+call's own time in the step, in a loop, and in a loop after 10 ms of
+spinning; minor page faults (ru_minflt) of each call.
+
+What it shows: the event is the same kernel in the graph and in eager
+(equal durations, no page faults). The node's extra time is outside the
+event: the op's entry from Python (binding, schema-driven argument parsing,
+dispatch up to the profiler's RecordFunction), its exit (three results
+wrapped for Python), and the frees of its dying inputs. A hot loop shows
+~7 us of that; in the step, where each call follows milliseconds of other
+work, the op's code and metadata are cold and it is ~45 us (entry alone
+~29 us; ~9 us after the warm-up call). The tiny call shows the same cold
+cost with no work at all: ~13 us hot, ~85 us in the step. torch.profiler's
+event starts inside the dispatcher, so it leaves that out; eager's engine
+event around the op holds its own cold overhead of the same size.
 
 Usage: python -m benchmarks.bn_backward_gap [--rounds 15]
 """
@@ -201,10 +211,18 @@ def hot_loop(args: tuple[Any, ...], calls: int = 40) -> Split:
     return _median_split([[s] for s in splits])
 
 
-def _tiny_loop_ns(tiny: TinyCall, calls: int = 200) -> float:
-    """The tiny call's median time when it repeats back to back (its code and metadata hot)."""
+def _tiny_loop_ns(tiny: TinyCall, idle_ns: int = 0, calls: int = 60) -> float:
+    """The tiny call's median time when it repeats after ``idle_ns`` of spinning on the clock.
+
+    With no idle time its code and metadata stay hot. The spin touches no
+    memory of ours, so what it adds is only what the rest of the machine (the
+    other core, other processes) evicts meanwhile.
+    """
     tiny.times_ns.clear()
     for _ in range(calls):
+        end = time.perf_counter_ns() + idle_ns
+        while time.perf_counter_ns() < end:
+            pass
         tiny()
     return statistics.median(tiny.times_ns[calls // 10:])
 
@@ -257,6 +275,7 @@ def measure(rounds: int = 15) -> dict[str, Any]:
         "tiny_in_step_ns": statistics.mean(statistics.median(r[i] for r in tiny_in_step)
                                            for i in range(len(tiny_in_step[0]))),
         "tiny_loop_ns": _tiny_loop_ns(tiny),
+        "tiny_idle_ns": _tiny_loop_ns(tiny, idle_ns=10_000_000),
     }
 
 
@@ -273,7 +292,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(f"eager autograd, torch.profiler: op event {result['eager_event_ns'] / 1e3:.1f} us, the engine's "
                  f"event around it {result['eager_engine_ns'] / 1e3:.1f} us per call (mean over nodes of per-node medians)")
     lines.append(f"the op on 2x64x1x1 tensors, no profiler: {result['tiny_in_step_ns'] / 1e3:.1f} us right before each "
-                 f"call in the step, {result['tiny_loop_ns'] / 1e3:.1f} us repeated in a loop")
+                 f"call in the step, {result['tiny_loop_ns'] / 1e3:.1f} us repeated in a loop, "
+                 f"{result['tiny_idle_ns'] / 1e3:.1f} us repeated after 10 ms of spinning each")
     lines.append(f"minor page faults per call, in step: {result['faults']}")
     return "\n".join(lines)
 
