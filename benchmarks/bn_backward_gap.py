@@ -150,9 +150,15 @@ def marked_graph(runner: WholeStepRunner, marks: Marks, warm: TinyCall | None = 
 
 
 def _events(prof: profile) -> list[tuple[int, int]]:
-    """(start, end) in ns of the op's events, in order."""
-    return sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in prof.profiler.kineto_results.events()
-                  if e.name() == EVENT)
+    """(start, end) in ns of the op's events, in order.
+
+    Read from the raw results, whose times are whole ns on CLOCK_REALTIME
+    (``prof.events()`` rounds them to us relative to the trace's start).
+    """
+    results = prof.profiler.kineto_results if prof.profiler is not None else None
+    if results is None:
+        raise RuntimeError("torch.profiler recorded nothing")
+    return sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in results.events() if e.name() == EVENT)
 
 
 def _inside(events: list[tuple[int, int]], before: list[int], after: list[int]) -> list[tuple[int, int]]:
