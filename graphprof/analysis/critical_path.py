@@ -201,21 +201,21 @@ def critical_path(graph: GraphRecord | nx.DiGraph, stat: str = "median") -> Crit
     )
 
 
-def graph_critical_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: EdgeArrays) -> CriticalPath:
-    """The critical path of one graph from its node times under ``stat`` and its ``edge_arrays``.
-
-    For callers that need the edges themselves too (an export walking every
-    edge): one edge pass instead of two, which is a second on 100,000 nodes.
-    """
-    return _record_path(graph, times, stat, edges)
-
-
 def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath, ...]:
     """One critical path per graph of the profile, in graph order.
 
     Graphs of a step run one after another, so a step's critical path is the
     concatenation of these and its length their sum. Read from the node
     frame's columns: no node record is needed.
+    """
+    return tuple(path for path, _ in paths_and_edges(profile, stat))
+
+
+def paths_and_edges(profile: Profile, stat: str = "median") -> list[tuple[CriticalPath, EdgeIndex]]:
+    """Each graph's critical path with the ``EdgeIndex`` it was found on (positions within the graph).
+
+    For views that walk every edge as well (the GraphML, node-link and DOT
+    exports): one edge pass instead of two, a tenth of a second on 100,000 nodes.
     """
     frame = node_frame(profile)
     times = frame.times(stat, "auto")
@@ -225,5 +225,5 @@ def critical_paths(profile: Profile, stat: str = "median") -> tuple[CriticalPath
     out = []
     for graph, (start, end) in zip(profile.graphs, graph_spans(profile, frame)):
         edges = edge_index(ids[start:end], inputs[start:end], writes[start:end], aliases[start:end])
-        out.append(_frame_path(graph.id, ids[start:end], times[start:end], stat, edges))
-    return tuple(out)
+        out.append((_frame_path(graph.id, ids[start:end], times[start:end], stat, edges), edges))
+    return out

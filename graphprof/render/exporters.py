@@ -157,6 +157,11 @@ def analysed_options(format: str, profile: Profile, options: ExportOptions) -> E
     need = ANALYSIS.get(format, Analysis.NONE)
     if need is Analysis.NONE:
         return options
+    if format in ("dot", "svg"):
+        from graphprof.render.graph_view import draws_modules
+
+        if draws_modules(profile, options.module_level, options.max_nodes):  # module boxes show no bound
+            return options
     if need is Analysis.BOUNDS and options.findings is None:
         return replace(with_analysis(profile, replace(options, findings=())), findings=None)
     return with_analysis(profile, options)

@@ -22,19 +22,22 @@ hand-built one can) goes through networkx as before, so its types are kept.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
-from graphprof.analysis.critical_path import graph_critical_path
-from graphprof.analysis.dataflow import edge_arrays, is_inplace_write
+from graphprof.analysis.critical_path import paths_and_edges
+from graphprof.analysis.dataflow import is_inplace_write
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import NS_PER_S, GraphRecord, Profile
+from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
+from graphprof.profile.node_columns import NodeColumns
+from graphprof.render.column_text import NodeText, encoded, escaped, float_texts, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
-from graphprof.render.node_columns import Encoded, graph_spans
+from graphprof.render.node_columns import adjacency, graph_spans
 
-#: Nodes per write: large enough that writes are few, small enough that a chunk's text stays small.
-CHUNK_NODES = 2000
+#: Nodes whose columns of text are made at once: bounds the memory a million-node graph's text takes.
+BLOCK_NODES = 65536
 _GRAPHML_HEAD = (
     "<?xml version='1.0' encoding='utf-8'?>\n"
     '<graphml xmlns="http://graphml.graphdrawing.org/xmlns" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" '
@@ -101,23 +104,46 @@ def model_typed(profile: Profile) -> bool:
                for f in ("allocated_bytes", "freed_bytes", "live_bytes"))
 
 
-def _graph_rows(profile: Profile, stat: str) -> Iterator[tuple[GraphRecord, int, int, list[float], frozenset[int],
-                                                                list[list[int]]]]:
-    """Per graph: its slice of the node frame, its node times under ``stat``, critical-path node ids, and per
-    position its edges' destinations in networkx's adjacency order (data edges, then ordering edges as ``~d``)."""
+@dataclass(frozen=True)
+class GraphRows:
+    """What one graph's text needs besides the node frame's columns: its span of them, node times under
+    the statistic, who is on the critical path, ids as text, and its edges (positions, in networkx's
+    adjacency order: by source, each source's data edges, then its ordering edges)."""
+
+    graph: GraphRecord
+    lo: int
+    hi: int
+    times: list[float]
+    critical: list[bool]
+    id_text: list[str]
+    position_text: list[str]
+    edge_src: list[int]
+    edge_dst: list[int]
+    edge_order: list[bool]
+
+    def edge_columns(self) -> tuple[list[str], list[str], list[str]]:
+        """Source ids, destination ids and kinds (``data``/``order``) of the edges, as text."""
+        ids = self.id_text
+        return (list(map(ids.__getitem__, self.edge_src)), list(map(ids.__getitem__, self.edge_dst)),
+                list(map(("data", "order").__getitem__, self.edge_order)))
+
+
+def graph_rows(profile: Profile, stat: str) -> list[GraphRows]:
+    """``GraphRows`` of each graph: one edge pass per graph serves both the critical path and the edges."""
     stat_fn(stat)
     frame = node_frame(profile)
     times = frame.times(stat, "auto")
-    for graph, lo, hi in graph_spans(profile, frame):
-        edges = edge_arrays(graph)
-        graph_times = [float(t) for t in times[lo:hi]]
-        path = graph_critical_path(graph, graph_times, stat, edges)  # as critical_paths, without a second edge pass
-        succ: list[list[int]] = [[] for _ in range(hi - lo)]
-        for s, d in edges.data:
-            succ[s].append(d)
-        for s, d in edges.order:
-            succ[s].append(~d)
-        yield graph, lo, hi, graph_times, path.node_set, succ
+    ids = frame.column("id")
+    out = []
+    for (graph, lo, hi), (path, edges) in zip(graph_spans(profile, frame), paths_and_edges(profile, stat)):
+        on_path = path.node_set
+        graph_ids = ids[lo:hi]
+        id_text = list(map(str, graph_ids))
+        positions = list(range(hi - lo))
+        plain = graph_ids == positions and set(map(type, graph_ids)) <= {int}  # ids 0..n-1: the same text
+        out.append(GraphRows(graph, lo, hi, list(map(float, times[lo:hi])), list(map(on_path.__contains__, graph_ids)),
+                             id_text, id_text if plain else list(map(str, positions)), *adjacency(edges)))
+    return out
 
 
 class _Inplace:
@@ -192,141 +218,228 @@ def _data(key: str | None, text: str) -> str:
     return f'      <data key="{key}">{text}</data>\n' if text else f'      <data key="{key}" />\n'
 
 
+def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> list[str]:
+    """Each value's ``<data>`` line (none for None), made once per distinct value."""
+    return encoded(values, lambda v: "" if v is None else _data(key, encode(v)), by_identity)
+
+
+def _text_lines(text: NodeText, key: str, values: Sequence[Any]) -> None:
+    """Add each string's ``<data>`` line: the strings as they are when none needs escaping and none is
+    empty (one check of the whole column, however many distinct names), else line by distinct value."""
+    clean = escaped(values, _xml_text)
+    if clean is not None and all(clean):
+        text.between(f'      <data key="{key}">', clean, "</data>\n")
+    else:
+        text.column(_lines(key, values, _xml_text))
+
+
+def _listed(value: Any) -> str:
+    return _xml_text(_json_text(value))
+
+
+def _int_lists(values: Sequence[Sequence[Any]]) -> list[str]:
+    """Each node's inputs as the text between JSON brackets."""
+    fast = int_lists(values)
+    return fast if fast is not None else encoded(values, lambda v: _numbers_text(v)[1:-1], by_identity=True)
+
+
+def samples_text(text: NodeText, before: str, after: str, rows: GraphRows, field: str, samples: Sequence[Any],
+                 a: int, b: int) -> None:
+    """Add each node's samples of ``field`` as the JSON list of seconds ``_seconds_text`` makes, between
+    ``before`` and ``after``: from the loaded graph's samples array when it has one, else node by node."""
+    source = node_source(rows.graph)
+    ticks = source.samples_ns(field) if isinstance(source, NodeColumns) else None
+    columns = seconds_columns(ticks[:, a:b]) if ticks is not None else None
+    if columns is None:
+        text.between(before, encoded(samples, _seconds_text, by_identity=True), after)
+        return
+    text.text(before + "[")
+    for i, column in enumerate(columns):
+        text.text(", " if i else "").column(column)
+    text.text("]" + after)
+
+
+def _category_items(cats: list[dict[str, int] | None]) -> list[tuple[tuple[str, int], ...] | None]:
+    """Each bytes-by-category mapping as its items: hashable, so each distinct one is written once."""
+    if None in cats:
+        return [None if c is None else tuple(c.items()) for c in cats]
+    return list(map(tuple, map(dict.items, cats)))  # type: ignore[arg-type]
+
+
+def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[Any]]) -> None:
+    """The four memory lines of each node that has a memory record."""
+    cats = col("live_by_category_bytes")
+    counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
+    absent = [c is None for c in cats]
+    if all([v is None for v in values] == absent for values in counts):
+        for key, values in zip(keys, counts):
+            text.column(_lines(key, values, str))
+        text.column(encoded(_category_items(cats), lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
+        return
+    text.column([
+        "" if c is None else (f'      <data key="{keys[0]}">{a}</data>\n      <data key="{keys[1]}">{fr}</data>\n'
+                              f'      <data key="{keys[2]}">{lv}</data>\n' + _data(keys[3], _listed(c)))
+        for a, fr, lv, c in zip(*counts, cats)])
+
+
+def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[str, str]) -> NodeText:
+    """The text of the graph's nodes at positions ``[a, b)``."""
+    def col(name: str) -> list[Any]:
+        return frame.column(name)[rows.lo + a:rows.lo + b]
+
+    gid, ids = rows.graph.id, rows.id_text[a:b]
+    text = NodeText().between(f'    <node id="{gid}:', ids, f'">\n      <data key="{k["graph_id"]}">{gid}</data>\n'
+                              f'      <data key="{k["position"]}">')
+    text.column(rows.position_text[a:b])
+    text.between(f'</data>\n      <data key="{k["node_id"]}">', ids, "</data>\n")
+    for field in ("name", "op", "type"):
+        _text_lines(text, k[field], col(field))
+    text.between(f'      <data key="{k["inputs"]}">[', _int_lists(col("inputs")), "]</data>\n")
+    for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
+        text.column(_lines(k[field], col(field), _listed, by_identity=True))
+    for field in ("module", "module_type", "source", "phase", "scope"):
+        _text_lines(text, k[field], col(field))
+    text.column(_lines(k["is_view"], col("is_view"), str))
+    text.column(_lines(k["inplace"], _inplace_flags(frame, rows.lo + a, rows.lo + b), str))
+    for field in _COUNT_FIELDS:
+        if field in k:
+            text.column(_lines(k[field], col(field), str))
+    if "memory_allocated_bytes" in k:
+        _graphml_memory(text, [k[f"memory_{m}"] for m in ("allocated_bytes", "freed_bytes", "live_bytes",
+                                                          "live_by_category_bytes")], col)
+    samples_text(text, f'      <data key="{k["host_time_s"]}">', "</data>\n", rows, "host_time_ns", col("host_time_ns"), a, b)
+    samples_text(text, f'      <data key="{k["device_time_s"]}">', "</data>\n", rows, "device_time_ns",
+                 col("device_time_ns"), a, b)
+    text.between(f'      <data key="{k["time_s"]}">', float_texts(rows.times[a:b], repr), "</data>\n")
+    if rows.graph.name is not None:
+        text.text(_data(k["graph_name"], _xml_text(rows.graph.name)))
+    return text.column(_lines(k["critical_path"], rows.critical[a:b], str)).text("    </node>\n")
+
+
 def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
     """Write the GraphML of ``profile``'s dataflow graphs to ``f`` (``model_typed`` profiles only:
     ``graphml.write_graphml_file`` sends the others through networkx)."""
     attrs = _graph_attrs(profile, stat)
-    rows = list(_graph_rows(profile, stat))
-    has_edges = any(any(succ) for *_, succ in rows)
-    k, key_lines = _graphml_keys(profile, attrs, has_edges)
+    graphs = graph_rows(profile, stat)
+    k, key_lines = _graphml_keys(profile, attrs, any(rows.edge_src for rows in graphs))
     graph_data = "".join(_data(k["graph:" + name], _xml_text(_json_text(v) if isinstance(v, list) else str(v)))[2:]
                          for name, v in attrs.items() if v is not None)
     f.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
-    text = Encoded(_xml_text)
-    listed = Encoded(lambda v: _xml_text(_json_text(v)))
-
-    def lines_of(field: str, encode: Callable[[Any], str]) -> Encoded:
-        return Encoded(lambda v: _data(k[field], encode(v)) if field in k else "")
-
     frame = node_frame(profile)
-    col = frame.column
-    per_value = [lines_of("op", text.__getitem__), lines_of("type", text.__getitem__),
-                 lines_of("in_shapes", listed.__getitem__), lines_of("in_dtypes", listed.__getitem__),
-                 lines_of("out_shapes", listed.__getitem__), lines_of("out_dtypes", listed.__getitem__),
-                 lines_of("module", text.__getitem__), lines_of("module_type", text.__getitem__),
-                 lines_of("source", text.__getitem__), lines_of("phase", _xml_text), lines_of("scope", text.__getitem__),
-                 lines_of("is_view", str)]
-    fields = ("op", "type", "in_shapes", "in_dtypes", "out_shapes", "out_dtypes", "module", "module_type", "source",
-              "phase", "scope", "is_view")
-    inplace_l, crit_l = lines_of("inplace", str), lines_of("critical_path", str)
-    by_category = Encoded(lambda items: _xml_text(_json_text(dict(items))))
-    kname, kgid, kpos, knid, kin = k.get("name"), k.get("graph_id"), k.get("position"), k.get("node_id"), k.get("inputs")
-    khost, kdev, ktime = k.get("host_time_s"), k.get("device_time_s"), k.get("time_s")
-    count_keys = [(c, k.get(c, "")) for c in _COUNT_FIELDS]
-    memory_keys = [k.get(f"memory_{m}") for m in ("allocated_bytes", "freed_bytes", "live_bytes", "live_by_category_bytes")]
-    edge_lines: list[str] = []
-    for graph, lo, hi, times, on_path, succ in rows:
-        gid = graph.id
-        ids = col("id")[lo:hi]
-        name_data = _data(k["graph_name"], text[graph.name]) if graph.name is not None and hi > lo else ""
-        static = zip(*(lines.column(col(field)[lo:hi]) for lines, field in zip(per_value, fields)))
-        counts = ["".join(parts) for parts in zip(*(
-            [_data(key, str(v)) if v is not None else "" for v in col(c)[lo:hi]] for c, key in count_keys))]
-        memory = [
-            "" if cats is None else (
-                f'      <data key="{memory_keys[0]}">{a}</data>\n      <data key="{memory_keys[1]}">{fr}</data>\n'
-                f'      <data key="{memory_keys[2]}">{lv}</data>\n'
-                + _data(memory_keys[3], by_category[tuple(cats.items())]))
-            for a, fr, lv, cats in zip(col("allocated_bytes")[lo:hi], col("freed_bytes")[lo:hi],
-                                       col("live_bytes")[lo:hi], col("live_by_category_bytes")[lo:hi])]
-        chunk: list[str] = []
-        for i, (nid, name, (op, typ, ins, ind, outs, outd, mod, mtype, src, phase, scope, view), inplace, count_data,
-                memory_data, inputs, host, device) in enumerate(zip(
-                    ids, col("name")[lo:hi], static, map(inplace_l.__getitem__, _inplace_flags(frame, lo, hi)), counts,
-                    memory, col("inputs")[lo:hi], col("host_time_ns")[lo:hi], col("device_time_ns")[lo:hi])):
-            chunk.append(
-                f'    <node id="{gid}:{nid}">\n      <data key="{kgid}">{gid}</data>\n'
-                f'      <data key="{kpos}">{i}</data>\n      <data key="{knid}">{nid}</data>\n'
-                f'{_data(kname, text[name])}{op}{typ}'
-                f'      <data key="{kin}">{_numbers_text(inputs)}</data>\n'
-                f'{ins}{ind}{outs}{outd}{mod}{mtype}{src}{phase}{scope}{view}{inplace}{count_data}{memory_data}'
-                f'      <data key="{khost}">{_seconds_text(host)}</data>\n'
-                f'      <data key="{kdev}">{_seconds_text(device)}</data>\n'
-                f'      <data key="{ktime}">{times[i]!r}</data>\n'
-                f'{name_data}{crit_l[nid in on_path]}    </node>\n')
-            if len(chunk) >= CHUNK_NODES:
-                f.write("".join(chunk))
-                chunk.clear()
-        f.write("".join(chunk))
-        ekey = k.get("kind")
-        for s, targets in enumerate(succ):
-            for d in targets:
-                kind = "data" if d >= 0 else "order"
-                edge_lines.append(f'    <edge source="{gid}:{ids[s]}" target="{gid}:{ids[d if d >= 0 else ~d]}">\n'
-                                  f'      <data key="{ekey}">{kind}</data>\n    </edge>\n')
-    for start in range(0, len(edge_lines), CHUNK_NODES):  # networkx writes every edge after every node
-        f.write("".join(edge_lines[start:start + CHUNK_NODES]))
+    for rows in graphs:
+        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+            _graphml_nodes(frame, rows, a, b, k).write(f, b - a)
+    for rows in graphs:  # networkx writes every edge after every node
+        gid = rows.graph.id
+        src, dst, kinds = rows.edge_columns()
+        edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
+        edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(f, len(src))
     f.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last
 
 
 # -- node-link JSON ------------------------------------------------------------------------
+def _json_inner(text: str) -> str:
+    """A string's JSON text without its quotes (escaping works character by character)."""
+    return _json_text(text)[1:-1]
+
+
+def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
+    """Each node's ``"memory"`` member: an object, or null for a node without a memory record."""
+    cats = col("live_by_category_bytes")
+    counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
+    absent = [c is None for c in cats]
+    if all(absent):
+        text.text('"memory": null')
+    elif all([v is None for v in values] == absent for values in counts):
+        columns = [*(encoded(values, _count_text) for values in counts), encoded(_category_items(cats), _categories_json)]
+        for i, (head, column) in enumerate(zip(_MEMORY_HEADS, columns)):
+            if True in absent:  # a node without a record has "null" where the first head would be, then nothing
+                text.column(list(map({False: head, True: "" if i else '"memory": null'}.__getitem__, absent)))
+            else:
+                text.text(head)
+            text.column(column)
+    else:
+        text.text('"memory": ').column([
+            "null" if c is None else (f'{{"allocated_bytes": {a}, "freed_bytes": {fr}, "live_bytes": {lv}, '
+                                      f'"live_by_category_bytes": {_json_text(c)}}}')
+            for a, fr, lv, c in zip(*counts, cats)])
+
+
+_MEMORY_HEADS = ('"memory": {"allocated_bytes": ', ', "freed_bytes": ', ', "live_bytes": ',
+                 ', "live_by_category_bytes": ')
+
+
+def _count_text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _categories_json(pairs: tuple[tuple[str, int], ...] | None) -> str:
+    return "" if pairs is None else _json_text(dict(pairs)) + "}"
+
+
+def _null_or_text(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+_BOOLEAN = {True: "true", False: "false"}
+
+
+def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeText:
+    """The node-link objects of the graph's nodes at positions ``[a, b)``, each after ``",\n"``."""
+    def col(name: str) -> list[Any]:
+        return frame.column(name)[rows.lo + a:rows.lo + b]
+
+    def strings(field: str) -> None:  # the strings as they are, between quotes, when none needs escaping
+        values = col(field)
+        clean = escaped(values, _json_inner)
+        if clean is None:
+            text.between(f', "{field}": ', encoded(values, _json_text), "")
+        else:
+            text.between(f', "{field}": "', clean, '"')
+
+    gid, ids = rows.graph.id, rows.id_text[a:b]
+    text = NodeText().between(f',\n{{"graph_id": {gid}, "position": ', rows.position_text[a:b], ', "node_id": ')
+    text.column(ids)
+    for field in ("name", "op", "type"):
+        strings(field)
+    text.between(', "inputs": [', _int_lists(col("inputs")), "]")
+    for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
+        text.between(f', "{field}": ', encoded(col(field), _json_text, by_identity=True), "")
+    for field in ("module", "module_type", "source", "phase", "scope"):
+        strings(field)
+    text.between(', "is_view": ', encoded(col("is_view"), _BOOLEAN.__getitem__), "")
+    text.between(', "inplace": ', encoded(_inplace_flags(frame, rows.lo + a, rows.lo + b), _BOOLEAN.__getitem__), "")
+    for field in _COUNT_FIELDS:
+        text.between(f', "{field}": ', encoded(col(field), _null_or_text), "")
+    text.text(", ")
+    _node_link_memory(text, col)
+    samples_text(text, ', "host_time_s": ', "", rows, "host_time_ns", col("host_time_ns"), a, b)
+    samples_text(text, ', "device_time_s": ', "", rows, "device_time_ns", col("device_time_ns"), a, b)
+    text.between(', "time_s": ', float_texts(rows.times[a:b], _json_text), "")
+    text.text(f', "graph_name": {_json_text(rows.graph.name)}, "critical_path": ')
+    text.column(encoded(rows.critical[a:b], _BOOLEAN.__getitem__))
+    return text.between(f', "id": "{gid}:', ids, '"}')
+
+
 def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
     """Write networkx node-link JSON of ``profile`` to ``f`` (``nx.node_link_graph(data, edges="edges")`` reads it)."""
     attrs = _graph_attrs(profile, stat)
-    rows = list(_graph_rows(profile, stat))
+    graphs = graph_rows(profile, stat)
     f.write('{"directed": true, "multigraph": false, "graph": ' + _json_text(attrs) + ', "nodes": [')
-    text = Encoded(_json_text)
-    by_category = Encoded(lambda items: _json_text(dict(items)))
-    boolean = {True: "true", False: "false"}
-    null = lambda v: "null" if v is None else v  # noqa: E731
     frame = node_frame(profile)
-    col = frame.column
-    fields = ("op", "type", "in_shapes", "in_dtypes", "out_shapes", "out_dtypes", "module", "module_type", "source",
-              "phase", "scope")
-    sep = "\n"
-    for graph, lo, hi, times, on_path, _ in rows:
-        gid = graph.id
-        graph_name = _json_text(graph.name)
-        static = zip(*(text.column(col(field)[lo:hi]) for field in fields))
-        memory = [
-            "null" if cats is None else (
-                f'{{"allocated_bytes": {a}, "freed_bytes": {fr}, "live_bytes": {lv}, '
-                f'"live_by_category_bytes": {by_category[tuple(cats.items())]}}}')
-            for a, fr, lv, cats in zip(col("allocated_bytes")[lo:hi], col("freed_bytes")[lo:hi],
-                                       col("live_bytes")[lo:hi], col("live_by_category_bytes")[lo:hi])]
-        chunk: list[str] = []
-        for i, (nid, name, (op, typ, ins, ind, outs, outd, mod, mtype, src, phase, scope), view, inplace, flops,
-                read, written, memory_text, inputs, host, device) in enumerate(zip(
-                    col("id")[lo:hi], col("name")[lo:hi], static, col("is_view")[lo:hi], _inplace_flags(frame, lo, hi),
-                    map(null, col("flops")[lo:hi]), map(null, col("bytes_read")[lo:hi]),
-                    map(null, col("bytes_written")[lo:hi]), memory, col("inputs")[lo:hi], col("host_time_ns")[lo:hi],
-                    col("device_time_ns")[lo:hi])):
-            chunk.append(
-                f'{sep}{{"graph_id": {gid}, "position": {i}, "node_id": {nid}, "name": {text[name]}, '
-                f'"op": {op}, "type": {typ}, "inputs": {_numbers_text(inputs)}, '
-                f'"in_shapes": {ins}, "in_dtypes": {ind}, "out_shapes": {outs}, "out_dtypes": {outd}, '
-                f'"module": {mod}, "module_type": {mtype}, "source": {src}, '
-                f'"phase": {phase}, "scope": {scope}, "is_view": {boolean[view]}, "inplace": {boolean[inplace]}, '
-                f'"flops": {flops}, "bytes_read": {read}, "bytes_written": {written}, "memory": {memory_text}, '
-                f'"host_time_s": {_seconds_text(host)}, "device_time_s": {_seconds_text(device)}, '
-                f'"time_s": {_json_text(times[i])}, "graph_name": {graph_name}, '
-                f'"critical_path": {boolean[nid in on_path]}, "id": "{gid}:{nid}"}}')
-            sep = ",\n"
-            if len(chunk) >= CHUNK_NODES:
-                f.write("".join(chunk))
-                chunk.clear()
-        f.write("".join(chunk))
+    skip = 1  # the first node follows "[\n", the others ",\n"
+    for rows in graphs:
+        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+            _node_link_nodes(frame, rows, a, b).write(f, b - a, skip)
+            skip = 0
     f.write('\n], "edges": [')
-    sep = "\n"
-    ids = col("id")
-    for graph, lo, _, _, _, succ in rows:
-        gid = graph.id
-        chunk = []
-        for s, targets in enumerate(succ):
-            for d in targets:
-                kind = "data" if d >= 0 else "order"
-                chunk.append(f'{sep}{{"kind": "{kind}", "source": "{gid}:{ids[lo + s]}", '
-                             f'"target": "{gid}:{ids[lo + (d if d >= 0 else ~d)]}"}}')
-                sep = ",\n"
-        f.write("".join(chunk))
+    skip = 1
+    for rows in graphs:
+        gid = rows.graph.id
+        src, dst, kinds = rows.edge_columns()
+        edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
+        edges.between(f'", "target": "{gid}:', dst, '"}').write(f, len(src), skip)
+        skip = skip and not src
     f.write("\n]}\n")

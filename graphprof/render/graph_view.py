@@ -22,15 +22,19 @@ Kept apart from the DOT syntax so the choices are testable on their own:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Mapping
 
+import numpy as np
+
 from graphprof.analysis.aggregate import truncate_module
-from graphprof.analysis.critical_path import critical_path, graph_critical_path
-from graphprof.analysis.dataflow import EdgeArrays, EdgeKind, dataflow_graph, edge_arrays
+from graphprof.analysis.critical_path import CriticalPath, critical_path, paths_and_edges
+from graphprof.analysis.dataflow import EdgeIndex, EdgeKind, dataflow_graph
 from graphprof.analysis.frame import node_frame
-from graphprof.profile.model import GraphRecord, NodeRecord, Profile, graph_size
+from graphprof.analysis.node_arrays import codes, column_codes
+from graphprof.profile.model import NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
-from graphprof.render.node_columns import graph_spans
+from graphprof.render.node_columns import adjacency, graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
 
 if TYPE_CHECKING:  # the node-level view of a small graph imports it; the module-level view never needs it
@@ -118,26 +122,37 @@ def _node_tooltip(node: NodeRecord, time_s: float) -> str:
 def _choose_depth(profile: Profile, max_nodes: int) -> int:
     """The deepest module depth whose (graph, phase, module prefix) groups fit in ``max_nodes`` boxes.
 
-    Works on the distinct (graph, phase, module) triples, a few thousand even
-    in a 100,000-node profile, rather than on every node at every depth.
+    Counted on codes: each distinct module's prefix is made once per depth
+    and the groups are distinct integers. A deeper prefix only splits groups,
+    so their number grows with the depth: counting from depth 1 up stops at
+    the first depth that does not fit, instead of trying every depth from the deepest down.
     """
     frame = node_frame(profile)
-    triples = set(zip(frame.column("graph_id"), frame.column("phase"), frame.column("module")))
-    parts = {module: [p for p in module.split(".") if p] for _, _, module in triples}
-    deepest = max(map(len, parts.values()), default=0)
-    for depth in range(deepest, 0, -1):
-        prefix = {module: truncate_module(module, depth) for module in parts}
-        groups = {(gid, phase, prefix[module]) for gid, phase, module in triples}
-        if len(groups) <= max_nodes:
-            return depth
-    return 0
+    graph_codes, _ = column_codes(frame, "graph_id")
+    phase_codes, phases = column_codes(frame, "phase")
+    module_codes, modules = column_codes(frame, "module")
+    place = (graph_codes * len(phases) + phase_codes) * len(modules)  # a (graph, phase) pair's first group number
+    parts = [str(module).split(".") for module in modules]
+    deepest = max((len([p for p in split if p]) for split in parts), default=0)
+    chosen = 0
+    for depth in range(1, deepest + 1):
+        prefix, _ = codes([".".join(split[:depth]) for split in parts])  # truncate_module of each distinct module
+        if len(np.unique(place + prefix[module_codes])) > max_nodes:
+            break
+        chosen = depth
+    return chosen
+
+
+def draws_modules(profile: Profile, module_level: bool | None, max_nodes: int) -> bool:
+    """Whether ``build_view`` draws module groups (which show no roofline bound) rather than op nodes."""
+    return profile.node_count > max_nodes if module_level is None else module_level
 
 
 def build_view(profile: Profile, stat: str = "median", module_level: bool | None = None, hide_views: bool = False,
                max_nodes: int = 600, bounds: Mapping[Any, str] | None = None) -> GraphView:
     """The picture's content under the options above (see the module docstring)."""
     op_nodes = profile.node_count
-    collapse = op_nodes > max_nodes if module_level is None else module_level
+    collapse = draws_modules(profile, module_level, max_nodes)
     multi = len(profile.graphs) > 1
     if collapse:  # from edge arrays and the node frame: no networkx graph of every op
         return _module_view(profile, stat, max_nodes, multi, op_nodes)
@@ -207,14 +222,46 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
     return edges
 
 
-def _successors(graph: GraphRecord, edges: EdgeArrays) -> list[list[int]]:
-    """Per position, the destinations of its edges in the dataflow graph's adjacency order (data, then order)."""
-    succ: list[list[int]] = [[] for _ in range(graph_size(graph))]
-    for src, dst in edges.data:
-        succ[src].append(dst)
-    for src, dst in edges.order:
-        succ[src].append(~dst)  # ~dst: an ordering edge
-    return succ
+def _module_groups(profile: Profile, depth: int, multi: bool,
+                   times: list[float]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The module boxes (one per graph, phase and module prefix at ``depth``, in order of their first
+    node) and each node's box key, from the node frame's columns.
+
+    Why columns: a Python loop over 100,000 nodes was most of a module-level
+    picture's time. Times are summed per box in node order (``np.bincount``
+    adds in input order, as a running sum did), FLOPs as Python ints.
+    """
+    frame = node_frame(profile)
+    col = frame.column
+    module_codes, modules = column_codes(frame, "module")
+    shown_of = [truncate_module(str(m), depth) for m in modules]
+    shown = list(map(shown_of.__getitem__, module_codes.tolist()))
+    idents = list(zip(col("graph_id"), col("phase"), shown))
+    index = {ident: k for k, ident in enumerate(dict.fromkeys(idents))}  # boxes in order of their first node
+    box = np.fromiter(map(index.__getitem__, idents), dtype=np.intp, count=len(idents))
+    size = len(index)
+    first = np.unique(box, return_index=True)[1].tolist() if size else []
+    time_s = np.bincount(box, weights=np.asarray(times, dtype=np.float64), minlength=size).tolist()
+    count = np.bincount(box, minlength=size).tolist()
+    flops_col = col("flops")
+    unknown = np.bincount(box[np.fromiter((f is None for f in flops_col), dtype=bool, count=len(box))],
+                          minlength=size).tolist()
+    flops = np.zeros(size, dtype=object)
+    np.add.at(flops, box, np.array([0 if f is None else f for f in flops_col], dtype=object))
+    own = [bool(m) and m == s for m, s in zip(modules, shown_of)]  # nodes of the box's own module name its types
+    types: list[dict[str, None]] = [{} for _ in range(size)]
+    mine = np.array(own, dtype=bool)[module_codes] if own else np.zeros(0, dtype=bool)
+    for k, module_type in dict.fromkeys(zip(box[mine].tolist(), compress(col("module_type"), mine.tolist()))):
+        types[k][module_type] = None
+    graph_index = col("graph_index")
+    info = []
+    for k, ((gid, phase, prefix), i) in enumerate(zip(index, first)):
+        graph = profile.graphs[graph_index[i]]
+        info.append({"key": f"g{gid}_{phase}_{k}", "module": prefix, "types": types[k], "time": time_s[k],
+                     "flops": int(flops[k]), "flops_known": not unknown[k], "count": count[k],
+                     "cluster": ((graph.name or f"graph {graph.id}",) if multi else ()) + (phase,)})
+    key_of = [entry["key"] for entry in info]
+    return info, list(map(key_of.__getitem__, box.tolist()))
 
 
 def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_nodes: int) -> GraphView:
@@ -223,41 +270,18 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
     times = frame.times(stat, "auto")
     col = frame.column
     spans = graph_spans(profile, frame)
-    edges_of: dict[int, EdgeArrays] = {}
-    paths = {}
-    for graph, lo, hi in spans:
-        edges_of[graph.id] = edge_arrays(graph)
-        paths[graph.id] = graph_critical_path(graph, times[lo:hi], stat, edges_of[graph.id])
+    edges_of: dict[int, EdgeIndex] = {}
+    paths: dict[int, CriticalPath] = {}
+    for (graph, _, _), (path, graph_edges) in zip(spans, paths_and_edges(profile, stat)):
+        edges_of[graph.id] = graph_edges
+        paths[graph.id] = path
     total = sum(cp.serial_s for cp in paths.values())
-    prefix_of: dict[str, str] = {}
-    info: dict[tuple[int, str, str], dict[str, Any]] = {}
+    info, node_keys = _module_groups(profile, depth, multi, times)
     groups_of: list[tuple[list[str], dict[int, str]]] = []  # per graph: each position's group, each node id's
-    for graph, lo, hi in spans:
-        prefix = (graph.name or f"graph {graph.id}",) if multi else ()
-        keys: list[str] = []
-        for module, phase, flops, module_type, t in zip(col("module")[lo:hi], col("phase")[lo:hi],
-                                                        col("flops")[lo:hi], col("module_type")[lo:hi], times[lo:hi]):
-            shown = prefix_of.get(module)
-            if shown is None:
-                shown = prefix_of[module] = truncate_module(module, depth)
-            ident = (graph.id, phase, shown)
-            entry = info.get(ident)
-            if entry is None:
-                entry = info[ident] = {"key": f"g{graph.id}_{phase}_{len(info)}", "module": shown, "types": {},
-                                       "time": 0.0, "flops": 0, "flops_known": True, "count": 0,
-                                       "cluster": prefix + (phase,)}
-            keys.append(entry["key"])
-            entry["time"] += t
-            entry["count"] += 1
-            if flops is None:
-                entry["flops_known"] = False
-            else:
-                entry["flops"] += flops
-            if module and module == shown:
-                entry["types"][module_type] = None
+    for _, lo, hi in spans:
         # A node's group by its id (of a repeated id, the last node's, as a mapping by id keeps it).
-        by_id = dict(zip(col("id")[lo:hi], keys))
-        groups_of.append(([by_id[nid] for nid in col("id")[lo:hi]], by_id))
+        by_id = dict(zip(col("id")[lo:hi], node_keys[lo:hi]))
+        groups_of.append((list(map(by_id.__getitem__, col("id")[lo:hi])), by_id))
     crit_groups: set[str] = set()
     crit_edges: set[tuple[str, str]] = set()
     edges: dict[tuple[str, str], EdgeKind] = {}
@@ -265,14 +289,12 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
         seq = [by_id[n] for n in paths[graph.id].nodes]
         crit_groups.update(seq)
         crit_edges.update((a, b) for a, b in zip(seq, seq[1:]) if a != b)
-        for src, targets in enumerate(_successors(graph, edges_of[graph.id])):
-            ga = groups[src]
-            for dst in targets:
-                gb = groups[dst if dst >= 0 else ~dst]
-                if ga != gb and edges.get((ga, gb)) != EdgeKind.DATA:
-                    edges[(ga, gb)] = EdgeKind.DATA if dst >= 0 else EdgeKind.ORDER
+        for src, dst, is_order in zip(*adjacency(edges_of[graph.id])):
+            ga, gb = groups[src], groups[dst]
+            if ga != gb and edges.get((ga, gb)) != EdgeKind.DATA:
+                edges[(ga, gb)] = EdgeKind.ORDER if is_order else EdgeKind.DATA
     nodes = []
-    for entry in info.values():
+    for entry in info:
         module = entry["module"] or TOP_LEVEL
         types = ", ".join(t for t in entry["types"] if t)
         flops = entry["flops"] if entry["flops_known"] else None
@@ -283,7 +305,7 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
                               share=entry["time"] / total if total > 0 else 0.0, flops=flops, bound=None,
                               cluster=entry["cluster"], tooltip=tooltip, critical=entry["key"] in crit_groups,
                               members=entry["count"]))
-    phase_of = {entry["key"]: entry["cluster"][-1] for entry in info.values()}
+    phase_of = {entry["key"]: entry["cluster"][-1] for entry in info}
     view_edges = tuple(ViewEdge(a, b, k, (a, b) in crit_edges, cross_phase=phase_of[a] != phase_of[b])
                        for (a, b), k in edges.items())
     return GraphView(tuple(nodes), view_edges, True, depth, total,

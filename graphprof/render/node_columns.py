@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from graphprof.analysis.dataflow import EdgeIndex
 from graphprof.analysis.frame import NodeFrame
 from graphprof.profile.model import GraphRecord, Profile
 
@@ -40,3 +43,13 @@ class Encoded(dict):
 def graph_spans(profile: Profile, frame: NodeFrame) -> list[tuple[GraphRecord, int, int]]:
     """Each graph with the [start, end) range of its nodes in ``frame``'s columns."""
     return [(g, start, end) for g, (start, end) in zip(profile.graphs, frame.spans())]
+
+
+def adjacency(edges: EdgeIndex) -> tuple[list[int], list[int], list[bool]]:
+    """Sources, destinations and whether each is an ordering edge, in the dataflow graph's adjacency
+    order (by source position; each source's data edges, then its ordering edges, each in edge order),
+    which is the order networkx lists a ``dataflow_graph``'s edges in."""
+    src = np.concatenate((edges.data_src, edges.order_src))
+    by_src = np.argsort(src, kind="stable")
+    dst = np.concatenate((edges.data_dst, edges.order_dst))[by_src]
+    return src[by_src].tolist(), dst.tolist(), (by_src >= len(edges.data_src)).tolist()

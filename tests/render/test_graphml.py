@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import networkx as nx
+import pytest
 
 from graphprof.api import Profile
 from graphprof.render.graphml import graphml_attributes, graphml_text, node_link_json, node_key, profile_graph
@@ -79,3 +81,21 @@ def test_hostile_names_round_trip() -> None:
 def test_empty_profile_gives_empty_graphs() -> None:
     assert _check_graphml_round_trip(empty_profile()).number_of_nodes() == 0
     assert _check_node_link_round_trip(empty_profile()).number_of_nodes() == 0
+
+
+@pytest.mark.parametrize("make", [synthetic_profile, hostile_profile])
+def test_a_loaded_profile_reads_back_as_the_profile(make: object, tmp_path: Path) -> None:
+    """A loaded profile is written from its columns (samples array, whole-column escaping checks):
+    networkx reads back every node, attribute and edge the profile holds, hostile names included."""
+    built = make()  # type: ignore[operator]
+    built.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    expected = profile_graph(built)
+    back = nx.read_graphml(io.BytesIO(graphml_text(loaded).encode("utf-8")))
+    assert list(back.nodes) == list(expected.nodes) and list(back.edges) == list(expected.edges)
+    for n, attrs in expected.nodes(data=True):
+        assert back.nodes[n] == graphml_attributes(attrs), n
+    linked = nx.node_link_graph(json.loads(node_link_json(loaded)), edges="edges")
+    assert list(linked.edges(data="kind")) == list(expected.edges(data="kind"))
+    for n, attrs in expected.nodes(data=True):
+        assert linked.nodes[n] == _json_native(attrs), n
