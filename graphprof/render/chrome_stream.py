@@ -96,13 +96,21 @@ def _series_template(keys: tuple[Any, ...]) -> str | None:
 def _series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
     """``_series`` of every node. Why templates: nodes share their categories, so each set of category
     names is one ``%`` template and a node's text is its values put in, without a dict per node."""
+    keys = set(map(tuple, by_category)) if None not in by_category else set()
+    if len(keys) == 1 and () not in keys:  # the usual case: every node has memory, by the same categories
+        template = _series_template(keys.pop())
+        if template is not None:
+            try:
+                return list(map(template.__mod__, map(tuple, map(dict.values, by_category))))
+            except TypeError:  # a value ``%d`` does not take, or a mapping that is not a dict: node by node
+                pass
     templates = Encoded(_series_template)
     out: list[str | None] = []
     for mapping, live_bytes in zip(by_category, live):
         template = templates[tuple(mapping)] if mapping else None
         try:
             out.append(template % tuple(mapping.values()) if template else _series(mapping, live_bytes))
-        except TypeError:  # a value ``%d`` does not take (``int`` may): as ``_series`` writes it
+        except TypeError:
             out.append(_series(mapping, live_bytes))
     return out
 
@@ -137,7 +145,8 @@ def _node_texts(frame: NodeFrame, lo: int, hi: int, graph_name: str, critical: f
     return _NodeTexts(
         [f',{{"name":{t},"cat":{p},"ph":"X","ts":' for t, p in zip(string(col("type")), phases)],
         [f',"pid":{pid},"tid":{track},"args":{{"graph":{graph_name},"node":{i},"name":{name},"op":{op},"step":'
-         for track, i, name, op in zip(tracks, _counts(ids), string(col("name")), string(col("op")))],
+         for track, i, name, op in zip(tracks, _counts(ids), map(encode_basestring_ascii, col("name")),
+                                       string(col("op")))],  # names are each node's own: no table
         [f',"module":{module},"module_type":{module_type},"source":{source},"phase":{phase},"scope":{scope},'
          f'"in_shapes":{in_shapes},"out_shapes":{out_shapes},"in_dtypes":{in_dtypes},"flops":{flops},'
          f'"bytes_read":{read},"bytes_written":{written},"critical_path":{"true" if on else "false"}'
