@@ -284,9 +284,8 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
     ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
     counter_tail = f',"pid":{p.pid},"tid":{STEP_TID},"args":'
     texts = p.texts
-    assert p.times is not None
     for lead, middle, tail, close, series, times, flops, moved, node_id in zip(
-            texts.lead, texts.middle, texts.tail, texts.close, texts.series, p.times, p.flops, p.moved, p.ids):
+            texts.lead, texts.middle, texts.tail, texts.close, texts.series, p.times or (), p.flops, p.moved, p.ids):
         if k >= len(times):
             continue
         time_s = times[k]
@@ -388,7 +387,7 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
                 for lo in range(0, n, CHUNK_EVENTS):
                     text, t_us = _block_text(p.blocks, lo, min(lo + CHUNK_EVENTS, n), k, step_index, t_us)
                     f.write(text)
-            else:
+            elif p.times is not None:  # (None: blocks hold every step a node has; none has this one)
                 t_us = _loop_events(p, k, step_index, t_us, allocator, chunk, f)
             cursor[p.pid] = t_us
         wall_us = profile.steps[k].wall_time_s * _US if k < len(profile.steps) else 0.0

@@ -136,6 +136,8 @@ def test_trace_blocks_match_the_dict_built_trace_on_uneven_graphs(monkeypatch: p
     uneven = dataclasses.replace(p, graphs=(dataclasses.replace(first, nodes=nodes), short))
     for bounds in (None, BOUNDS):
         assert chrome_trace_json(uneven, bounds=bounds) == reference_trace_json(uneven, bounds=bounds)
+    more_steps = dataclasses.replace(p, steps=(*p.steps, dataclasses.replace(p.steps[-1], index=9)))
+    assert chrome_trace_json(more_steps) == reference_trace_json(more_steps)  # a step no node has a sample of
 
 
 def test_a_loaded_profile_trace_read_from_sample_arrays_is_byte_identical(tmp_path: Path) -> None:
