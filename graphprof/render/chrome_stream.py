@@ -7,13 +7,13 @@ documents; this module is the one place they are made. The bytes are what
 
 Why text made by columns: a 100,000-node profile of 5 steps makes a million
 events (one per node per step, and a live-memory counter after each). A dict
-per event took 30 s; an f-string per event still 4 s. Here every part of an
-event that no step changes (name, track, static args, memory series) is one
-string per node, made for all nodes at once by a join (``_rows``); a step
-adds four numbers per event (start, duration, FLOP/s, bytes/s), formatted as
-arrays (``json_floats``), and the events of a block of nodes are one
-``str.join`` of the per-node strings and the numbers, interleaved by list
-slicing. All of it runs in C; Python code runs per block, not per event.
+per event took 30 s; a ``repr`` per number and an f-string per event still
+4 s. Here every part of an event that no step changes (name, track, static
+args, memory series) is one string per node, made once; a step adds four
+numbers per event (start, duration, FLOP/s, bytes/s), formatted as arrays
+(``json_floats``), and the events of a block of nodes are one ``str.join``
+of the nodes' strings and the numbers, interleaved by list slicing
+(``_block_text``). Python code runs per block of nodes, not per event.
 
 Graphs with device-memory reads (an extra counter after some events), steps
 that not every node has, and counts beyond int64 take the event-by-event
@@ -22,7 +22,6 @@ loop (``_loop_events``), which writes the same bytes.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,14 +37,13 @@ from graphprof.analysis.node_arrays import int_array
 from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
+from graphprof.render.chrome_texts import NodeTexts, bound_texts, json_text, node_texts, series_texts
 from graphprof.render.json_floats import float_texts
-from graphprof.render.labels import shapes_text
 from graphprof.render.node_columns import Encoded, graph_spans
 
 PID = 1
 STEP_TID = 0
 _US = 1e6
-CRITICAL_CNAME = "terrible"
 #: Events per write.
 CHUNK_EVENTS = 4000
 #: Samples (ns) below this convert to float64 exactly, so array arithmetic rounds as Python's does.
@@ -53,13 +51,8 @@ _EXACT_NS = 2**53
 _COUNTER_HEAD = ',{"name":"live memory (bytes)","ph":"C","ts":'
 _FLOPS_KEY = ',"flop_per_s":'
 _BANDWIDTH_KEY = ',"bandwidth_bytes_per_s":'
-#: The end of a node event, by whether the node is on the critical path.
-_END = ("}}", f'}},"cname":"{CRITICAL_CNAME}"}}')
 #: Strings per node event in ``_block_text``.
 _PIECES = 15
-
-_json = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
-
 
 def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
     events = [{"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}}]
@@ -67,106 +60,6 @@ def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pi
         events.append({"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": pid, "tid": tid,
                        "args": {"sort_index": sort_index}})
     return events
-
-
-def _count(value: Any) -> str:
-    return "null" if value is None else str(value) if type(value) is int else _json(value)
-
-
-def _counts(values: list[Any]) -> list[str]:
-    """``_count`` of each value; ``str`` at C speed when all are plain ints (the usual case)."""
-    return list(map(str if set(map(type, values)) <= {int} else _count, values))
-
-
-def _series(by_category: Any, live: Any) -> str | None:
-    """The live-memory counter's args from live bytes by category and live bytes, None without memory."""
-    if by_category is None and live is None:
-        return None
-    series = {str(k): int(v) for k, v in (by_category or {}).items()} or {"live": live}
-    return _json(series)
-
-
-def _series_template(keys: tuple[Any, ...]) -> str | None:
-    """``_series`` of a mapping with these keys as a ``%`` template of its values (``%d`` writes ``int(v)``)."""
-    if not all(type(k) is str for k in keys):
-        return None
-    return "{" + ",".join(encode_basestring_ascii(k).replace("%", "%%") + ":%d" for k in keys) + "}"
-
-
-def _series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
-    """``_series`` of every node. Why templates: nodes share their categories, so each set of category
-    names is one ``%`` template and a node's text is its values put in, without a dict per node."""
-    keys = set(map(tuple, by_category)) if None not in by_category else set()
-    if len(keys) == 1 and () not in keys:  # the usual case: every node has memory, by the same categories
-        template = _series_template(keys.pop())
-        if template is not None:
-            try:
-                return list(map(template.__mod__, map(tuple, map(dict.values, by_category))))
-            except TypeError:  # a value ``%d`` does not take, or a mapping that is not a dict: node by node
-                pass
-    templates = Encoded(_series_template)
-    out: list[str | None] = []
-    for mapping, live_bytes in zip(by_category, live):
-        template = templates[tuple(mapping)] if mapping else None
-        try:
-            out.append(template % tuple(mapping.values()) if template else _series(mapping, live_bytes))
-        except TypeError:
-            out.append(_series(mapping, live_bytes))
-    return out
-
-
-@dataclass(frozen=True)
-class _NodeTexts:
-    """The parts of a graph's node events that no step changes, one string per node, in the documented key order."""
-
-    #: ``,{"name":…,"cat":…,"ph":"X","ts":`` (the comma before every event included).
-    lead: list[str]
-    #: ``,"pid":…,"tid":…,"args":{"graph":…,"node":…,"name":…,"op":…,"step":``
-    middle: list[str]
-    #: ``,"module":…`` up to ``"critical_path":…`` (the static args after ``step``).
-    tail: list[str]
-    #: The bound, then the end of the event (with the critical path's colour).
-    close: list[str]
-    #: The live-memory counter's args, None without memory.
-    series: list[str | None]
-
-
-def _node_texts(frame: NodeFrame, lo: int, hi: int, graph_name: str, critical: frozenset[int], pid: int,
-                track_of: dict[str, int], texts: Encoded, series: list[str | None], bounds: list[str]) -> _NodeTexts:
-    """``_NodeTexts`` of nodes ``[lo, hi)``. Each column's text is made once per distinct value."""
-    col = lambda name: frame.column(name)[lo:hi]  # noqa: E731
-    shapes = Encoded(lambda v: encode_basestring_ascii(shapes_text(v, limit=8)))
-    dtypes = Encoded(lambda v: encode_basestring_ascii(", ".join(d or "-" for d in v)))
-    string = texts.column
-    phase_values, ids = col("phase"), col("id")
-    phases = string(phase_values)
-    tracks = map({p: str(t) for p, t in track_of.items()}.__getitem__, phase_values)
-    on_path = list(map(critical.__contains__, ids))
-    return _NodeTexts(
-        [f',{{"name":{t},"cat":{p},"ph":"X","ts":' for t, p in zip(string(col("type")), phases)],
-        [f',"pid":{pid},"tid":{track},"args":{{"graph":{graph_name},"node":{i},"name":{name},"op":{op},"step":'
-         for track, i, name, op in zip(tracks, _counts(ids), map(encode_basestring_ascii, col("name")),
-                                       string(col("op")))],  # names are each node's own: no table
-        [f',"module":{module},"module_type":{module_type},"source":{source},"phase":{phase},"scope":{scope},'
-         f'"in_shapes":{in_shapes},"out_shapes":{out_shapes},"in_dtypes":{in_dtypes},"flops":{flops},'
-         f'"bytes_read":{read},"bytes_written":{written},"critical_path":{"true" if on else "false"}'
-         for module, module_type, source, phase, scope, in_shapes, out_shapes, in_dtypes, flops, read, written, on
-         in zip(string(col("module")), string(col("module_type")), string(col("source")), phases,
-                string(col("scope")), shapes.column(col("in_shapes")), shapes.column(col("out_shapes")),
-                dtypes.column(col("in_dtypes")), _counts(col("flops")), _counts(col("bytes_read")),
-                _counts(col("bytes_written")), on_path)],
-        [b + _END[on] for b, on in zip(bounds, on_path)],
-        series)
-
-
-def _bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:
-    """``,"bound":…`` for each node with a roofline bound (looked up as ``labels.bound_of`` does), else ""."""
-    if not bounds:
-        return [""] * len(ids)
-    found = list(map(bounds.get, zip([graph_id] * len(ids), ids)))
-    if None in found:
-        found = [bounds.get(i) if v is None else v for v, i in zip(found, ids)]
-    return Encoded(lambda v: "" if v is None else ',"bound":' + _json(str(getattr(v, "value", v)))).column(found)
 
 
 def _samples_ns(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
@@ -199,7 +92,7 @@ class _Blocks:
     """What ``_block_text`` needs of a graph besides its texts: its samples and counts as arrays, and which
     of an event's optional parts each node lacks."""
 
-    texts: _NodeTexts
+    texts: NodeTexts
     #: Samples in ns, steps x nodes, of the steps every node has.
     samples_ns: np.ndarray
     #: FLOPs and bytes moved as float64 (what ``count / time_s`` divides), 0 where unknown.
@@ -213,7 +106,7 @@ class _Blocks:
     no_counter: np.ndarray
 
 
-def _blocks(texts: _NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int,
+def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int,
             pid: int) -> _Blocks:
     """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
     flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
@@ -224,7 +117,7 @@ def _blocks(texts: _NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray,
 
 
 def _blank(pieces: list[str], where: np.ndarray, slots: tuple[int, ...]) -> None:
-    """Empty the pieces ``slots`` of the events ``where`` holds (a parts an event lacks)."""
+    """Empty the pieces ``slots`` of the events ``where`` holds (a part an event lacks)."""
     if where.all():
         for slot in slots:
             pieces[slot::_PIECES] = [""] * len(where)
@@ -264,7 +157,7 @@ class _Planned:
 
     graph: GraphRecord
     pid: int
-    texts: _NodeTexts
+    texts: NodeTexts
     blocks: _Blocks | None
     #: Each node's samples in seconds, for the event-by-event loop (None when blocks cover every step).
     times: list[tuple[float, ...]] | None
@@ -302,7 +195,7 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
             out.append(f"{_COUNTER_HEAD}{t_us!r}{counter_tail}{series}}}")
         read = allocator.get((p.graph.id, step_index, node_id)) if allocator else None
         if read is not None:
-            out.append("," + _json({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
+            out.append("," + json_text({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
                                     "tid": STEP_TID,
                                     "args": {"allocated": read.allocated_bytes, "reserved": read.reserved_bytes}}))
         if len(out) >= CHUNK_EVENTS:
@@ -347,11 +240,11 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
         head += _metadata("thread_name", STEP_TID, "steps", 0, pid=pid)
     for (graph_id, phase), tid in tracks.items():
         head += _metadata("thread_name", tid, f"{names[graph_id]} · {phase}", tid, pid=pid_of.get(graph_id, PID))
-    f.write('{"traceEvents":[' + ",".join(map(_json, head)))
+    f.write('{"traceEvents":[' + ",".join(map(json_text, head)))
 
     _finite(s.wall_time_s for s in profile.steps)
     allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
-    series = _series_texts(frame.column("live_by_category_bytes"), frame.column("live_bytes"))
+    series = series_texts(frame.column("live_by_category_bytes"), frame.column("live_bytes"))
     ids, flops_of, moved_of = frame.column("id"), frame.column("flops"), frame.column("bytes_moved")
     counts = _counts_as_arrays(frame)
     texts = Encoded(encode_basestring_ascii)  # what json.dumps writes for a str
@@ -360,19 +253,19 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
     for graph, lo, hi in spans:
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
-        node_texts = _node_texts(frame, lo, hi, _json(graph.name), critical.get(graph.id, frozenset()), pid,
-                                 track_of, texts, series[lo:hi], _bound_texts(bounds, graph.id, ids[lo:hi]))
+        static = node_texts(frame, lo, hi, json_text(graph.name), critical.get(graph.id, frozenset()), pid,
+                            track_of, texts, series[lo:hi], bound_texts(bounds, graph.id, ids[lo:hi]))
         samples_ns, most = _samples_ns(graph, frame, lo, hi)
         n_steps = max(n_steps, most)
         blocks = None
         if samples_ns is not None and counts is not None and not any(key[0] == graph.id for key in allocator):
-            blocks = _blocks(node_texts, samples_ns, counts, lo, hi, pid)
+            blocks = _blocks(static, samples_ns, counts, lo, hi, pid)
         times = None
         if blocks is None or blocks.samples_ns.shape[0] < most:  # some step is written event by event
             times = [tuple([t / NS_PER_S for t in (d or h)]) for d, h in
                      zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
             _finite(chain.from_iterable(times))
-        plan.append(_Planned(graph, pid, node_texts, blocks, times, ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
+        plan.append(_Planned(graph, pid, static, blocks, times, ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
     offset_us = 0.0
     chunk: list[str] = []
     for k in range(n_steps):
@@ -397,7 +290,7 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
             pid_wall_us = own[k] * _US if k < len(own) else wall_us
             span_us = max(pid_wall_us, cursor[pid] - offset_us)
             longest_us = max(longest_us, span_us)
-            chunk.append("," + _json({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us,
+            chunk.append("," + json_text({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us,
                                       "dur": span_us, "pid": pid, "tid": STEP_TID,
                                       "args": {"step": step_index, "wall_time_s": pid_wall_us / _US,
                                                "graph_time_s": (cursor[pid] - offset_us) / _US}}))
@@ -406,4 +299,4 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
     meta = profile.meta
     other = {"generator": "graphprof", "function": meta.function, "device": meta.device_type,
              "device_name": meta.device_name, "torch": meta.torch_version, "stat_for_critical_path": stat}
-    f.write('],"displayTimeUnit":"ms","otherData":' + _json(other) + "}")
+    f.write('],"displayTimeUnit":"ms","otherData":' + json_text(other) + "}")

@@ -36,7 +36,8 @@ from typing import Any, Mapping
 
 from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
-from graphprof.render.chrome_stream import CRITICAL_CNAME, PID, STEP_TID, write_chrome_trace
+from graphprof.render.chrome_stream import PID, STEP_TID, write_chrome_trace
+from graphprof.render.chrome_texts import CRITICAL_CNAME
 from graphprof.render.node_columns import sample_counts
 
 __all__ = ["CRITICAL_CNAME", "PID", "STEP_TID", "bytes_per_node_step", "chrome_trace", "chrome_trace_json",
