@@ -1,43 +1,58 @@
-"""The Chrome/Perfetto trace written straight to a file, event by event.
+"""The Chrome/Perfetto trace written straight to a file, a few thousand events at a time.
 
 The layout, the events and their args are those ``render.chrome_trace``
-documents; this module is the one place they are made. Why text rather than
-a dict handed to ``json.dumps``: a 100,000-node profile of 5 steps makes a
-million events (one per node per step, and a live-memory counter after
-each); building a dict per event and encoding them all took 30 s and held
-the whole document twice in memory. Here every part of an event that no step
-changes (name, track, the node's static args, its memory counter's series)
-is encoded once per node, and an event is that text with the step's numbers
-put in; the text goes to the file a few thousand events at a time. The bytes
-are what ``json.dumps(doc, separators=(",", ":"))`` wrote before.
+documents; this module is the one place they are made. The bytes are what
+``json.dumps(doc, separators=(",", ":"))`` of a dict per event wrote before
+(``tests/render/reference_trace.py`` keeps that builder as the oracle).
+
+Why text made by columns: a 100,000-node profile of 5 steps makes a million
+events (one per node per step, and a live-memory counter after each). A dict
+per event took 30 s; a ``repr`` per number and an f-string per event still
+4 s. Here every part of an event that no step changes (name, track, static
+args, memory series) is one string per node, made once; a step adds four
+numbers per event (start, duration, FLOP/s, bytes/s), formatted as arrays
+(``json_floats``), and the events of a block of nodes are one ``str.join``
+of the nodes' strings and the numbers, interleaved by list slicing
+(``_block_text``). Python code runs per block of nodes, not per event.
+
+Graphs with device-memory reads (an extra counter after some events), steps
+that not every node has, and counts beyond int64 take the event-by-event
+loop (``_loop_events``), which writes the same bytes.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from itertools import accumulate, chain
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import chain
 from json.encoder import encode_basestring_ascii
 from typing import IO, Any
 
+import numpy as np
+
 from graphprof.analysis.critical_path import critical_paths
 from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.node_arrays import int_array
 from graphprof.profile.merge import graph_ranks, rank_info
-from graphprof.profile.model import NS_PER_S, Profile
-from graphprof.render.labels import bound_of, shapes_text
+from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
+from graphprof.profile.node_columns import NodeColumns
+from graphprof.render.chrome_texts import NodeTexts, bound_texts, json_text, node_texts, series_texts
+from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import Encoded, graph_spans
 
 PID = 1
 STEP_TID = 0
 _US = 1e6
-CRITICAL_CNAME = "terrible"
 #: Events per write.
 CHUNK_EVENTS = 4000
-
-
-_json = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
-
+#: Samples (ns) below this convert to float64 exactly, so array arithmetic rounds as Python's does.
+_EXACT_NS = 2**53
+_COUNTER_HEAD = ',{"name":"live memory (bytes)","ph":"C","ts":'
+_FLOPS_KEY = ',"flop_per_s":'
+_BANDWIDTH_KEY = ',"bandwidth_bytes_per_s":'
+#: Strings per node event in ``_block_text``.
+_PIECES = 15
 
 def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
     events = [{"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}}]
@@ -47,97 +62,154 @@ def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pi
     return events
 
 
-def _count(value: Any) -> str:
-    return "null" if value is None else str(value) if type(value) is int else _json(value)
-
-
-def _series(item: tuple[Any, Any]) -> str | None:
-    """The live-memory counter's args from (live bytes by category as items, live bytes), None without memory."""
-    by_category, live = item
-    if by_category is None and live is None:
-        return None
-    series = {str(k): int(v) for k, v in by_category or ()} or {"live": live}
-    return _json(series)
-
-
-def _static_texts(frame: NodeFrame, lo: int, hi: int, graph_name: str, critical: frozenset[int], pid: int,
-                  track_of: dict[str, int], texts: Encoded) -> list[tuple[str, str, str, str]]:
-    """Per node of ``[lo, hi)``, the parts of its event no step changes: before ``ts``, between ``dur`` and
-    ``step``, after ``step`` (the static args), and the end (with the critical-path colour). Key order is
-    the documented one. Each column's text is made once per distinct value."""
-    col = lambda name: frame.column(name)[lo:hi]  # noqa: E731
-    shapes = Encoded(lambda v: encode_basestring_ascii(shapes_text(v, limit=8)))
-    dtypes = Encoded(lambda v: encode_basestring_ascii(", ".join(d or "-" for d in v)))
-    string = texts.column
-    phases = col("phase")
-    ids = col("id")
-    out = []
-    for (typ, phase, nid, name, op, module, module_type, source, scope, in_shapes, out_shapes, in_dtypes, flops,
-         read, written, track) in zip(
-            string(col("type")), string(phases), ids, string(col("name")), string(col("op")), string(col("module")),
-            string(col("module_type")), string(col("source")), string(col("scope")), shapes.column(col("in_shapes")),
-            shapes.column(col("out_shapes")), dtypes.column(col("in_dtypes")), map(_count, col("flops")),
-            map(_count, col("bytes_read")), map(_count, col("bytes_written")), map(track_of.__getitem__, phases)):
-        on_path = nid in critical
-        out.append((
-            f'{{"name":{typ},"cat":{phase},"ph":"X","ts":',
-            f',"pid":{pid},"tid":{track},"args":{{"graph":{graph_name},"node":{_count(nid)},"name":{name},"op":{op},'
-            '"step":',
-            f',"module":{module},"module_type":{module_type},"source":{source},"phase":{phase},"scope":{scope},'
-            f'"in_shapes":{in_shapes},"out_shapes":{out_shapes},"in_dtypes":{in_dtypes},"flops":{flops},'
-            f'"bytes_read":{read},"bytes_written":{written},"critical_path":{"true" if on_path else "false"}',
-            f'}},"cname":"{CRITICAL_CNAME}"}}' if on_path else "}}"))
-    return out
-
-
-_COUNTER_HEAD = '{"name":"live memory (bytes)","ph":"C","ts":'
-#: A node's per-step parts, column by column, for ``_block_events``.
-_Block = tuple[list[tuple[float, ...]], list[str], list[str], list[str], list[str], list[str | None], list[Any],
-               list[Any]]
-
-
-def _blocks(rows: list[tuple]) -> list[_Block]:
-    """A graph's rows (as ``write_chrome_trace`` plans them) as column blocks of ``CHUNK_EVENTS`` nodes."""
-    blocks = []
-    for lo in range(0, len(rows), CHUNK_EVENTS):
-        part = rows[lo:lo + CHUNK_EVENTS]
-        blocks.append((
-            [r[1] for r in part], [r[2][0] for r in part], [r[2][1] for r in part], [r[2][2] for r in part],
-            [r[6] + r[2][3] for r in part], [r[3] for r in part], [r[4] for r in part], [r[5] for r in part]))
-    return blocks
-
-
-def _block_events(block: _Block, k: int, step_index: int, t_us: float, counter_tail: str) -> tuple[str, float]:
-    """The events of step ``k`` of a block of nodes that all have that step, laid end to end from ``t_us``:
-    the same text the event-by-event loop writes, made column by column. Returns it and the end time.
-
-    Why: a trace of 100,000 nodes over 5 steps is a million events; list comprehensions over columns
-    and one ``repr`` per timestamp (a node's counter sits at the next node's start) make each cheaper.
-    """
-    samples, starts, middles, tails, closes, series, flops, moved = block
-    times = [s[k] for s in samples]
-    durs = [t * _US for t in times]
-    ends = list(accumulate(durs, initial=t_us))
-    stamps = list(map(repr, ends))
-    if None not in flops and None not in moved:  # the usual case: every node has FLOPs and bytes
-        rates = [f',"flop_per_s":{fl / t!r},"bandwidth_bytes_per_s":{mv / t!r}' if t > 0 else ""
-                 for t, fl, mv in zip(times, flops, moved)]
+def _samples_ns(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> tuple[np.ndarray | None, int]:
+    """(the samples every node of the graph has, as int64 steps x nodes, None where they are not exact
+    int64; the most samples a node has). Device samples where recorded, else host (``node_samples_s``)."""
+    source = node_source(graph)
+    matrix = None
+    if isinstance(source, NodeColumns):  # a loaded graph keeps its samples as arrays
+        matrix = source.samples_ns("device_time_ns")
+        if matrix is not None and not matrix.shape[0]:
+            matrix = source.samples_ns("host_time_ns")
+    if matrix is not None:
+        most = matrix.shape[0]
     else:
-        rates = ["" if not t > 0 else
-                 (f',"flop_per_s":{fl / t!r}' if fl is not None else "")
-                 + (f',"bandwidth_bytes_per_s":{mv / t!r}' if mv is not None else "")
-                 for t, fl, mv in zip(times, flops, moved)]
-    counter = "," + _COUNTER_HEAD  # a node's live-memory counter follows its event
-    events = [f'{a}{ts},"dur":{d!r}{b}{step_index}{c}{r}{e}' if sr is None else
-              f'{a}{ts},"dur":{d!r}{b}{step_index}{c}{r}{e}{counter}{te}{counter_tail}{sr}}}'
-              for a, ts, te, d, b, c, r, e, sr in zip(starts, stamps, stamps[1:], durs, middles, tails, rates, closes,
-                                                      series)]
-    return ",".join(events), ends[-1]
+        rows = [d or h for d, h in zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
+        if not rows:
+            return None, 0
+        fewest, most = min(map(len, rows)), max(map(len, rows))
+        try:
+            matrix = np.array([r[:fewest] for r in rows] if fewest < most else rows).reshape(len(rows), fewest).T
+        except (OverflowError, ValueError, TypeError):
+            return None, most
+    if matrix.dtype != np.int64 or (matrix.size and int(np.abs(matrix).max()) >= _EXACT_NS):
+        return None, most
+    return matrix, most
 
 
-def _finite(values: Any) -> None:
+@dataclass(frozen=True)
+class _Blocks:
+    """What ``_block_text`` needs of a graph besides its texts: its samples and counts as arrays, and which
+    of an event's optional parts each node lacks."""
+
+    texts: NodeTexts
+    #: Samples in ns, steps x nodes, of the steps every node has.
+    samples_ns: np.ndarray
+    #: FLOPs and bytes moved as float64 (what ``count / time_s`` divides), 0 where unknown.
+    flops: np.ndarray
+    moved: np.ndarray
+    #: The memory counter's pid, tid and args ("" where a node has none).
+    counter: list[str]
+    #: Nodes without FLOPs, without bytes moved, without a memory counter.
+    no_flops: np.ndarray
+    no_moved: np.ndarray
+    no_counter: np.ndarray
+
+
+def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int,
+            pid: int) -> _Blocks:
+    """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
+    flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
+    tail = f',"pid":{pid},"tid":{STEP_TID},"args":'
+    return _Blocks(texts, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
+                   ["" if s is None else f"{tail}{s}}}" for s in texts.series], ~flops_known, ~moved_known,
+                   np.array([s is None for s in texts.series], dtype=bool))
+
+
+def _blank(pieces: list[str], where: np.ndarray, slots: tuple[int, ...]) -> None:
+    """Empty the pieces ``slots`` of the events ``where`` holds (a part an event lacks)."""
+    if where.all():
+        for slot in slots:
+            pieces[slot::_PIECES] = [""] * len(where)
+        return
+    for i in np.flatnonzero(where).tolist():
+        for slot in slots:
+            pieces[i * _PIECES + slot] = ""
+
+
+def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: float) -> tuple[str, float]:
+    """The events of step ``k`` of nodes ``[lo, hi)`` laid end to end from ``t_us`` (a node's counter sits
+    at the next node's start), and the end time: one join of the nodes' texts and the step's numbers."""
+    n = hi - lo
+    time_s = b.samples_ns[k, lo:hi] / NS_PER_S  # as Python's int / int rounds, below _EXACT_NS
+    durations = time_s * _US
+    ends = np.cumsum(np.concatenate(([t_us], durations)))  # one addition after another, as ``+=`` did
+    stamps = float_texts(ends)
+    timed = time_s > 0
+    divisor = np.where(timed, time_s, 1.0)
+    texts = b.texts
+    pieces = [""] * (n * _PIECES)
+    for j, column in enumerate((
+            texts.lead[lo:hi], stamps[:-1], [',"dur":'] * n, float_texts(durations), texts.middle[lo:hi],
+            [str(step_index)] * n, texts.tail[lo:hi], [_FLOPS_KEY] * n, float_texts(b.flops[lo:hi] / divisor),
+            [_BANDWIDTH_KEY] * n, float_texts(b.moved[lo:hi] / divisor), texts.close[lo:hi], [_COUNTER_HEAD] * n,
+            stamps[1:], b.counter[lo:hi])):
+        pieces[j::_PIECES] = column
+    _blank(pieces, b.no_flops[lo:hi] | ~timed, (7, 8))  # rates only at a time above zero
+    _blank(pieces, b.no_moved[lo:hi] | ~timed, (9, 10))
+    _blank(pieces, b.no_counter[lo:hi], (12, 13, 14))
+    return "".join(pieces), float(ends[-1])
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A graph as the step loop writes it: by blocks where it can, event by event where it cannot."""
+
+    graph: GraphRecord
+    pid: int
+    texts: NodeTexts
+    blocks: _Blocks | None
+    #: Each node's samples in seconds, for the event-by-event loop (None when blocks cover every step).
+    times: list[tuple[float, ...]] | None
+    ids: list[int]
+    flops: list[Any]
+    moved: list[Any]
+
+
+def _finite(values: Iterable[float]) -> None:
     if not all(map(math.isfinite, values)):
         raise ValueError("Out of range float values are not JSON compliant")
+
+
+def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: dict[tuple[int, int, int], Any],
+                 out: list[str], f: IO[str]) -> float:
+    """Step ``k``'s events of ``p``'s nodes that have it, one at a time into ``out`` (written to ``f`` every
+    ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
+    counter_tail = f',"pid":{p.pid},"tid":{STEP_TID},"args":'
+    texts = p.texts
+    for lead, middle, tail, close, series, times, flops, moved, node_id in zip(
+            texts.lead, texts.middle, texts.tail, texts.close, texts.series, p.times or (), p.flops, p.moved, p.ids):
+        if k >= len(times):
+            continue
+        time_s = times[k]
+        dur_us = time_s * _US
+        rates = ""
+        if time_s > 0:
+            if flops is not None:
+                rates = f"{_FLOPS_KEY}{flops / time_s!r}"
+            if moved is not None:
+                rates += f"{_BANDWIDTH_KEY}{moved / time_s!r}"
+        out.append(f'{lead}{t_us!r},"dur":{dur_us!r}{middle}{step_index}{tail}{rates}{close}')
+        t_us += dur_us
+        if series is not None:
+            out.append(f"{_COUNTER_HEAD}{t_us!r}{counter_tail}{series}}}")
+        read = allocator.get((p.graph.id, step_index, node_id)) if allocator else None
+        if read is not None:
+            out.append("," + json_text({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
+                                    "tid": STEP_TID,
+                                    "args": {"allocated": read.allocated_bytes, "reserved": read.reserved_bytes}}))
+        if len(out) >= CHUNK_EVENTS:
+            f.write("".join(out))
+            out.clear()
+    return t_us
+
+
+def _counts_as_arrays(frame: NodeFrame) -> tuple[np.ndarray, ...] | None:
+    """(FLOPs, known, bytes moved, known) as int64 arrays, None where a count is not an int64 (then: loop)."""
+    try:
+        return (*int_array(frame, "flops"), *int_array(frame, "bytes_moved"))
+    except ValueError:
+        return None
 
 
 def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
@@ -168,80 +240,49 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
         head += _metadata("thread_name", STEP_TID, "steps", 0, pid=pid)
     for (graph_id, phase), tid in tracks.items():
         head += _metadata("thread_name", tid, f"{names[graph_id]} · {phase}", tid, pid=pid_of.get(graph_id, PID))
-    f.write('{"traceEvents":[' + ",".join(map(_json, head)))
+    f.write('{"traceEvents":[' + ",".join(map(json_text, head)))
 
-    # Each node's samples in seconds (``node_samples_s``: device where recorded, else host).
-    samples = [tuple([t / NS_PER_S for t in (d or h)])
-               for h, d in zip(frame.column("host_time_ns"), frame.column("device_time_ns"))]
-    _finite(chain.from_iterable(samples))
     _finite(s.wall_time_s for s in profile.steps)
     allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
-    n_steps = max([len(s) for s in samples] + [len(profile.steps)], default=0)
-    series = Encoded(_series).column([(None if by_category is None else tuple(by_category.items()), live) for
-                                      by_category, live in zip(frame.column("live_by_category_bytes"),
-                                                               frame.column("live_bytes"))])
+    series = series_texts(frame.column("live_by_category_bytes"), frame.column("live_bytes"))
     ids, flops_of, moved_of = frame.column("id"), frame.column("flops"), frame.column("bytes_moved")
-    # Per graph, per node: (samples, static text, memory series, flops, bytes moved or None, bound text).
-    plan = []
+    counts = _counts_as_arrays(frame)
     texts = Encoded(encode_basestring_ascii)  # what json.dumps writes for a str
+    plan = []
+    n_steps = len(profile.steps)
     for graph, lo, hi in spans:
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
-        static = _static_texts(frame, lo, hi, _json(graph.name), critical.get(graph.id, frozenset()), pid,
-                               track_of, texts)
-        bound_text = [""] * (hi - lo)
-        if bounds:
-            for i in range(lo, hi):
-                bound = bound_of(bounds, graph.id, ids[i])
-                if bound is not None:
-                    bound_text[i - lo] = ',"bound":' + _json(bound)
-        rows = list(zip(ids[lo:hi], samples[lo:hi], static, series[lo:hi], flops_of[lo:hi], moved_of[lo:hi],
-                        bound_text))
-        has_device_memory = any(key[0] == graph.id for key in allocator)
-        fewest = min(map(len, samples[lo:hi]), default=0)
-        plan.append((graph, pid, rows, None if has_device_memory else _blocks(rows), fewest))
-    counter_head = _COUNTER_HEAD
+        static = node_texts(frame, lo, hi, json_text(graph.name), critical.get(graph.id, frozenset()), pid,
+                            track_of, texts, series[lo:hi], bound_texts(bounds, graph.id, ids[lo:hi]))
+        samples_ns, most = _samples_ns(graph, frame, lo, hi)
+        n_steps = max(n_steps, most)
+        blocks = None
+        if samples_ns is not None and counts is not None and not any(key[0] == graph.id for key in allocator):
+            blocks = _blocks(static, samples_ns, counts, lo, hi, pid)
+        times = None
+        if blocks is None or blocks.samples_ns.shape[0] < most:  # some step is written event by event
+            times = [tuple([t / NS_PER_S for t in (d or h)]) for d, h in
+                     zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
+            _finite(chain.from_iterable(times))
+        plan.append(_Planned(graph, pid, static, blocks, times, ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
     offset_us = 0.0
-    chunk: list[str] = [""]  # "" puts the comma between the metadata and the first event
+    chunk: list[str] = []
     for k in range(n_steps):
         step_index = profile.steps[k].index if k < len(profile.steps) else k
         cursor = {pid: offset_us for pid in pids}
-        for graph, pid, rows, blocks, fewest in plan:
-            t_us = cursor[pid]
-            counter_tail = f',"pid":{pid},"tid":{STEP_TID},"args":'
-            if blocks is not None and k < fewest:  # every node has this step and no allocator sample: in blocks
-                if len(chunk) > 1:
-                    f.write(",".join(chunk))
-                    chunk = [""]
-                for block in blocks:
-                    text, t_us = _block_events(block, k, step_index, t_us, counter_tail)
-                    f.write("," + text)
-                cursor[pid] = t_us
-                continue
-            for node_id, times, (start, middle, tail, end), series, flops, moved, bound in rows:
-                if k >= len(times):
-                    continue
-                time_s = times[k]
-                dur_us = time_s * _US
-                rates = ""
-                if time_s > 0:
-                    if flops is not None:
-                        rates = f',"flop_per_s":{flops / time_s!r}'
-                    if moved is not None:
-                        rates += f',"bandwidth_bytes_per_s":{moved / time_s!r}'
-                chunk.append(f"{start}{t_us!r},\"dur\":{dur_us!r}{middle}{step_index}{tail}{rates}{bound}{end}")
-                t_us += dur_us
-                if series is not None:
-                    chunk.append(f"{counter_head}{t_us!r}{counter_tail}{series}}}")
-                read = allocator.get((graph.id, step_index, node_id)) if allocator else None
-                if read is not None:
-                    chunk.append(_json({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": pid,
-                                        "tid": STEP_TID,
-                                        "args": {"allocated": read.allocated_bytes, "reserved": read.reserved_bytes}}))
-                if len(chunk) >= CHUNK_EVENTS:
-                    f.write(",".join(chunk))
-                    chunk = [""]
-            cursor[pid] = t_us
+        for p in plan:
+            t_us = cursor[p.pid]
+            if p.blocks is not None and k < p.blocks.samples_ns.shape[0]:  # every node has this step: by blocks
+                f.write("".join(chunk))
+                chunk.clear()
+                n = len(p.ids)
+                for lo in range(0, n, CHUNK_EVENTS):
+                    text, t_us = _block_text(p.blocks, lo, min(lo + CHUNK_EVENTS, n), k, step_index, t_us)
+                    f.write(text)
+            elif p.times is not None:  # (None: blocks hold every step a node has; none has this one)
+                t_us = _loop_events(p, k, step_index, t_us, allocator, chunk, f)
+            cursor[p.pid] = t_us
         wall_us = profile.steps[k].wall_time_s * _US if k < len(profile.steps) else 0.0
         longest_us = 0.0
         for pid in pids:
@@ -249,14 +290,13 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
             pid_wall_us = own[k] * _US if k < len(own) else wall_us
             span_us = max(pid_wall_us, cursor[pid] - offset_us)
             longest_us = max(longest_us, span_us)
-            chunk.append(_json({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us, "dur": span_us,
-                                "pid": pid, "tid": STEP_TID,
-                                "args": {"step": step_index, "wall_time_s": pid_wall_us / _US,
-                                         "graph_time_s": (cursor[pid] - offset_us) / _US}}))
+            chunk.append("," + json_text({"name": f"step {step_index}", "cat": "step", "ph": "X", "ts": offset_us,
+                                      "dur": span_us, "pid": pid, "tid": STEP_TID,
+                                      "args": {"step": step_index, "wall_time_s": pid_wall_us / _US,
+                                               "graph_time_s": (cursor[pid] - offset_us) / _US}}))
         offset_us += longest_us
-    if len(chunk) > 1:
-        f.write(",".join(chunk))
+    f.write("".join(chunk))
     meta = profile.meta
     other = {"generator": "graphprof", "function": meta.function, "device": meta.device_type,
              "device_name": meta.device_name, "torch": meta.torch_version, "stat_for_critical_path": stat}
-    f.write('],"displayTimeUnit":"ms","otherData":' + _json(other) + "}")
+    f.write('],"displayTimeUnit":"ms","otherData":' + json_text(other) + "}")

@@ -36,7 +36,9 @@ from typing import Any, Mapping
 
 from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
-from graphprof.render.chrome_stream import CRITICAL_CNAME, PID, STEP_TID, write_chrome_trace
+from graphprof.render.chrome_stream import PID, STEP_TID, write_chrome_trace
+from graphprof.render.chrome_texts import CRITICAL_CNAME
+from graphprof.render.node_columns import sample_counts
 
 __all__ = ["CRITICAL_CNAME", "PID", "STEP_TID", "bytes_per_node_step", "chrome_trace", "chrome_trace_json",
            "node_events"]
@@ -57,7 +59,7 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
 def node_events(profile: Profile) -> int:
     """How many node events a trace of ``profile`` holds: one per node per profiled step."""
     frame = node_frame(profile)  # columns: a loaded profile builds no record to count its events
-    return sum(len(d or h) for d, h in zip(frame.column("device_time_ns"), frame.column("host_time_ns")))
+    return sum(d or h for d, h in zip(*reversed(sample_counts(profile, frame))))
 
 
 def bytes_per_node_step(profile: Profile, file_bytes: int) -> float | None:

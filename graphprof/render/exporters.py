@@ -163,8 +163,22 @@ def analysed_options(format: str, profile: Profile, options: ExportOptions) -> E
         if draws_modules(profile, options.module_level, options.max_nodes):  # module boxes show no bound
             return options
     if need is Analysis.BOUNDS and options.findings is None:
-        return replace(with_analysis(profile, replace(options, findings=())), findings=None)
+        return options if options.bounds is not None else replace(options, bounds=node_bounds(profile, options.stat))
     return with_analysis(profile, options)
+
+
+def node_bounds(profile: Profile, stat: str) -> dict[tuple[int, int], str] | None:
+    """Each node's roofline bound by (graph id, node id), None when no bound is known: ``with_analysis``'s
+    bounds. Why from ``roofline_bounds``: its arrays decide as the points of ``roofline`` do, and a
+    format that shows only bounds need not build a point per node (a third of a 100,000-node export)."""
+    from graphprof.analysis.frame import node_frame
+    from graphprof.analysis.roofline import BOUNDS, Bound, roofline_bounds
+
+    codes = roofline_bounds(profile, stat=stat).codes.tolist()
+    frame = node_frame(profile)
+    unknown, labels = BOUNDS.index(Bound.UNKNOWN), [b.value for b in BOUNDS]
+    return {(g, i): labels[c] for g, i, c in zip(frame.column("graph_id"), frame.column("id"), codes)
+            if c != unknown} or None
 
 
 def with_analysis(profile: Profile, options: ExportOptions) -> ExportOptions:

@@ -19,7 +19,8 @@ import numpy as np
 
 from graphprof.analysis.dataflow import EdgeIndex
 from graphprof.analysis.frame import NodeFrame
-from graphprof.profile.model import GraphRecord, Profile
+from graphprof.profile.model import GraphRecord, Profile, node_source
+from graphprof.profile.node_columns import NodeColumns
 
 
 class Encoded(dict):
@@ -53,3 +54,25 @@ def adjacency(edges: EdgeIndex) -> tuple[list[int], list[int], list[bool]]:
     by_src = np.argsort(src, kind="stable")
     dst = np.concatenate((edges.data_dst, edges.order_dst))[by_src]
     return src[by_src].tolist(), dst.tolist(), (by_src >= len(edges.data_src)).tolist()
+
+
+def sample_counts(profile: Profile, frame: NodeFrame) -> tuple[list[int], list[int]]:
+    """How many host and how many device samples each node has (index = the frame's).
+
+    Why not ``len`` of the time columns: a loaded graph keeps its samples as
+    one array of steps x nodes, and making its time columns builds a tuple
+    per node (a fifth of a 100,000-node trace export) only to count them.
+    """
+    host: list[int] = []
+    device: list[int] = []
+    for graph, lo, hi in graph_spans(profile, frame):
+        source = node_source(graph)
+        if isinstance(source, NodeColumns):
+            host_ns, device_ns = source.samples_ns("host_time_ns"), source.samples_ns("device_time_ns")
+            if host_ns is not None and device_ns is not None:
+                host += [host_ns.shape[0]] * (hi - lo)
+                device += [device_ns.shape[0]] * (hi - lo)
+                continue
+        host += map(len, frame.column("host_time_ns")[lo:hi])
+        device += map(len, frame.column("device_time_ns")[lo:hi])
+    return host, device

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
 from graphprof.render.labels import shapes_text
+from graphprof.render.node_columns import sample_counts
 from graphprof.render.units import clip_middle, format_bytes
 
 EXPORT_TEXT_LIMIT = 1000
@@ -131,7 +132,7 @@ def _long_graph_text(graph: GraphRecord, limit: int) -> bool:
 def stored_bytes(profile: Profile) -> int:
     """About the size of ``profile``'s JSON file (names not counted: the file stores each once)."""
     frame = node_frame(profile)
-    samples = sum(map(max, map(len, frame.column("host_time_ns")), map(len, frame.column("device_time_ns"))))
+    samples = sum(map(max, *sample_counts(profile, frame)))
     return len(frame) * STORED_BYTES_PER_NODE + samples * STORED_BYTES_PER_SAMPLE
 
 
@@ -164,12 +165,12 @@ def estimated_bytes(profile: Profile, format: str) -> int | None:
     fixed, per_sample, per_char = model
     frame = node_frame(profile)
     stride = max(1, len(frame) // ESTIMATE_SAMPLE_NODES)
-    host, device = frame.column("host_time_ns"), frame.column("device_time_ns")
+    host, device = sample_counts(profile, frame)
     per_step = format.startswith("chrome")
     total = 0
     for i in range(0, len(frame), stride):
         text = per_char * _node_text(frame, i, raw_shapes=not per_step)
-        samples = max(len(host[i]), len(device[i]))
+        samples = max(host[i], device[i])
         total += fixed + (text + per_sample) * samples if per_step else fixed + text + per_sample * samples
     return total * stride
 

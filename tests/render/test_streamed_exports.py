@@ -136,3 +136,30 @@ def test_trace_blocks_match_the_dict_built_trace_on_uneven_graphs(monkeypatch: p
     uneven = dataclasses.replace(p, graphs=(dataclasses.replace(first, nodes=nodes), short))
     for bounds in (None, BOUNDS):
         assert chrome_trace_json(uneven, bounds=bounds) == reference_trace_json(uneven, bounds=bounds)
+    more_steps = dataclasses.replace(p, steps=(*p.steps, dataclasses.replace(p.steps[-1], index=9)))
+    assert chrome_trace_json(more_steps) == reference_trace_json(more_steps)  # a step no node has a sample of
+
+
+def test_a_loaded_profile_trace_read_from_sample_arrays_is_byte_identical(tmp_path: Path) -> None:
+    """A loaded graph's samples are arrays (the block path reads them without per-node tuples); the
+    trace is the oracle's bytes for the same loaded profile, numbers below 1e-4 included."""
+    p = synthetic_profile()
+    first = p.graphs[0]
+    slow = dataclasses.replace(first.nodes[0], flops=1, host_time_ns=(10**14, 2 * 10**14, 3 * 10**14))
+    graph = dataclasses.replace(first, nodes=(slow, *first.nodes[1:]))
+    p = dataclasses.replace(p, graphs=(graph,))
+    p.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    for bounds in (None, BOUNDS):
+        text = chrome_trace_json(loaded, bounds=bounds)
+        assert text == reference_trace_json(loaded, bounds=bounds)
+        assert '"flop_per_s":1e-05' in text
+
+
+def test_export_bounds_are_those_of_the_roofline_points(real: Profile) -> None:
+    """A format that shows bounds alone reads them from the roofline's arrays: the same as from its points."""
+    for profile in (synthetic_profile(), real):
+        opts = exporters.ExportOptions(stat="max")
+        from_points = exporters.with_analysis(profile, dataclasses.replace(opts, findings=())).bounds
+        assert exporters.analysed_options("chrome", profile, opts).bounds == from_points
+    assert exporters.analysed_options("chrome", synthetic_profile(), exporters.ExportOptions()).bounds

@@ -1,0 +1,128 @@
+"""The parts of a Chrome trace's node events that no step changes, one string per node.
+
+Why apart from ``chrome_stream``: a trace repeats each node once per step,
+so everything but the step's numbers (name, track, static args, bound,
+memory counter args) is encoded once per node here, as the JSON text the
+dict-per-event trace had (keys in the documented order), and the writer
+only puts numbers between these strings. Columns' texts are made once per
+distinct value (``Encoded``) where values repeat.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
+from typing import Any
+
+from graphprof.analysis.frame import NodeFrame
+from graphprof.render.labels import shapes_text
+from graphprof.render.node_columns import Encoded
+
+CRITICAL_CNAME = "terrible"
+#: The end of a node event, by whether the node is on the critical path.
+_END = ("}}", f'}},"cname":"{CRITICAL_CNAME}"}}')
+
+#: JSON text as ``json.dumps(..., separators=(",", ":"))`` writes it (ASCII, no NaN).
+json_text = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+
+def _count(value: Any) -> str:
+    return "null" if value is None else str(value) if type(value) is int else json_text(value)
+
+
+def _counts(values: list[Any]) -> list[str]:
+    """``_count`` of each value; ``str`` at C speed when all are plain ints (the usual case)."""
+    return list(map(str if set(map(type, values)) <= {int} else _count, values))
+
+
+def _series(by_category: Any, live: Any) -> str | None:
+    """The live-memory counter's args from live bytes by category and live bytes, None without memory."""
+    if by_category is None and live is None:
+        return None
+    series = {str(k): int(v) for k, v in (by_category or {}).items()} or {"live": live}
+    return json_text(series)
+
+
+def _series_template(keys: tuple[Any, ...]) -> str | None:
+    """``_series`` of a mapping with these keys as a ``%`` template of its values (``%d`` writes ``int(v)``)."""
+    if not all(type(k) is str for k in keys):
+        return None
+    return "{" + ",".join(encode_basestring_ascii(k).replace("%", "%%") + ":%d" for k in keys) + "}"
+
+
+def series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
+    """``_series`` of every node. Why templates: nodes share their categories, so each set of category
+    names is one ``%`` template and a node's text is its values put in, without a dict per node."""
+    keys = set(map(tuple, by_category)) if None not in by_category else set()
+    if len(keys) == 1 and () not in keys:  # the usual case: every node has memory, by the same categories
+        template = _series_template(keys.pop())
+        if template is not None:
+            try:
+                return list(map(template.__mod__, map(tuple, map(dict.values, by_category))))
+            except TypeError:  # a value ``%d`` does not take, or a mapping that is not a dict: node by node
+                pass
+    templates = Encoded(_series_template)
+    out: list[str | None] = []
+    for mapping, live_bytes in zip(by_category, live):
+        template = templates[tuple(mapping)] if mapping else None
+        try:
+            out.append(template % tuple(mapping.values()) if template else _series(mapping, live_bytes))
+        except TypeError:
+            out.append(_series(mapping, live_bytes))
+    return out
+
+
+@dataclass(frozen=True)
+class NodeTexts:
+    """The parts of a graph's node events that no step changes, one string per node, in the documented key order."""
+
+    #: ``,{"name":…,"cat":…,"ph":"X","ts":`` (the comma before every event included).
+    lead: list[str]
+    #: ``,"pid":…,"tid":…,"args":{"graph":…,"node":…,"name":…,"op":…,"step":``
+    middle: list[str]
+    #: ``,"module":…`` up to ``"critical_path":…`` (the static args after ``step``).
+    tail: list[str]
+    #: The bound, then the end of the event (with the critical path's colour).
+    close: list[str]
+    #: The live-memory counter's args, None without memory.
+    series: list[str | None]
+
+
+def node_texts(frame: NodeFrame, lo: int, hi: int, graph_name: str, critical: frozenset[int], pid: int,
+                track_of: dict[str, int], texts: Encoded, series: list[str | None], bounds: list[str]) -> NodeTexts:
+    """``NodeTexts`` of nodes ``[lo, hi)``. Each column's text is made once per distinct value."""
+    col = lambda name: frame.column(name)[lo:hi]  # noqa: E731
+    shapes = Encoded(lambda v: encode_basestring_ascii(shapes_text(v, limit=8)))
+    dtypes = Encoded(lambda v: encode_basestring_ascii(", ".join(d or "-" for d in v)))
+    string = texts.column
+    phase_values, ids = col("phase"), col("id")
+    phases = string(phase_values)
+    tracks = map({p: str(t) for p, t in track_of.items()}.__getitem__, phase_values)
+    on_path = list(map(critical.__contains__, ids))
+    return NodeTexts(
+        [f',{{"name":{t},"cat":{p},"ph":"X","ts":' for t, p in zip(string(col("type")), phases)],
+        [f',"pid":{pid},"tid":{track},"args":{{"graph":{graph_name},"node":{i},"name":{name},"op":{op},"step":'
+         for track, i, name, op in zip(tracks, _counts(ids), map(encode_basestring_ascii, col("name")),
+                                       string(col("op")))],  # names are each node's own: no table
+        [f',"module":{module},"module_type":{module_type},"source":{source},"phase":{phase},"scope":{scope},'
+         f'"in_shapes":{in_shapes},"out_shapes":{out_shapes},"in_dtypes":{in_dtypes},"flops":{flops},'
+         f'"bytes_read":{read},"bytes_written":{written},"critical_path":{"true" if on else "false"}'
+         for module, module_type, source, phase, scope, in_shapes, out_shapes, in_dtypes, flops, read, written, on
+         in zip(string(col("module")), string(col("module_type")), string(col("source")), phases,
+                string(col("scope")), shapes.column(col("in_shapes")), shapes.column(col("out_shapes")),
+                dtypes.column(col("in_dtypes")), _counts(col("flops")), _counts(col("bytes_read")),
+                _counts(col("bytes_written")), on_path)],
+        [b + _END[on] for b, on in zip(bounds, on_path)],
+        series)
+
+
+def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:
+    """``,"bound":…`` for each node with a roofline bound (looked up as ``labels.bound_of`` does), else ""."""
+    if not bounds:
+        return [""] * len(ids)
+    found = list(map(bounds.get, zip([graph_id] * len(ids), ids)))
+    if None in found:
+        found = [bounds.get(i) if v is None else v for v, i in zip(found, ids)]
+    return Encoded(lambda v: "" if v is None else ',"bound":' + json_text(str(getattr(v, "value", v)))).column(found)

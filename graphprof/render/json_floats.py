@@ -1,0 +1,31 @@
+"""Python's ``repr`` of every float of an array at once: the text ``json.dumps`` writes for each.
+
+Why: a Chrome trace of 100,000 nodes over 5 steps holds two million
+per-step numbers (start, duration, FLOP/s, bytes/s); ``repr`` one float at a
+time was a third of the export. orjson formats a float64 array in C with the
+same shortest round-trip digits as ``repr`` and the same notation, except
+below 1e-4, where it writes ``0.00001`` and ``1e-7`` for ``repr``'s
+``1e-05`` and ``1e-07``: those few (and NaN and infinities, which JSON has
+no number for) are taken from ``repr`` itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+#: Below this magnitude (0 excepted) orjson's notation differs from ``repr``'s.
+_FIXED_FROM = 1e-4
+
+
+def float_texts(values: np.ndarray) -> list[str]:
+    """``[repr(float(v)) for v in values]`` for a 1-d float64 array."""
+    if not len(values):
+        return []
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+    with np.errstate(invalid="ignore"):
+        odd = np.flatnonzero(~(np.isfinite(values) & ((np.abs(values) >= _FIXED_FROM) | (values == 0))))
+    for i in odd.tolist():
+        texts[i] = repr(float(values[i]))
+    return texts
