@@ -142,15 +142,30 @@ def folded_times_s(profile: Profile, stat: str = "median") -> dict[tuple[str, ..
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:
     """The folded-stacks text (empty for a profile without nodes)."""
-    lines = []
-    running_s = 0.0
-    emitted_us = 0
     _, texts, sums = _stack_table(profile, stat)
-    for text, time_s in zip(texts, sums):
-        running_s += time_s
-        value_us = round(running_s * 1e6) - emitted_us
-        if value_us <= 0:
-            continue
-        emitted_us += value_us
-        lines.append(f"{text} {value_us}\n")
-    return "".join(lines)
+    values_us = _rounded_increments_us(sums)
+    return "".join(f"{texts[i]} {value_us}\n" for i, value_us in enumerate(values_us) if value_us > 0)
+
+
+def _rounded_increments_us(sums_s: list[float]) -> list[int]:
+    """Each stack's value: round(running total) minus the total already emitted, in integer µs.
+
+    What a walk does (``running_s += time_s``; emit and advance when the
+    rounded total moved past what was emitted) computed over arrays:
+    ``np.cumsum`` adds in order as the walk does, ``np.rint`` rounds half to
+    even as ``round`` does, and what was emitted before a line is the largest
+    rounded total before it (at least 0). Totals that are not finite or
+    beyond 2**53 µs take the walk itself, so they fail or round as it does.
+    """
+    rounded = np.rint(np.cumsum(np.asarray(sums_s, dtype=np.float64)) * 1e6)
+    if len(rounded) and not (np.isfinite(rounded).all() and np.abs(rounded).max() < 2.0**53):
+        out, running_s, emitted_us = [], 0.0, 0
+        for time_s in sums_s:
+            running_s += time_s
+            value_us = round(running_s * 1e6) - emitted_us
+            emitted_us += max(value_us, 0)
+            out.append(value_us)
+        return out
+    totals = rounded.astype(np.int64)
+    emitted = np.maximum.accumulate(np.concatenate(([0], totals[:-1]))) if len(totals) else totals
+    return (totals - emitted).tolist()  # type: ignore[no-any-return]
