@@ -39,7 +39,7 @@ import numpy as np
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.entries import ratio
-from graphprof.analysis.filters import flat_nodes, resolve_clock, select, why_empty
+from graphprof.analysis.filters import resolve_clock, select, why_empty
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.match import KINDS, ColumnCodes, MatchKind, match_frames
 from graphprof.analysis.node_arrays import paired_codes
@@ -756,8 +756,8 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
     keep_a: np.ndarray | None = None  # None: every node
     keep_b: np.ndarray | None = None
     if options.filtered:
-        keep_a = np.asarray(select(flat_nodes(a), options, ta), dtype=np.int64)
-        keep_b = np.asarray(select(flat_nodes(b), options, tb), dtype=np.int64)
+        keep_a = np.asarray(select(frames[0], options, ta), dtype=np.int64)  # the frame: filters read columns
+        keep_b = np.asarray(select(frames[1], options, tb), dtype=np.int64)
     columns = ColumnCodes(frames[0].column, frames[1].column)  # shared by the matching and the groupings
     pairs, counts, names, shared = _pair_nodes(a, b, frames, columns, ta, tb, keep_a, keep_b)
     rows = order_nodes(pairs, order) if shared else np.zeros(0, dtype=np.int64)
