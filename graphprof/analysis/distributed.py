@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Mapping
 
-from graphprof.analysis.node_time import node_samples_s
+from graphprof.analysis.frame import graph_column
 from graphprof.analysis.sharding import ShardingAnalysis, analyze_sharding
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks, is_merged, rank_info, split_graph_name
-from graphprof.profile.model import AttrValue, GraphRecord, NodeRecord, Profile
+from graphprof.profile.model import NS_PER_S, AttrValue, GraphRecord, Profile
 
 #: NCCL-tests bus-bandwidth factor of each collective kind, as a function of the rank count.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -173,27 +174,39 @@ class DistributedAnalysis:
     sharding: ShardingAnalysis | None = None  # FSDP2 ranks: overlap and sharded memory
 
 
-def _kind(graph: GraphRecord, node: NodeRecord) -> str:
-    if "collective" in dict(node.attrs):
+def _kind(graph: GraphRecord, attrs: dict[str, AttrValue]) -> str:
+    if "collective" in attrs:
         return "comm"
     return "host" if graph.kind.value == "host" else "compute"
 
 
-def _collective_units(graph: GraphRecord) -> dict[int, int]:
-    """wait node id → the collective node id it waits for (functional collectives)."""
-    ids = {n.id for n in graph.nodes}
-    out = {}
-    for node in graph.nodes:
-        if dict(node.attrs).get("collective") == "wait" and node.inputs and node.inputs[0] in ids:
-            out[node.id] = node.inputs[0]
-    return out
+def _collective_units(ids: list[int], inputs: list[tuple[int, ...]], attrs: list[dict[str, AttrValue]]) -> dict[int, int]:
+    """wait node id → the collective node id it waits for (functional collectives), from a graph's columns."""
+    known = set(ids)
+    return {node_id: node_inputs[0] for node_id, node_inputs, node_attrs in zip(ids, inputs, attrs)
+            if node_attrs.get("collective") == "wait" and node_inputs and node_inputs[0] in known}
+
+
+def _attr_dicts(graph: GraphRecord) -> list[dict[str, AttrValue]]:
+    """Each node's attributes as a dict, made once per distinct attribute tuple (most nodes share one)."""
+    made: dict[int, dict[str, AttrValue]] = {}
+    column = graph_column(graph, "attrs")
+    for attrs in dict(zip(map(id, column), column)).values():
+        made[id(attrs)] = dict(attrs)
+    return [made[id(attrs)] for attrs in column]
+
+
+def _samples_s(host_ns: tuple[int, ...], device_ns: tuple[int, ...]) -> tuple[float, ...]:
+    """``node_samples_s`` of a node from its two sample columns (device where recorded, else host)."""
+    return tuple([t / NS_PER_S for t in device_ns or host_ns])
 
 
 def match_nodes(profile: Profile, stat: str = "median") -> tuple[NodeAcrossRanks, ...]:
     """Every node of a merged profile, matched across ranks, times under ``stat``.
 
     A functional collective's time includes that of the ``wait_tensor`` that
-    waits for it (the wait node keeps its own time too).
+    waits for it (the wait node keeps its own time too). Read from the graphs'
+    columns: a loaded merged profile builds no NodeRecord.
     """
     fn = stat_fn(stat)
     ranks_of = graph_ranks(profile)
@@ -203,17 +216,20 @@ def match_nodes(profile: Profile, stat: str = "median") -> tuple[NodeAcrossRanks
         if rank is None:
             continue
         _, name = split_graph_name(graph.name)
-        waits = _collective_units(graph)
-        times = {n.id: fn(node_samples_s(n)) for n in graph.nodes}
+        col = partial(graph_column, graph)
+        ids, ops, attrs = col("id"), col("op"), _attr_dicts(graph)
+        waits = _collective_units(ids, col("inputs"), attrs)
+        times = {i: fn(_samples_s(h, d)) for i, h, d in zip(ids, col("host_time_ns"), col("device_time_ns"))}
         for wait_id, launch_id in waits.items():
             times[launch_id] = times.get(launch_id, 0.0) + times[wait_id]
-        for node in graph.nodes:
-            key = (name, node.id, node.op)
-            entry = found.setdefault(key, {"node": node, "graph": graph, "times": {}})
-            entry["times"][rank] = times[node.id]
+        for k, (node_id, op) in enumerate(zip(ids, ops)):
+            entry = found.setdefault((name, node_id, op), {"graph": graph, "col": col, "at": k, "attrs": attrs[k],
+                                                           "times": {}})
+            entry["times"][rank] = times[node_id]
     return tuple(
-        NodeAcrossRanks(key[0], key[1], e["node"].name, e["node"].op, e["node"].type, e["node"].module,
-                        e["node"].source, _kind(e["graph"], e["node"]), dict(e["times"]))
+        NodeAcrossRanks(key[0], key[1], e["col"]("name")[e["at"]], key[2], e["col"]("type")[e["at"]],
+                        e["col"]("module")[e["at"]], e["col"]("source")[e["at"]], _kind(e["graph"], e["attrs"]),
+                        dict(e["times"]))
         for key, e in found.items()
     )
 
@@ -244,8 +260,8 @@ def _node_attrs(profile: Profile) -> dict[Key, dict[str, AttrValue]]:
     out: dict[Key, dict[str, AttrValue]] = {}
     for graph in profile.graphs:
         _, name = split_graph_name(graph.name)
-        for node in graph.nodes:
-            out.setdefault((name, node.id, node.op), dict(node.attrs))
+        for node_id, op, attrs in zip(graph_column(graph, "id"), graph_column(graph, "op"), _attr_dicts(graph)):
+            out.setdefault((name, node_id, op), attrs)
     return out
 
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 from typing import Any
 
 from graphprof.analysis.aggregate import aggregate
-from graphprof.analysis.columns import MEMORY_KEYS, OrderBy, order_entries, parse_order_by, resolve_columns
-from graphprof.analysis.entries import NodeEntry
+from graphprof.analysis.columns import (MEMORY_KEYS, SHAPES, OrderBy, order_entries, parse_order_by, resolve_columns,
+                                        value_getter)
+from graphprof.analysis.entries import NodeEntry, ratio
 from graphprof.analysis.filters import resolve_clock, select, why_empty
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.options import TableOptions, make_options
@@ -130,8 +132,38 @@ def _ordered(frame: NodeFrame, times: list[float], indices: list[int], options: 
         else:
             shown = sorted(indices, key=key, reverse=not order.ascending)
         return _node_entries(frame, times, shown, total), len(indices)
-    ordered = order_entries(_node_entries(frame, times, indices, total), order)
-    return (ordered[: options.top] if options.top else ordered), len(indices)
+    ordered_indices = _order_indices(frame, times, indices, order)
+    shown = ordered_indices[: options.top] if options.top else ordered_indices
+    return _node_entries(frame, times, shown, total), len(indices)
+
+
+#: Entry columns that are not a frame column: how a node entry computes them from the frame.
+_RATIOS = {"flop_per_s": ("flops", None), "bandwidth_bytes_per_s": ("bytes_moved", None),
+           "intensity_flop_per_byte": ("flops", "bytes_moved")}
+
+
+def _sort_values(frame: NodeFrame, times: list[float], key: str) -> list[Any]:
+    """Every node's value of entry column ``key`` (``NodeEntry``'s attribute), read from the frame."""
+    if key == "calls":
+        return [1] * len(times)
+    if key in _RATIOS:
+        numerator, denominator = _RATIOS[key]
+        return list(map(ratio, frame.column(numerator), times if denominator is None else frame.column(denominator)))
+    return frame.column(key)
+
+
+def _order_indices(frame: NodeFrame, times: list[float], indices: list[int], order: OrderBy) -> list[int]:
+    """``indices`` as ``order_entries`` orders their node entries (unknown values last, ties in the
+    given order), reading only the ordered column: no entry or record is made for a node not shown."""
+    column = order.column
+    values = _sort_values(frame, times, column.key)
+    if column.kind == SHAPES:  # order by columns.value_getter's key, made once per distinct shape list
+        get = value_getter(column)
+        keys = {v: get(SimpleNamespace(**{column.key: v})) for v in set(values) if v is not None}
+        values = [None if v is None else keys[v] for v in values]
+    known = [i for i in indices if values[i] is not None]
+    known.sort(key=values.__getitem__, reverse=not order.ascending)
+    return known + [i for i in indices if values[i] is None]
 
 
 def build_table(profile: Profile, options: TableOptions | None = None, **kwargs: Any) -> TableResult:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
+
 from graphprof.analysis.aggregate import aggregate
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
@@ -30,7 +32,7 @@ from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.render.escape import html_text, json_for_script
 from graphprof.render.html_assets import CSS, JS
 from graphprof.render.labels import bound_of, shapes_text
-from graphprof.render.html_plots import RooflinePoint, bar_rows, roofline_svg
+from graphprof.render.html_plots import MAX_POINTS, RooflinePoint, bar_rows, roofline_svg
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
@@ -213,12 +215,24 @@ def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[
     return found
 
 
+def _path_positions(frame: NodeFrame, paths: Sequence[CriticalPath]) -> list[list[int]]:
+    """Each path's nodes as frame indices (``critical_paths`` gives one path per graph, in graph order),
+    found by binary search in the graph's ids: a dict over every node was a tenth of a second at 100k.
+    Of equal ids in a graph the last one is taken, as such a dict would."""
+    ids = frame.array("id")
+    out = []
+    for path, (start, end) in zip(paths, frame.spans()):
+        order = np.argsort(ids[start:end], kind="stable")
+        at = np.searchsorted(ids[start:end][order], np.asarray(path.nodes, dtype=ids.dtype), side="right") - 1
+        out.append((order[at] + start).tolist())
+    return out
+
+
 def _critical_section(paths: Sequence[CriticalPath], frame: NodeFrame, times: Sequence[float], total: float) -> str:
     """Length against the serial sum, the slowest ops on the path, then the whole path (capped).
 
-    Only the rows shown build a record (``frame.pair``): a path can hold thousands of nodes.
+    Only the rows shown are read, from the frame's columns: a path can hold thousands of nodes.
     """
-    position = dict(zip(zip(frame.column("graph_id"), frame.column("id")), range(len(frame))))
     length = sum(p.length_s for p in paths)
     ratio = length / total if total > 0 else 0.0
     head = (f"<p>The longest chain of dependent ops (data edges and in-place ordering) takes "
@@ -226,15 +240,15 @@ def _critical_section(paths: Sequence[CriticalPath], frame: NodeFrame, times: Se
             f"(<b>{ratio:.0%}</b>): running independent ops concurrently could save at most "
             f"{html_text(format_time(max(total - length, 0.0)))} per step; only faster ops on this path "
             "shorten it further.</p>")
-    timed_path = [(i, p, k, times[k]) for p in paths for i, nid in enumerate(p.nodes)
-                  for k in (position[(p.graph_id, nid)],)]
+    timed_path = [(i, p, k, times[k]) for p, positions in zip(paths, _path_positions(frame, paths))
+                  for i, k in enumerate(positions)]
+    col = frame.column
 
     def row(i: int, p: CriticalPath, k: int, t: float) -> str:
-        n = frame.pair(k)[1]
         via = p.edge_kinds[i - 1].value if i > 0 else ""
-        return (f'<tr><td class="num" data-v="{i}">{i + 1}</td><td class="name">{html_text(n.type)}</td>'
-                f'<td class="name">{html_text(n.module or "-")}</td>{_source_cell(n.source)}'
-                f"<td>{html_text(n.phase.value)}</td>" + _num(t, format_time(t))
+        return (f'<tr><td class="num" data-v="{i}">{i + 1}</td><td class="name">{html_text(col("type")[k])}</td>'
+                f'<td class="name">{html_text(col("module")[k] or "-")}</td>{_source_cell(col("source")[k])}'
+                f"<td>{html_text(col('phase')[k])}</td>" + _num(t, format_time(t))
                 + _num(t / length if length else 0, f"{100 * t / length:.1f}" if length else "0")
                 + f"<td>{html_text(via)}</td></tr>")
 
@@ -270,13 +284,16 @@ def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) 
 
 
 def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: Profile) -> str:
-    points = []
     col = frame.column
-    for flops, moved, t, op_type, module, nid, phase in zip(col("flops"), col("bytes_moved"), times, col("type"),
-                                                            col("module"), col("id"), col("phase")):
-        if flops and moved and t > 0:
-            points.append(RooflinePoint(f"{op_type} ({module or '-'}) #{nid}", phase, flops / moved,
-                                        flops / t, t, t / total if total else 0.0))
+    flops, moved = col("flops"), col("bytes_moved")
+    time_s = np.asarray(times, dtype=np.float64)
+    plotted = np.flatnonzero(np.fromiter((bool(f and m) for f, m in zip(flops, moved)), dtype=bool, count=len(flops))
+                             & (time_s > 0))
+    # Only the points the plot keeps (the slowest MAX_POINTS, ties in node order, as its stable sort) are made.
+    kept = plotted[np.argsort(-time_s[plotted], kind="stable")][:MAX_POINTS].tolist()
+    points = [RooflinePoint(f"{col('type')[i]} ({col('module')[i] or '-'}) #{col('id')[i]}", col("phase")[i],
+                            flops[i] / moved[i], flops[i] / times[i], times[i], times[i] / total if total else 0.0)
+              for i in kept]
     peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
     caption = ('<p>One dot per op node with FLOPs and bytes moved: x = FLOPs per byte, y = achieved FLOP/s, '
                "size = share of step time (hover for the op). "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 
 from graphprof.analysis.node_time import node_time_s
@@ -84,3 +85,19 @@ def test_stacks_of_nested_and_odd_module_paths_are_each_nodes_frames() -> None:
     for n in nodes:
         expected.setdefault(node_stack(n), 0)
     assert [tuple(frames) for frames, _ in lines] == list(expected)
+
+
+def test_graphs_that_share_a_name_share_their_stacks_and_an_empty_graph_shifts_nothing() -> None:
+    """Stacks are keyed by the graph's name (its root frame), not its position: an empty first graph
+    and two graphs of one name must give the lines a walk over every node gives, summed per stack."""
+    nodes = [node(i, t, times=(1e-3 * (i + 1),), module=m, phase=p) for i, (t, m, p) in enumerate(
+        [("mm", "a.b", Phase.FORWARD), ("relu", "a", Phase.FORWARD), ("mm", "a.b", Phase.BACKWARD)])]
+    one = make_profile(nodes).graphs[0]
+    profile = replace(make_profile(nodes), graphs=(replace(one, id=0, name="g", nodes=()), replace(one, id=1, name="g"),
+                                                   replace(one, id=2, name="h", nodes=one.nodes[:1]), replace(one, id=3, name="g")))
+    expected: dict[tuple[str, ...], int] = {}
+    for graph in profile.graphs:
+        for n in graph.nodes:
+            stack = (graph.name, *node_stack(n))
+            expected[stack] = expected.get(stack, 0) + round(node_time_s(n) * 1e6)
+    assert [(tuple(frames), v) for frames, v in _parse(folded_stacks(profile))] == list(expected.items())

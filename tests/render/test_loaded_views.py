@@ -71,3 +71,38 @@ def test_every_export_of_a_loaded_profile_builds_no_records_and_writes_the_same_
     assert _no_records_built(loaded) or name == "out.dot"
     if name.endswith(".graphml"):  # against networkx's writer on the same loaded profile (it reads records)
         assert from_file.decode() == graphml_via_networkx(loaded)
+
+
+@pytest.mark.parametrize("order_by", ["flops", "+name", "shape", "phase", "calls", "bandwidth", "graph"])
+def test_a_table_ordered_by_a_column_other_than_time_builds_no_records(real: Profile, loaded: Profile,
+                                                                      order_by: str) -> None:
+    for options in ({"top": 15}, {"top": 15, "aggregate_by": "graph"}):
+        assert api.table(loaded, order_by=order_by, **options) == api.table(real, order_by=order_by, **options)
+    assert _no_records_built(loaded)
+
+
+@pytest.mark.parametrize("options", [{"name": "add|conv"}, {"type": ["convolution", "add"]}, {"module": "layer1"},
+                                     {"phase": "backward", "order_by": "+type"}, {"aggregate_by": "graph"}])
+def test_a_filtered_diff_of_two_loaded_profiles_builds_no_records(real: Profile, loaded: Profile, tmp_path: Path,
+                                                                  options: dict) -> None:
+    other = tmp_path / "other.json"
+    real.save(other)
+    after = Profile.load(other)
+    assert api.diff_text(loaded, after, top=20, **options) == api.diff_text(real, real, top=20, **options)
+    assert _no_records_built(loaded) and _no_records_built(after)
+
+
+def test_the_distributed_analysis_of_a_loaded_merged_profile_builds_no_records(tmp_path: Path) -> None:
+    from graphprof.analysis.distributed import analyze_distributed
+    from graphprof.profile.merge import merge_profiles
+    from tests.distributed.synthetic import rank_profile
+
+    merged = merge_profiles([rank_profile(0, comm_s=(0.004, 0.001)),
+                             rank_profile(1, compute_s=0.013, comm_s=(0.005, 0.002))])
+    merged.save(tmp_path / "merged.json")
+    loaded = Profile.load(tmp_path / "merged.json")
+    for stat in ("median", "mean"):
+        assert analyze_distributed(loaded, stat=stat) == analyze_distributed(merged, stat=stat)
+    assert _no_records_built(loaded)
+    # The report's table shows all 8 nodes, so it makes their records (only the rows shown are made).
+    assert api.report(loaded) == api.report(merged)
