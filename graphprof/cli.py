@@ -113,21 +113,42 @@ def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
     return make_options(**keywords)
 
 
-def load_for_analysis(path: str) -> "Profile":
-    """Load a profile file and insist it has nodes and profiled steps (ProfileError: one sentence)."""
-    from graphprof.profile.model import load_profile, require_samples
+def load_frozen(path: str) -> "Profile":
+    """Load a profile file (ProfileError: one sentence) and move everything alive into the collector's
+    permanent generation.
 
+    Why: a loaded profile is immutable and holds millions of objects; with the
+    collector running, the first collection after the load walks all of them
+    (a second on a million nodes) and every later full collection walks them
+    again. Frozen, they are never walked. Only this process does so: it exits
+    after one command, and a library caller's collector is left alone.
+    """
+    import gc
+
+    from graphprof.profile.model import load_profile
     from graphprof.progress import stage
 
-    with stage(f"loading {terminal_line(path)}"):
-        profile = load_profile(path)
+    enabled = gc.isenabled()
+    gc.disable()  # no collection at the end of the load either (the loader pauses it only while it reads)
+    try:
+        with stage(f"loading {terminal_line(path)}"):
+            return load_profile(path)
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def load_for_analysis(path: str) -> "Profile":
+    """Load a profile file (``load_frozen``) and insist it has nodes and profiled steps (ProfileError: one sentence)."""
+    from graphprof.profile.model import require_samples
+
+    profile = load_frozen(path)
     require_samples(profile, path)
     return profile
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    import gc
-
     from graphprof.analysis.options import DATA_FORMATS
     from graphprof.analysis.table import build_table
     from graphprof.render.console import check_format, render_table
@@ -135,14 +156,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     options = table_options_from_args(args)
     check_format(options.format)
     profile = load_for_analysis(args.profile)
-    # The loaded profile is immutable: keep its million objects out of the cyclic
-    # collector's sight while the table is built, or every collection walks them
-    # again (half the analysis time of a 100,000-node profile).
-    gc.freeze()
-    try:
-        result = build_table(profile, options)
-    finally:
-        gc.unfreeze()
+    result = build_table(profile, options)
     emit(render_table(result))
     if result.note and options.format in DATA_FORMATS:
         note(f"graphprof: note: {result.note}")  # keep stdout machine-readable
@@ -162,7 +176,6 @@ def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> 
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from graphprof.profile.model import load_profile
     from graphprof.progress import stage
     from graphprof.render.exporters import export_profile
     from graphprof.render.size_guard import parse_size
@@ -170,8 +183,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.max_size is not None:
         parse_size(args.max_size)  # ValueError: one sentence, before the profile is read
     _refuse_overwriting_input(args.output, [args.profile], "its export")
-    with stage(f"loading {terminal_line(args.profile)}"):
-        profile = load_profile(args.profile)
+    profile = load_frozen(args.profile)
     with stage(f"writing {terminal_line(args.output)}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                                  module_level=args.module_level, hide_views=args.hide_views,
@@ -188,12 +200,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+def _add_export_parser(sub: argparse._SubParsersAction, detailed: bool = True) -> None:
+    """The ``export`` command; ``detailed=False``: its name and help line alone (see ``build_parser``)."""
+    help = "write a saved profile as a trace, annotated graph, flame-graph stacks or HTML report"
+    if not detailed:
+        sub.add_parser("export", help=help)
+        return
     from graphprof.render.exporters import EXPORTERS, FORMATS
 
     endings = "; ".join(f"{', '.join(e.suffixes)}: {e.description}" for e in EXPORTERS.values())
     export = sub.add_parser(
-        "export", help="write a saved profile as a trace, annotated graph, flame-graph stacks or HTML report",
+        "export", help=help,
         description=f"The format follows from the output file's name ({endings}); --format overrides it.")
     export.add_argument("profile", help="a profile JSON file")
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
@@ -214,8 +231,6 @@ def _add_export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    import gc
-
     from graphprof.analysis.diff import diff
     from graphprof.analysis.options import DATA_FORMATS
     from graphprof.analysis.regression import parse_percent
@@ -227,22 +242,23 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     check_format(options.format)
     threshold = None if args.fail_if_slower is None else parse_percent(args.fail_if_slower)
     before, after = load_for_analysis(args.before), load_for_analysis(args.after)
-    gc.freeze()  # as in analyze: the immutable profiles' objects stay out of the cyclic collector's walks
-    try:
-        result = diff(before, after, options, order_by=args.order_by, fail_if_slower=threshold)
-    finally:
-        gc.unfreeze()
+    result = diff(before, after, options, order_by=args.order_by, fail_if_slower=threshold)
     emit(render_diff(result))
     if result.gate is not None and options.format in DATA_FORMATS:  # keep stdout machine-readable
         note(f"graphprof: regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}")
     return 1 if result.gate is not None and result.gate.regressed else 0
 
 
-def _add_diff_parser(sub: argparse._SubParsersAction) -> None:
+def _add_diff_parser(sub: argparse._SubParsersAction, detailed: bool = True) -> None:
+    """The ``diff`` command; ``detailed=False``: its name and help line alone (see ``build_parser``)."""
+    help = "compare two saved profiles node by node; --fail-if-slower gates regressions in CI"
+    if not detailed:
+        sub.add_parser("diff", help=help)
+        return
     from graphprof.analysis.diff import ORDER_KEYS
 
     parser = sub.add_parser(
-        "diff", help="compare two saved profiles node by node; --fail-if-slower gates regressions in CI",
+        "diff", help=help,
         description="Nodes are matched across the two profiles' graphs (same op, module and input shapes, in "
                     "order; then same op type and module); prints what changed, ordered by absolute time "
                     "change, and the changes by op type, module and phase. Exit status 1 when "
@@ -343,7 +359,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``graphprof`` parser; given the ``command`` about to run, only its own options are complete.
+
+    Why: the options of ``export`` and ``diff`` name the export formats and the
+    diff's columns, and importing those modules was a good part of the start of
+    every other command. The other commands' entries still list them in ``--help``.
+    """
     parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress lines on stderr (they appear only on a terminal anyway)")
@@ -390,10 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
                            help="CPU thread counts to measure with, each cached apart (default: torch's current "
                                 "count); profiles use the entry of their own count, else the nearest")
     calibrate.set_defaults(func=_cmd_calibrate)
-    _add_export_parser(sub)
+    _add_export_parser(sub, detailed=command in (None, "export"))
     _add_merge_parser(sub)
-    _add_diff_parser(sub)
+    _add_diff_parser(sub, detailed=command in (None, "diff"))
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top level's options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _closed_pipe() -> int:
@@ -412,8 +439,9 @@ def _closed_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command: 0 on success, 1 when ``diff``'s gate fires, 2 on bad input, 130 on Ctrl-C."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_in(words))
+    args = parser.parse_args(words)
     from graphprof.progress import set_quiet
 
     set_quiet(args.quiet)

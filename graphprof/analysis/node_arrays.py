@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.frame import NodeFrame, graph_indexed
 from graphprof.profile.model import Profile
 
 
@@ -93,12 +93,44 @@ def paired_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, np.nda
 
 
 def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:
-    """``codes`` of a frame column, once per profile (read-only)."""
+    """``codes`` of a frame column, once per profile (read-only).
+
+    A column that every graph's file stores as indices into a table (text,
+    shapes, dtypes) is coded from those indices: the same codes and values,
+    without a pass over the column's values.
+    """
     def build() -> tuple[np.ndarray, list[object]]:
-        found, values = codes(frame.column(name))
+        tables = [graph_indexed(g, name) for g in frame.graphs] if name in _INDEXED else [None]
+        if None in tables:
+            found, values = codes(frame.column(name))
+        else:
+            found, values = _codes_of_indices(tables)  # type: ignore[arg-type]
         found.flags.writeable = False
         return found, values
     return frame.memo(("codes", name), build)
+
+
+#: Frame columns a loaded file may store as indices into a table (``NodeColumns.indexed``).
+_INDEXED = frozenset(("op", "type", "module", "module_type", "source", "phase", "scope",
+                      "in_shapes", "out_shapes", "in_dtypes", "out_dtypes"))
+
+
+def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.ndarray, list[Any]]:
+    """``codes`` of the concatenated columns given as (table, index per node): each table entry a node
+    uses is coded once, in order of the first node that uses it (equal entries share a code)."""
+    index: dict[Any, int] = {}
+    parts = []
+    for table, idx in tables:
+        n = len(idx)
+        first = np.full(len(table), n, dtype=np.intp)
+        np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
+        used = np.flatnonzero(first < n)
+        lut = np.zeros(len(table), dtype=np.intp)
+        for t in used[np.argsort(first[used], kind="stable")].tolist():
+            lut[t] = index.setdefault(table[t], len(index))
+        parts.append(lut[idx])
+    found = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
+    return found, list(index)
 
 
 def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.ndarray:
