@@ -168,6 +168,26 @@ class NodeFrame:
             self._arrays[name] = cached
         return cached
 
+    def sampled(self, name: str) -> np.ndarray:
+        """Whether each node has samples in time field ``name`` (``bool(node.<name>)``), as a bool array.
+
+        Why not the column: it is one tuple per node, and a file that keeps
+        every node's samples in one array answers this for all its nodes at once.
+        """
+        def build() -> np.ndarray:
+            parts = []
+            for graph, size in zip(self.graphs, self.sizes):
+                source = node_source(graph)
+                samples = source.samples_ns(name) if isinstance(source, NodeColumns) else None
+                if samples is not None:
+                    parts.append(np.full(size, samples.shape[0] > 0, dtype=bool))
+                else:
+                    parts.append(np.array(list(map(bool, graph_column(graph, name))), dtype=bool).reshape(size))
+            out = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+            out.flags.writeable = False
+            return out
+        return self.memo(("sampled", name), build)  # type: ignore[no-any-return]
+
     def input_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The ``inputs`` column as arrays: every node's input ids in one int64 array, and where each
         node's start in it (``len(self) + 1`` offsets). A loaded graph's are its file's edge arrays."""

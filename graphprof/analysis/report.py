@@ -144,7 +144,7 @@ def node_at(frame: NodeFrame, i: int) -> NodeRecord:
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:
     frame = node_frame(profile)
-    timed = [i for i, samples in enumerate(frame.column("device_time_ns")) if samples]
+    timed = np.flatnonzero(frame.sampled("device_time_ns")).tolist()
     if not timed:
         return None
     host, device = frame.times(stat, "host"), frame.times(stat, "device")

@@ -129,14 +129,15 @@ class Indexed(Column):
 
     __slots__ = ("table", "index")
 
-    def __init__(self, table: list[Any], index: list[int]) -> None:
+    def __init__(self, table: list[Any], index: np.ndarray) -> None:
         self.table, self.index = table, index
 
     def values(self) -> list[Any]:
-        return list(map(self.table.__getitem__, self.index))
+        entries = np.fromiter(self.table, dtype=object, count=len(self.table))  # tuples stay whole entries
+        return entries[self.index].tolist()  # type: ignore[no-any-return]
 
     def at(self, i: int) -> Any:
-        return self.table[self.index[i]]
+        return self.table[int(self.index[i])]
 
 
 class Flags(Column):
@@ -314,7 +315,7 @@ class NodeColumns(NodeSource):
                 return ([phase.value.value], np.zeros(self.size, dtype=np.intp)) if isinstance(phase, Repeated) else None
         column = self._columns.get(name)
         if isinstance(column, Indexed):
-            return column.table, np.array(column.index, dtype=np.intp)
+            return column.table, column.index
         if isinstance(column, Repeated):
             return [column.value], np.zeros(self.size, dtype=np.intp)
         return None
