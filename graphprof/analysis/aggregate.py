@@ -51,7 +51,7 @@ def truncate_module(path: str, depth: int | None) -> str:
     """
     if depth is None or not path:
         return path
-    return ".".join(path.split(".")[:depth])
+    return ".".join(path.split(".", depth)[:depth])  # no more splits than the parts kept
 
 
 def _first_seen(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:

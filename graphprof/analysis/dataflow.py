@@ -145,7 +145,7 @@ def frame_writes(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray]:
     return frame.memo("frame_writes", build)
 
 
-def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The position of each wanted id among ``ids`` (the last one of equal ids), -1 where none has it."""
     n = len(ids)
     if n and ids[0] == 0 and ids[-1] == n - 1 and np.array_equal(ids, np.arange(n)):
@@ -225,7 +225,7 @@ def edge_index_arrays(id_arr: np.ndarray, flat: np.ndarray, lens: np.ndarray, wr
     """
     n = len(id_arr)
     dst = np.repeat(np.arange(n), lens)
-    pos = _positions(id_arr, flat)
+    pos = positions(id_arr, flat)
     keep = (pos >= 0) & (pos < dst)
     multi = np.flatnonzero(lens[dst] >= 2)  # a node's repeated input counts once, at its first place
     if len(multi):
@@ -259,6 +259,13 @@ def _order_edges(n: int, id_arr: np.ndarray, src: np.ndarray, dst: np.ndarray, w
     classes = source_class.tolist()
     readers: dict[int, list[int]] = {}
     for i in sorted_unique(dst[touched]).tolist():  # execution order, so each list is sorted
+        if ptr[i + 1] - ptr[i] == 1:  # one input (most nodes): its class is written, as i is touched
+            chain = readers.get(classes[ptr[i]])
+            if chain is None:
+                readers[classes[ptr[i]]] = [i]
+            else:
+                chain.append(i)
+            continue
         for cls in {classes[k] for k in range(ptr[i], ptr[i + 1])}:
             if cls not in written:
                 continue

@@ -118,6 +118,10 @@ _INDEXED = frozenset(("op", "type", "module", "module_type", "source", "phase", 
 def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.ndarray, list[Any]]:
     """``codes`` of the concatenated columns given as (table, index per node): each table entry a node
     uses is coded once, in order of the first node that uses it (equal entries share a code)."""
+    if len(tables) == 1:
+        distinct = _distinct_codes(*tables[0])
+        if distinct is not None:
+            return distinct
     index: dict[Any, int] = {}
     parts = []
     for table, idx in tables:
@@ -131,6 +135,22 @@ def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.nd
         parts.append(lut[idx])
     found = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
     return found, list(index)
+
+
+def _distinct_codes(table: list[Any], idx: np.ndarray) -> tuple[np.ndarray, list[Any]] | None:
+    """``_codes_of_indices`` of one table whose used entries all differ (a file's tables do): the codes
+    number the used entries by their first node, all in numpy; None when two used entries are equal."""
+    n = len(idx)
+    first = np.full(len(table), n, dtype=np.intp)
+    np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
+    used = np.flatnonzero(first < n)
+    used = used[np.argsort(first[used], kind="stable")]
+    values = [table[t] for t in used.tolist()]
+    if len(set(values)) != len(values):
+        return None
+    lut = np.zeros(len(table), dtype=np.intp)
+    lut[used] = np.arange(len(used), dtype=np.intp)
+    return lut[idx], values
 
 
 def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.ndarray:
