@@ -100,7 +100,7 @@ def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]
     without a pass over the column's values.
     """
     def build() -> tuple[np.ndarray, list[object]]:
-        tables = [graph_indexed(g, name) for g in frame.graphs] if name in _INDEXED else [None]
+        tables = [graph_indexed(g, name) for g in frame.graphs] if name in CODED_COLUMNS else [None]
         if None in tables:
             found, values = codes(frame.column(name))
         else:
@@ -110,8 +110,9 @@ def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]
     return frame.memo(("codes", name), build)
 
 
-#: Frame columns a loaded file may store as indices into a table (``NodeColumns.indexed``).
-_INDEXED = frozenset(("op", "type", "module", "module_type", "source", "phase", "scope",
+#: Frame columns a loaded file may store as indices into a table (``NodeColumns.indexed``): their
+#: codes cost no pass over their values.
+CODED_COLUMNS = frozenset(("op", "type", "module", "module_type", "source", "phase", "scope",
                       "in_shapes", "out_shapes", "in_dtypes", "out_dtypes"))
 
 
