@@ -10,7 +10,6 @@ from graphprof.analysis.node_arrays import graph_spans, times_array
 from graphprof.analysis.report import Report, top_indices
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
-from graphprof.render.distributed_text import render_distributed
 from graphprof.render.fit import TextColumn, fitted_table, wrap_lines
 from graphprof.render.utilisation_text import render_eager, render_utilisation
 from graphprof.render.units import share_of, format_bytes, format_count, format_time
@@ -183,5 +182,7 @@ def render_report(report: Report, width: int | None = None) -> str:
         extra.append(prose(render_eager(report.eager).splitlines()))
     sections[1:1] = extra
     if report.distributed is not None:  # a profile merged from several ranks
+        from graphprof.render.distributed_text import render_distributed
+
         sections.insert(2, render_distributed(report.distributed))
     return "\n\n".join(sections)
