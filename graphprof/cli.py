@@ -115,6 +115,9 @@ def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
 
 #: What the running command loaded, kept until the process ends when ``run`` is the entry point (None: not kept).
 _held: list[Any] | None = None
+#: Whether ``load_frozen`` froze the collector's view in this command: ``main`` thaws it again
+#: when it was called in a longer-lived process (a test, a notebook), whose cycles must stay collectable.
+_frozen = False
 
 
 def load_frozen(path: str) -> "Profile":
@@ -132,6 +135,7 @@ def load_frozen(path: str) -> "Profile":
     from graphprof.profile.model import load_profile
     from graphprof.progress import stage
 
+    global _frozen
     enabled = gc.isenabled()
     gc.disable()  # no collection at the end of the load either (the loader pauses it only while it reads)
     try:
@@ -139,6 +143,7 @@ def load_frozen(path: str) -> "Profile":
             profile = load_profile(path)
     finally:
         gc.freeze()
+        _frozen = True
         if enabled:
             gc.enable()
     if _held is not None:
@@ -452,6 +457,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphprof.progress import set_quiet
 
     set_quiet(args.quiet)
+    try:
+        return _run_command(args)
+    finally:
+        _thaw()
+
+
+def _thaw() -> None:
+    """Undo ``load_frozen``'s freeze, unless the process ends with this command (``run``)."""
+    global _frozen
+    if _frozen and _held is None:
+        import gc
+
+        gc.unfreeze()
+    _frozen = False
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """``args.func(args)``, its user errors as one line and an exit status."""
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
