@@ -1,5 +1,5 @@
 """``python -m graphprof`` is the ``graphprof`` command."""
 
-from graphprof.cli import main
+from graphprof.cli import run
 
-raise SystemExit(main())
+run()

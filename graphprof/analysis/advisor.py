@@ -285,11 +285,14 @@ def launch_bound(ctx: AdvisorContext) -> list[Finding]:
     the host runs ahead and device times far exceed dispatch times, so the
     rule stays quiet.
     """
-    findings = []
+    findings: list[Finding] = []
+    has_device = ctx.frame.sampled("device_time_ns")
+    if not has_device.any():  # a CPU profile: no sample column of tuples is needed
+        return findings
     host_ns, device_ns = ctx.column("host_time_ns"), ctx.column("device_time_ns")
     roofline_s = ctx.bounds.roofline_time_s
     for graph, (start, end) in zip(ctx.profile.graphs, ctx.spans()):
-        timed = [i for i in range(start, end) if device_ns[i] and host_ns[i]] if any(device_ns[start:end]) else []
+        timed = [i for i in range(start, end) if device_ns[i] and host_ns[i]] if has_device[start:end].any() else []
         if not timed:
             continue
         device_total = 0.0

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.frame import NodeFrame
-from graphprof.analysis.node_arrays import codes, column_codes, exact_sum, int_array
+from graphprof.analysis.node_arrays import CODED_COLUMNS, codes, column_codes, exact_sum, int_array
 from graphprof.analysis.options import TableOptions
 
 _MEASURED = ("flops", "bytes_read", "bytes_written", "bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes")
@@ -51,7 +51,7 @@ def truncate_module(path: str, depth: int | None) -> str:
     """
     if depth is None or not path:
         return path
-    return ".".join(path.split(".")[:depth])
+    return ".".join(path.split(".", depth)[:depth])  # no more splits than the parts kept
 
 
 def _first_seen(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -135,6 +135,14 @@ def _common_of(column: Sequence[Any], members: list[int]) -> Any:
     return _common([get(column)] if len(members) == 1 else list(get(column)))
 
 
+def _common_code(frame: NodeFrame, name: str, members: np.ndarray) -> Any:
+    """``_common_of`` a big group over the column's codes (equal values, equal codes): no list of the
+    members' values is gathered."""
+    found, values = column_codes(frame, name)
+    chosen = found[members]
+    return values[chosen[0]] if (chosen == chosen[0]).all() else None
+
+
 def _reduce_ints(frame: NodeFrame, name: str, members: np.ndarray, fn_name: str) -> Any:
     """``_reduce`` of an all-integer column over arrays (the same value; ValueError if not all integers)."""
     values, known = int_array(frame, name)
@@ -165,7 +173,10 @@ class _Group(GroupEntry):
 
     def __getattr__(self, name: str) -> Any:  # only called for a column not reduced yet
         if name in _DESCRIPTIVE:
-            value = _common_of(self._frame.column(name), self._members)
+            if len(self._members) >= _ARRAY_GROUP and name in CODED_COLUMNS:
+                value = _common_code(self._frame, name, self._member_array)
+            else:
+                value = _common_of(self._frame.column(name), self._members)
         elif name in _MEASURED:
             fn_name = self._options.aggregate_fn
             fn_name = "max" if name == "live_bytes" and fn_name == "sum" else fn_name

@@ -14,12 +14,13 @@ ordering edges for in-place writes included.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index, frame_writes
+from graphprof.analysis.dataflow import EdgeArrays, EdgeIndex, EdgeKind, edge_arrays, edge_index_arrays, frame_writes, sorted_isin
 from graphprof.analysis.node_time import node_times_s
 from graphprof.analysis.frame import graph_column, node_frame
 from graphprof.analysis.node_arrays import graph_spans
@@ -120,36 +121,65 @@ def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int]
     Each node's predecessors are its data sources then its ORDER sources,
     each in edge order, as ``EdgeArrays.predecessors`` lists them (the first
     of equally long predecessors wins, so the order decides ties).
+
+    Why runs: most nodes of a training step have one predecessor, the node
+    just before them. Over a run of such nodes the longest path only adds
+    their weights one after another, which ``itertools.accumulate`` does in C
+    with the same additions in the same order (so the same floats); the loop
+    in Python visits only the nodes that start a run.
     """
     size = len(weights)
+    if not size:
+        return [], 0.0
     dst = np.concatenate((edges.data_dst, edges.order_dst))
     by_dst = np.argsort(dst, kind="stable")
-    srcs = np.concatenate((edges.data_src, edges.order_src))[by_dst].tolist()
-    ends = np.cumsum(np.bincount(dst, minlength=size)).tolist()
+    src_arr = np.concatenate((edges.data_src, edges.order_src))[by_dst]
+    counts = np.bincount(dst, minlength=size)
+    ends_arr = np.cumsum(counts)
+    starts_arr = ends_arr - counts
+    follows = counts == 1  # one predecessor, and it is the node just before
+    follows[follows] = src_arr[starts_arr[follows]] == np.flatnonzero(follows) - 1
+    heads = np.flatnonzero(~follows)
+    run_ends = np.append(heads[1:], size).tolist()
+    srcs, starts, ends = src_arr.tolist(), starts_arr.tolist(), ends_arr.tolist()
     best: list[float] = [0.0] * size
-    prev: list[int] = [-1] * size
-    start = 0
-    for n, end in enumerate(ends):
+    prev = np.arange(-1, size - 1).tolist()  # right for every node that follows its predecessor
+    for n, run_end in zip(heads.tolist(), run_ends):
+        start, end = starts[n], ends[n]
         if end == start:
-            best[n] = 0.0 + weights[n]
-            continue
-        parent = srcs[start]
-        parent_len = best[parent]
-        for k in range(start + 1, end):
-            p = srcs[k]
-            if best[p] > parent_len:
-                parent, parent_len = p, best[p]
-        best[n] = parent_len + weights[n]
+            parent, parent_len = -1, 0.0
+        else:
+            parent = srcs[start]
+            parent_len = best[parent]
+            for k in range(start + 1, end):
+                p = srcs[k]
+                if best[p] > parent_len:
+                    parent, parent_len = p, best[p]
         prev[n] = parent
-        start = end
-    if not best:
-        return [], 0.0
+        if run_end == n + 1:
+            best[n] = parent_len + weights[n]
+        else:
+            best[n:run_end] = itertools.accumulate(weights[n + 1:run_end], initial=parent_len + weights[n])
     end = int(np.argmax(best))  # the first of equals, as max() in _trace_back
-    path = [end]
-    while prev[path[-1]] >= 0:
-        path.append(prev[path[-1]])
+    # Back from the end: within a run the path is every node down to the run's head, then the head's parent.
+    head_of = np.maximum.accumulate(np.where(follows, 0, np.arange(size))).tolist()
+    path: list[int] = []
+    node = end
+    while node >= 0:
+        head = head_of[node]
+        path += range(node, head - 1, -1)
+        node = prev[head]
     path.reverse()
     return path, best[end]
+
+
+def _weights(times: Sequence[float]) -> list[float]:
+    """``float(t or 0.0)`` of every time (None and -0.0 are 0.0; NaN stays), through numpy when none is None."""
+    if None in times:
+        return [float(t or 0.0) for t in times]
+    out = np.array(times, dtype=np.float64)
+    out[out == 0.0] = 0.0
+    return out.tolist()  # type: ignore[no-any-return]
 
 
 def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: EdgeArrays | None = None) -> CriticalPath:
@@ -169,7 +199,7 @@ def _record_path(graph: GraphRecord, times: Sequence[float], stat: str, edges: E
 def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat: str,
                 edges: EdgeIndex) -> CriticalPath:
     """``_record_path`` from a graph's columns and ``EdgeIndex``."""
-    weights = [float(t or 0.0) for t in times]
+    weights = _weights(times)
     path, length = _longest_by_index(weights, edges)
     serial = sum(weights)
     size = len(times)
@@ -177,8 +207,8 @@ def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat:
     if len(path) > 1:
         steps = np.array(path, dtype=np.int64)
         linked = steps[:-1] * size + steps[1:]
-        by_data = np.isin(linked, edges.data_src.astype(np.int64) * size + edges.data_dst).tolist()
-        kinds = tuple([EdgeKind.DATA if d else EdgeKind.ORDER for d in by_data])
+        by_data = sorted_isin(linked, np.sort(edges.data_src.astype(np.int64) * size + edges.data_dst)).tolist()
+        kinds = tuple(map((EdgeKind.ORDER, EdgeKind.DATA).__getitem__, by_data))
     return CriticalPath(
         graph_id=graph_id, stat=stat, nodes=tuple(map(ids.__getitem__, path)), edge_kinds=kinds,
         length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
@@ -219,11 +249,14 @@ def paths_and_edges(profile: Profile, stat: str = "median") -> list[tuple[Critic
     """
     frame = node_frame(profile)
     times = frame.times(stat, "auto")
-    col = frame.column
-    ids, inputs = col("id"), col("inputs")
+    ids = frame.column("id")
+    id_arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
+    flat, offsets = frame.input_arrays()  # not the inputs column: no tuple per node
+    lens = np.diff(offsets)
     writes, aliases = frame_writes(frame)
     out = []
     for graph, (start, end) in zip(profile.graphs, graph_spans(profile, frame)):
-        edges = edge_index(ids[start:end], inputs[start:end], writes[start:end], aliases[start:end])
+        edges = edge_index_arrays(id_arr[start:end], flat[offsets[start]:offsets[end]], lens[start:end],
+                                  writes[start:end], aliases[start:end])
         out.append((_frame_path(graph.id, ids[start:end], times[start:end], stat, edges), edges))
     return out

@@ -145,7 +145,7 @@ def frame_writes(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray]:
     return frame.memo("frame_writes", build)
 
 
-def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The position of each wanted id among ``ids`` (the last one of equal ids), -1 where none has it."""
     n = len(ids)
     if n and ids[0] == 0 and ids[-1] == n - 1 and np.array_equal(ids, np.arange(n)):
@@ -188,15 +188,44 @@ def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequ
 
     ``writes``: ``is_inplace_write`` per node; ``aliases``: whether the node
     shares storage with its inputs (a view, a ``getitem`` or a writer).
+    """
+    n = len(ids)
+    lens = np.fromiter(map(len, inputs), dtype=np.intp, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+    return edge_index_arrays(np.fromiter(ids, dtype=np.int64, count=n), flat, lens, writes, aliases)
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, ascending.
+
+    Why not ``np.unique``: its hash table took most of a second on a million
+    distinct ids (a sort takes a few hundredths), and it imports ``numpy.ma``.
+    """
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def sorted_isin(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is in ``ordered`` (ascending): ``np.isin`` by binary search."""
+    if not len(ordered):
+        return np.zeros(len(values), dtype=bool)
+    k = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return ordered[k] == values
+
+
+def edge_index_arrays(id_arr: np.ndarray, flat: np.ndarray, lens: np.ndarray, writes: Sequence[bool] | np.ndarray,
+                      aliases: Sequence[bool] | np.ndarray) -> EdgeIndex:
+    """``edge_index`` of columns as arrays: node ids (int64), every node's input ids in one int64
+    array, and how many inputs each node has.
+
     Data edges and the alias classes are array operations; the ORDER edges
     walk only the readers of classes that are written.
     """
-    n = len(ids)
-    id_arr = np.fromiter(ids, dtype=np.int64, count=n)
-    lens = np.fromiter(map(len, inputs), dtype=np.intp, count=n)
-    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+    n = len(id_arr)
     dst = np.repeat(np.arange(n), lens)
-    pos = _positions(id_arr, flat)
+    pos = positions(id_arr, flat)
     keep = (pos >= 0) & (pos < dst)
     multi = np.flatnonzero(lens[dst] >= 2)  # a node's repeated input counts once, at its first place
     if len(multi):
@@ -208,20 +237,35 @@ def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequ
     write_arr = np.asarray(writes, dtype=bool)
     if not write_arr[dst].any():  # no writer with a producer before it: no ORDER edge
         return EdgeIndex(src, dst, empty, empty)
-    alias = np.asarray(aliases, dtype=bool)[dst]
+    order = _order_edges(n, id_arr, src, dst, write_arr, np.asarray(aliases, dtype=bool))
+    order_arr = np.array(order, dtype=np.intp).reshape(-1, 2)
+    return EdgeIndex(src, dst, order_arr[:, 0], order_arr[:, 1])
+
+
+def _order_edges(n: int, id_arr: np.ndarray, src: np.ndarray, dst: np.ndarray, write_arr: np.ndarray,
+                 alias_arr: np.ndarray) -> list[tuple[int, int]]:
+    """The ORDER edges (rule 3) given the data edges (``dst`` ascending), in the order they are found."""
+    alias = alias_arr[dst]
     label = _alias_classes(n, src[alias], dst[alias])
     # A class is named by its smallest node id (rule 2's union-find named it so).
     smallest = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(smallest, label, id_arr)
     name = smallest[label]
-    written_names = np.unique(name[dst[write_arr[dst]]])
+    written_names = sorted_unique(name[dst[write_arr[dst]]])
     written = set(written_names.tolist())
     source_class = name[src]
-    touched = np.isin(source_class, written_names)
+    touched = sorted_isin(source_class, written_names)
     ptr = np.concatenate(([0], np.cumsum(np.bincount(dst, minlength=n)))).tolist()
     classes = source_class.tolist()
     readers: dict[int, list[int]] = {}
-    for i in np.unique(dst[touched]).tolist():  # execution order, so each list is sorted
+    for i in sorted_unique(dst[touched]).tolist():  # execution order, so each list is sorted
+        if ptr[i + 1] - ptr[i] == 1:  # one input (most nodes): its class is written, as i is touched
+            chain = readers.get(classes[ptr[i]])
+            if chain is None:
+                readers[classes[ptr[i]]] = [i]
+            else:
+                chain.append(i)
+            continue
         for cls in {classes[k] for k in range(ptr[i], ptr[i + 1])}:
             if cls not in written:
                 continue
@@ -245,10 +289,8 @@ def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequ
                 last_writer = i
             else:
                 since_write.append(i)
-    data_keys = set((src * n + dst).tolist())
-    order = [e for e in found if e[0] != e[1] and e[0] * n + e[1] not in data_keys]
-    order_arr = np.array(order, dtype=np.intp).reshape(-1, 2)
-    return EdgeIndex(src, dst, order_arr[:, 0], order_arr[:, 1])
+    sources = src.tolist()  # a data edge (a, b) is a in sources[ptr[b]:ptr[b + 1]]: b's few inputs
+    return [e for e in found if e[0] != e[1] and e[0] not in sources[ptr[e[1]]:ptr[e[1] + 1]]]
 
 
 def graph_edge_index(graph: GraphRecord) -> EdgeIndex:

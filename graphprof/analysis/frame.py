@@ -168,6 +168,39 @@ class NodeFrame:
             self._arrays[name] = cached
         return cached
 
+    def sampled(self, name: str) -> np.ndarray:
+        """Whether each node has samples in time field ``name`` (``bool(node.<name>)``), as a bool array.
+
+        Why not the column: it is one tuple per node, and a file that keeps
+        every node's samples in one array answers this for all its nodes at once.
+        """
+        def build() -> np.ndarray:
+            parts = []
+            for graph, size in zip(self.graphs, self.sizes):
+                source = node_source(graph)
+                samples = source.samples_ns(name) if isinstance(source, NodeColumns) else None
+                if samples is not None:
+                    parts.append(np.full(size, samples.shape[0] > 0, dtype=bool))
+                else:
+                    parts.append(np.array(list(map(bool, graph_column(graph, name))), dtype=bool).reshape(size))
+            out = np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+            out.flags.writeable = False
+            return out
+        return self.memo(("sampled", name), build)  # type: ignore[no-any-return]
+
+    def input_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ``inputs`` column as arrays: every node's input ids in one int64 array, and where each
+        node's start in it (``len(self) + 1`` offsets). A loaded graph's are its file's edge arrays."""
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            parts = [graph_input_arrays(g) for g in self.graphs]
+            if len(parts) == 1:
+                return parts[0]
+            shifts = np.cumsum([0] + [len(flat) for flat, _ in parts[:-1]])
+            offsets = np.concatenate([[0]] + [off[1:] + shift for (_, off), shift in zip(parts, shifts)])
+            flat = np.concatenate([flat for flat, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+            return flat, offsets.astype(np.int64)
+        return self.memo("input_arrays", build)  # type: ignore[no-any-return]
+
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, computed once per ``key`` for this profile (for results of pure analyses)."""
         if key not in self._memo:
@@ -194,6 +227,23 @@ def graph_column(graph: GraphRecord, name: str) -> list[Any]:
         read = _DERIVED[name]
         return [read(n) for n in graph.nodes]
     return [getattr(n, name) for n in graph.nodes]
+
+
+def graph_input_arrays(graph: GraphRecord) -> tuple[np.ndarray, np.ndarray]:
+    """``NodeColumns.input_arrays`` of one graph, from its records when it has no loaded columns."""
+    source = node_source(graph)
+    if isinstance(source, NodeColumns):
+        return source.input_arrays()
+    rows = [n.inputs for n in graph.nodes]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
+
+
+def graph_indexed(graph: GraphRecord, name: str) -> tuple[list[Any], np.ndarray] | None:
+    """``NodeColumns.indexed`` of one graph; None for a graph without loaded columns."""
+    source = node_source(graph)
+    return source.indexed(name) if isinstance(source, NodeColumns) else None
 
 
 def graph_record(graph: GraphRecord, i: int) -> NodeRecord:

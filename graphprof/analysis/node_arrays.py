@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.frame import NodeFrame, graph_indexed
 from graphprof.profile.model import Profile
 
 
@@ -93,12 +93,65 @@ def paired_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, np.nda
 
 
 def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:
-    """``codes`` of a frame column, once per profile (read-only)."""
+    """``codes`` of a frame column, once per profile (read-only).
+
+    A column that every graph's file stores as indices into a table (text,
+    shapes, dtypes) is coded from those indices: the same codes and values,
+    without a pass over the column's values.
+    """
     def build() -> tuple[np.ndarray, list[object]]:
-        found, values = codes(frame.column(name))
+        tables = [graph_indexed(g, name) for g in frame.graphs] if name in CODED_COLUMNS else [None]
+        if None in tables:
+            found, values = codes(frame.column(name))
+        else:
+            found, values = _codes_of_indices(tables)  # type: ignore[arg-type]
         found.flags.writeable = False
         return found, values
     return frame.memo(("codes", name), build)
+
+
+#: Frame columns a loaded file may store as indices into a table (``NodeColumns.indexed``): their
+#: codes cost no pass over their values.
+CODED_COLUMNS = frozenset(("op", "type", "module", "module_type", "source", "phase", "scope",
+                      "in_shapes", "out_shapes", "in_dtypes", "out_dtypes"))
+
+
+def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.ndarray, list[Any]]:
+    """``codes`` of the concatenated columns given as (table, index per node): each table entry a node
+    uses is coded once, in order of the first node that uses it (equal entries share a code)."""
+    if len(tables) == 1:
+        distinct = _distinct_codes(*tables[0])
+        if distinct is not None:
+            return distinct
+    index: dict[Any, int] = {}
+    parts = []
+    for table, idx in tables:
+        n = len(idx)
+        first = np.full(len(table), n, dtype=np.intp)
+        np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
+        used = np.flatnonzero(first < n)
+        lut = np.zeros(len(table), dtype=np.intp)
+        for t in used[np.argsort(first[used], kind="stable")].tolist():
+            lut[t] = index.setdefault(table[t], len(index))
+        parts.append(lut[idx])
+    found = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
+    return found, list(index)
+
+
+def _distinct_codes(table: list[Any], idx: np.ndarray) -> tuple[np.ndarray, list[Any]] | None:
+    """``_codes_of_indices`` of one table whose used entries all differ (a file's tables do): the codes
+    number the used entries by their first node, all in numpy; None when two used entries are equal."""
+    n = len(idx)
+    first = np.full(len(table), n, dtype=np.intp)
+    np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
+    used = np.flatnonzero(first < n)
+    used = used[np.argsort(first[used], kind="stable")]
+    values = [table[t] for t in used.tolist()]
+    if len(set(values)) != len(values):
+        return None
+    lut = np.zeros(len(table), dtype=np.intp)
+    lut[used] = np.arange(len(used), dtype=np.intp)
+    return lut[idx], values
 
 
 def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.ndarray:

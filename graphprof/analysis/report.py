@@ -9,13 +9,12 @@ and the advisor's findings); ``render.report_text`` prints it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from graphprof.analysis.advisor import Finding, advise
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
-from graphprof.analysis.distributed import DistributedAnalysis, analyze_distributed
 from graphprof.analysis.eager import EagerOverhead, eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.node_arrays import times_array
@@ -23,9 +22,13 @@ from graphprof.analysis.roofline import Bound, Peaks, RooflinePoint, peaks_from_
 from graphprof.analysis.steps import StepStats, step_stats
 from graphprof.analysis.table import TableResult, build_table
 from graphprof.analysis.utilisation import UtilisationReport, utilisation
+from graphprof.profile.merge import is_merged
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile
 from graphprof.profile.node_columns import gc_paused
 from graphprof.profile.step_facts import Workload
+
+if TYPE_CHECKING:  # the rank comparison is imported for a merged profile only (a tenth of the imports)
+    from graphprof.analysis.distributed import DistributedAnalysis
 
 BREAKDOWNS = ("phase", "module", "type", "source")
 
@@ -117,9 +120,18 @@ def _build_report(profile: Profile, peaks: Peaks | None, stat: str, top: int, mo
         overview=build_table(profile, top=top, stat=stat), roofline_rows=rows,
         time_by_bound_s=bounds.time_by_bound(), critical=critical_paths(profile, stat=stat) if profile.graphs else (),
         breakdowns=breakdowns, findings=tuple(advise(profile, peaks, stat, bounds=bounds)),
-        distributed=analyze_distributed(profile, stat=stat, top=top), host_device=host_device,
+        distributed=_distributed(profile, stat, top), host_device=host_device,
         utilisation=utilisation(profile, given_flops, stat, workload), eager=eager_overhead(profile, stat),
     )
+
+
+def _distributed(profile: Profile, stat: str, top: int) -> DistributedAnalysis | None:
+    """``analyze_distributed``: the rank comparison of a merged profile, None for one rank."""
+    if not is_merged(profile):
+        return None
+    from graphprof.analysis.distributed import analyze_distributed
+
+    return analyze_distributed(profile, stat=stat, top=top)
 
 
 def top_indices(values: np.ndarray, top: int) -> list[int]:
@@ -144,7 +156,7 @@ def node_at(frame: NodeFrame, i: int) -> NodeRecord:
 
 def _host_device(profile: Profile, stat: str) -> HostDeviceTimes | None:
     frame = node_frame(profile)
-    timed = [i for i, samples in enumerate(frame.column("device_time_ns")) if samples]
+    timed = np.flatnonzero(frame.sampled("device_time_ns")).tolist()
     if not timed:
         return None
     host, device = frame.times(stat, "host"), frame.times(stat, "device")

@@ -175,11 +175,10 @@ def _list_of(value: Any, n: int, types: tuple[type, ...], what: str) -> list[Any
     return value
 
 
-def _indices(value: Any, n: int, table: list[Any], what: str) -> list[int]:
-    """A validated column of indices into ``table`` (kept as the file's integers; resolved on demand)."""
+def _indices(value: Any, n: int, table: list[Any], what: str) -> np.ndarray:
+    """A validated column of indices into ``table``, as an intp array (resolved on demand)."""
     _list_of(value, n, (int,), what)
-    _check(not value or (min(value) >= 0 and max(value) < len(table)), f"{what} refers past its table")
-    return value
+    return schema.in_range(value, 0, len(table) - 1, f"{what} refers past its table").astype(np.intp, copy=False)
 
 
 def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> list[tuple[Any, ...]]:
@@ -209,8 +208,11 @@ def _times_from_json(raw: Any, n: int, what: str) -> np.ndarray | list[tuple[int
     tps = raw.get("ticks_per_s")
     _check(type(tps) is int and 0 < tps <= schema.MAX_TICKS_PER_S, f"{what}.ticks_per_s must be a positive integer")
     if "by_step" in raw:
-        cols = schema.ticks(raw["by_step"], tps, f"{what}.by_step", n)
+        table = schema.tick_table(raw["by_step"], tps, f"{what}.by_step", n)
+        if tps == NS_PER_S:
+            return table
         # every tick is an int within +-1e9 s (checked above), so int64 holds it in ns
+        cols = raw["by_step"]
         return np.array([_to_ns(col, tps) for col in cols], dtype=np.int64).reshape(len(cols), n)
     rows = _list_of(raw.get("by_node"), n, (list,), f"{what}.by_node")
     schema.ticks(rows, tps, f"{what}.by_node")  # ragged: one list per node, of any length
@@ -319,7 +321,7 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
         if name in cols:
             index_col = _indices(cols[name], n, strings, f"columns.{name}")
             if name == "phase":
-                used = set(index_col)
+                used = set(np.flatnonzero(np.bincount(index_col, minlength=len(strings))).tolist())
                 try:
                     phases = [Phase(s) if i in used else None for i, s in enumerate(strings)]
                 except ValueError as exc:

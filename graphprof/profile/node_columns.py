@@ -129,14 +129,15 @@ class Indexed(Column):
 
     __slots__ = ("table", "index")
 
-    def __init__(self, table: list[Any], index: list[int]) -> None:
+    def __init__(self, table: list[Any], index: np.ndarray) -> None:
         self.table, self.index = table, index
 
     def values(self) -> list[Any]:
-        return list(map(self.table.__getitem__, self.index))
+        entries = np.fromiter(self.table, dtype=object, count=len(self.table))  # tuples stay whole entries
+        return entries[self.index].tolist()  # type: ignore[no-any-return]
 
     def at(self, i: int) -> Any:
-        return self.table[self.index[i]]
+        return self.table[int(self.index[i])]
 
 
 class Flags(Column):
@@ -298,6 +299,38 @@ class NodeColumns(NodeSource):
         if isinstance(column, Samples):
             return column.data if isinstance(column.data, np.ndarray) else None
         return np.zeros((0, self.size), dtype=np.int64)
+
+    def indexed(self, name: str) -> tuple[list[Any], np.ndarray] | None:
+        """Field ``name`` as the file stores it: a table of values and each node's index into it (an
+        intp array), or None when it is not stored so. ``phase`` gives the phases' text values.
+
+        Why: grouping nodes by a text column needs a code per node, and these
+        indices are such codes already, without a list of a million strings.
+        """
+        if name == "phase":
+            if "phase_value" in self._columns:
+                name = "phase_value"
+            else:
+                phase = self._columns["phase"]
+                return ([phase.value.value], np.zeros(self.size, dtype=np.intp)) if isinstance(phase, Repeated) else None
+        column = self._columns.get(name)
+        if isinstance(column, Indexed):
+            return column.table, column.index
+        if isinstance(column, Repeated):
+            return [column.value], np.zeros(self.size, dtype=np.intp)
+        return None
+
+    def input_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's input ids in one int64 array, and where each node's start (``size + 1`` offsets):
+        the ``inputs`` column without making one tuple per node."""
+        column = self._columns["inputs"]
+        if isinstance(column, Edges):
+            return column.ids, column.offsets
+        rows = column.values()  # no inputs column (every node has none), or one a caller built
+        counts = np.fromiter(map(len, rows), dtype=np.int64, count=self.size)
+        offsets = np.zeros(self.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
 
     def memory_field(self, name: str) -> list[Any]:
         """``node.memory.name`` for every node, None where a node has no memory record."""

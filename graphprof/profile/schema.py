@@ -8,8 +8,9 @@ therefore bounded here, once, at load; analysis and rendering may then add,
 convert and print without guarding each use.
 
 Checks run once per column with C-level passes (``set(map(type, ...))``,
-``min``, ``max``), never per cell with Python objects, so validating a
-million-node profile costs a few of the loader's list passes.
+one conversion to an int64 array and its ``min``/``max``), never per cell
+with Python objects, so validating a million-node profile costs a few of the
+loader's list passes.
 
 The bounds are far beyond anything a profile records and far inside what
 floats and 64-bit integers hold:
@@ -33,6 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+import numpy as np
 
 from graphprof.profile.records import AttrValue, typed_attr
 
@@ -95,10 +98,29 @@ def ints(values: Any, spec: IntSpec, what: str, n: int | None = None, nullable: 
     types = set(map(type, values))
     allowed = {int, type(None)} if nullable else {int}
     check(types <= allowed, f"{what} holds a value of the wrong type")
-    nums = [v for v in values if v is not None] if type(None) in types else values
-    if nums:
-        check(min(nums) >= spec.lo and max(nums) <= spec.hi, f"{what} must hold {spec.what}")
+    if type(None) in types:
+        nums = [v for v in values if v is not None]
+        if nums:
+            check(min(nums) >= spec.lo and max(nums) <= spec.hi, f"{what} must hold {spec.what}")
+    else:
+        in_range(values, spec.lo, spec.hi, f"{what} must hold {spec.what}")
     return values
+
+
+def in_range(values: list[int], lo: int, hi: int, failure: str) -> np.ndarray:
+    """``values`` (integers: their types are checked already) as an int64 array, when all are in
+    [lo, hi]; SchemaError(``failure``) when one is not.
+
+    One conversion and two array reductions: about half the time of Python's
+    ``min`` and ``max`` over the list, and the caller may keep the array.
+    """
+    try:
+        array = np.array(values, dtype=np.int64)
+    except OverflowError:  # beyond 64 bits, so beyond every bound
+        raise SchemaError(failure) from None
+    if len(array):
+        check(int(array.min()) >= lo and int(array.max()) <= hi, failure)
+    return array
 
 
 def one_int(value: Any, spec: IntSpec, what: str) -> int:
@@ -165,6 +187,19 @@ def ticks(rows: Any, ticks_per_s: int, what: str, n: int | None = None) -> list[
         if row:
             check(min(row) >= -limit and max(row) <= limit, f"{what} must hold ticks of -1e9 to 1e9 seconds")
     return rows
+
+
+def tick_table(rows: Any, ticks_per_s: int, what: str, n: int) -> np.ndarray:
+    """``ticks`` of rows that all hold ``n`` ticks, as an int64 array of rows x ``n``: each row is
+    checked as ``ticks`` checks it, in the same order, its range over the row's array."""
+    check(isinstance(rows, list), f"{what} must be a list")
+    limit = int(MAX_SECONDS * ticks_per_s)
+    arrays = []
+    for i, row in enumerate(rows):
+        check(isinstance(row, list) and len(row) == n, f"{what}[{i}] must be a list of {n} values")
+        check(set(map(type, row)) <= {int}, f"{what} holds a tick of the wrong type")
+        arrays.append(in_range(row, -limit, limit, f"{what} must hold ticks of -1e9 to 1e9 seconds"))
+    return np.stack(arrays) if arrays else np.zeros((0, n), dtype=np.int64)
 
 
 def _attr_value(value: Any) -> bool:

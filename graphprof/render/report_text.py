@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphprof.analysis.dataflow import positions
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import graph_spans, times_array
 from graphprof.analysis.report import Report, top_indices
 from graphprof.analysis.roofline import Bound
 from graphprof.analysis.table import TableResult
-from graphprof.render.distributed_text import render_distributed
 from graphprof.render.fit import TextColumn, fitted_table, wrap_lines
 from graphprof.render.utilisation_text import render_eager, render_utilisation
 from graphprof.render.units import share_of, format_bytes, format_count, format_time
@@ -120,15 +120,17 @@ def _critical(report: Report) -> list[str]:
     for cp in report.critical:
         k = first_of[cp.graph_id]
         graph, (start, end) = profile.graphs[k], spans[k]
-        position = {node_id: start + i for i, node_id in enumerate(ids[start:end])}
+        # each path node's position: the last node of the graph with its id, as a dict of them would say
+        span_ids = np.fromiter(ids[start:end], dtype=np.int64, count=end - start)
+        on_path = start + positions(span_ids, np.fromiter(cp.nodes, dtype=np.int64, count=len(cp.nodes)))
         times = times_array(frame, cp.stat, "auto")  # the per-node time the path was weighted by
-        on_path = np.fromiter(map(position.__getitem__, cp.nodes), dtype=np.intp, count=len(cp.nodes))
-        heavy = [cp.nodes[k] for k in top_indices(times[on_path], 5)]  # the longest first, the earliest of equals
+        # the longest first, the earliest of equals: (node id, position)
+        heavy = [(cp.nodes[k], int(on_path[k])) for k in top_indices(times[on_path], 5)]
         lines.append(f"  {graph.name}: {len(cp.nodes)} of {end - start} nodes, {format_time(cp.length_s)} of "
                      f"{format_time(cp.serial_s)} serial ({100 * cp.ratio:.0f}%)")
         if heavy:
             lines.append("    heaviest on it: " + ", ".join(
-                f"#{i} {types[position[i]]} {modules[position[i]] or ''}".rstrip() for i in heavy))
+                f"#{i} {types[at]} {modules[at] or ''}".rstrip() for i, at in heavy))
     return lines
 
 
@@ -180,5 +182,7 @@ def render_report(report: Report, width: int | None = None) -> str:
         extra.append(prose(render_eager(report.eager).splitlines()))
     sections[1:1] = extra
     if report.distributed is not None:  # a profile merged from several ranks
+        from graphprof.render.distributed_text import render_distributed
+
         sections.insert(2, render_distributed(report.distributed))
     return "\n\n".join(sections)

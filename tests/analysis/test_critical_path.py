@@ -101,3 +101,25 @@ def test_one_path_per_graph_of_a_profile() -> None:
     paths = critical_paths(Profile(graphs=(g0, g1)))
     assert [p.graph_id for p in paths] == [0, 1]
     assert [p.length_s for p in paths] == [pytest.approx(2.0), pytest.approx(7.0)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_array_path_of_a_loaded_profile_is_the_record_path(seed: int, tmp_path) -> None:
+    # Mostly chains (runs summed in one go by the array path), some joins, in-place writers (ORDER
+    # edges) and many equal times (ties): the profile's paths, loaded from a file, equal the records'.
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(300):
+        if i and rng.random() < 0.7:
+            inputs: tuple[int, ...] = (i - 1,)
+        else:
+            inputs = tuple(sorted(rng.sample(range(i), k=min(i, rng.randint(0, 3)))))
+        op_type = "add_" if rng.random() < 0.1 else "getitem" if rng.random() < 0.05 else "op"
+        nodes.append(node(i, op_type, inputs, (rng.choice([0.0, 1.0, 1.0, 2.0, 3.5]),)))
+    g = graph(*nodes)
+    path = tmp_path / "p.json"
+    Profile(graphs=(g,)).save(str(path))
+    (loaded,) = critical_paths(Profile.load(str(path)))
+    expected = critical_path(g)
+    assert (loaded.nodes, loaded.edge_kinds, loaded.length_s, loaded.serial_s) == (
+        expected.nodes, expected.edge_kinds, expected.length_s, expected.serial_s)

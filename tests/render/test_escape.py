@@ -102,7 +102,7 @@ def test_ctrl_c_exits_130_quietly(tmp_path, capsys, monkeypatch) -> None:
         raise KeyboardInterrupt
 
     parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda command=None: parser)
     for action in parser._subparsers._group_actions[0].choices.values():
         action.set_defaults(func=interrupted)
     path = tmp_path / "p.json"

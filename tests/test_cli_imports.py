@@ -1,0 +1,52 @@
+"""Each command imports what it uses: the start of ``graphprof report`` is not spent on the diff or the exporters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.profile.test_serialize import small_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_PROBE = """
+import json, sys
+from graphprof.cli import main
+main(sys.argv[1:])
+print(json.dumps({name: name in sys.modules for name in NAMES}), file=sys.stderr)
+"""
+
+
+def _imported(*argv: str) -> dict[str, bool]:
+    names = ["graphprof.analysis.diff", "graphprof.render.exporters", "graphprof.version", "numpy.ma",
+             "graphprof.analysis.distributed", "torch"]
+    code = f"NAMES = {names!r}\n" + _PROBE
+    done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stderr.strip().splitlines()[-1])  # printed last
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_a_view_imports_neither_the_diff_nor_the_exporters(tmp_path, command: str) -> None:
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    imported = _imported(command, str(path))
+    assert not any(imported.values()), imported
+
+
+def test_diff_and_export_import_their_own_modules(tmp_path) -> None:
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    assert _imported("diff", str(path), str(path))["graphprof.analysis.diff"]
+    assert _imported("export", str(path), "-o", str(tmp_path / "p.folded"))["graphprof.render.exporters"]
+
+
+def test_help_still_lists_every_command() -> None:
+    done = subprocess.run([sys.executable, "-m", "graphprof", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0
+    for command in ("demo", "analyze", "report", "calibrate", "export", "merge", "diff"):
+        assert command in done.stdout
