@@ -51,8 +51,8 @@ def render_utilisation(u: UtilisationReport, width: int | None = None) -> str:
     if len(u.per_step) > 1 and peaks:
         mfus = [m for s in u.per_step if (m := s.mfu(peaks[0])) is not None]
         if mfus:
-            lines.append(f"  MFU ({peaks[0].source}) per profiled step: {min(mfus) * 100:.1f}% to "
-                         f"{max(mfus) * 100:.1f}% over {len(mfus)} steps")
+            lines.extend(wrap_lines([f"  MFU ({peaks[0].source}) per profiled step: {min(mfus) * 100:.1f}% to "
+                                     f"{max(mfus) * 100:.1f}% over {len(mfus)} steps"], width))
     throughput = []
     if u.tokens_per_s is not None and u.workload is not None:
         throughput.append(f"{format_count(u.tokens_per_s, 'tokens/s')} ({u.workload.tokens_per_step:g} tokens per step)")

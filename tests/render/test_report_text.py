@@ -20,10 +20,15 @@ def _longest(text: str) -> int:
     return max(len(line) for line in text.splitlines())
 
 
+@pytest.mark.parametrize("calibrated", [False, True], ids=["no peaks", "calibrated peaks"])
 @pytest.mark.parametrize("width", [120, 90, 60])
-def test_every_line_of_the_report_fits_the_width(real: Profile, width: int) -> None:
+def test_every_line_of_the_report_fits_the_width(real: Profile, width: int, calibrated: bool) -> None:
+    if calibrated:  # as a profile taken after `graphprof calibrate` records them
+        real = dataclasses.replace(real, meta=dataclasses.replace(real.meta, peaks={"flops_per_s": 5e10, "bytes_per_s": 1e10}))
     text = render_report(build_report(real), width)
     assert _longest(text) <= width
+    if calibrated:  # the MFU lines are there to fit too, the per-step range the longest of them
+        assert "MFU (calibrated) per profiled step" in text
     assert "roofline of the top" in text and "bound" in text  # the verdict column always stays
 
 
