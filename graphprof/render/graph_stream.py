@@ -1,4 +1,5 @@
-"""GraphML and node-link JSON written straight to a file, without building a networkx graph.
+"""GraphML written straight to a file, without building a networkx graph; the rows and per-column
+text it shares with the node-link writer (``node_link_stream``).
 
 Why: a 100,000-node profile took 38 s as GraphML and 16 s as node-link JSON
 through networkx (an ElementTree of 3 million elements, then a pure-Python
@@ -45,13 +46,13 @@ _GRAPHML_HEAD = (
 )
 _XML_TYPE = {str: "string", int: "long", float: "double", bool: "boolean"}
 _TEXT_FIELDS = ("name", "op", "type", "module", "module_type", "source", "scope")
-_COUNT_FIELDS = ("flops", "bytes_read", "bytes_written")
+COUNT_FIELDS = ("flops", "bytes_read", "bytes_written")
 #: Node attributes in ``analysis.dataflow``'s order, GraphML's flattened memory keys in place of ``memory``.
 _GRAPHML_NODE_KEYS = (
     ("graph_id", int), ("position", int), ("node_id", int), *((f, str) for f in _TEXT_FIELDS[:3]),
     ("inputs", str), ("in_shapes", str), ("in_dtypes", str), ("out_shapes", str), ("out_dtypes", str),
     *((f, str) for f in _TEXT_FIELDS[3:6]), ("phase", str), ("scope", str), ("is_view", bool), ("inplace", bool),
-    *((f, int) for f in _COUNT_FIELDS), ("memory_allocated_bytes", int), ("memory_freed_bytes", int),
+    *((f, int) for f in COUNT_FIELDS), ("memory_allocated_bytes", int), ("memory_freed_bytes", int),
     ("memory_live_bytes", int), ("memory_live_by_category_bytes", str), ("host_time_s", str),
     ("device_time_s", str), ("time_s", float), ("graph_name", str), ("critical_path", bool),
 )
@@ -62,7 +63,7 @@ def _xml_text(text: str) -> str:
     return strip_control(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
@@ -70,7 +71,7 @@ def _numbers_text(values: tuple) -> str:
     """JSON of a tuple of ints or finite floats (``repr`` is JSON's own number text), else ``json.dumps``'s."""
     text = ", ".join(map(repr, values))
     if "n" in text or "(" in text:  # inf, nan or something that is not a plain number: let json decide
-        return _json_text(values)
+        return json_text(values)
     return f"[{text}]"
 
 
@@ -94,7 +95,7 @@ def model_typed(profile: Profile) -> bool:
         return False
     if any(_types(col(f)) != {str} for f in _TEXT_FIELDS):
         return False
-    if any(not _types(col(f)) <= {int, type(None)} for f in _COUNT_FIELDS):
+    if any(not _types(col(f)) <= {int, type(None)} for f in COUNT_FIELDS):
         return False
     by_category = col("live_by_category_bytes")
     if not _types(by_category) <= {dict, type(None)}:
@@ -155,7 +156,7 @@ class _Inplace:
         self.is_inplace, self.type = key
 
 
-def _inplace_flags(frame: NodeFrame, lo: int, hi: int) -> list[bool]:
+def inplace_flags(frame: NodeFrame, lo: int, hi: int) -> list[bool]:
     """``is_inplace_write`` of nodes ``[lo, hi)``, decided once per distinct (is_inplace, type)."""
     decided: dict[tuple[bool | None, str], bool] = {}
     pairs = list(zip(frame.column("is_inplace")[lo:hi], frame.column("type")[lo:hi]))
@@ -169,7 +170,7 @@ def _seconds_text(samples_ns: tuple[int, ...]) -> str:
     return _numbers_text(tuple([t / NS_PER_S for t in samples_ns])) if samples_ns else "[]"
 
 
-def _graph_attrs(profile: Profile, stat: str) -> dict[str, Any]:
+def graph_attrs(profile: Profile, stat: str) -> dict[str, Any]:
     meta = profile.meta
     return {"function": meta.function, "device_type": meta.device_type, "device_name": meta.device_name,
             "torch_version": meta.torch_version, "stat": stat, "steps": len(profile.steps),
@@ -194,11 +195,11 @@ def _graphml_keys(profile: Profile, graph_attrs: dict[str, Any], has_edges: bool
     present = set()
     if frame.column("live_by_category_bytes").count(None) < nodes:
         present |= {"memory_allocated_bytes", "memory_freed_bytes", "memory_live_bytes", "memory_live_by_category_bytes"}
-    present |= {f for f in _COUNT_FIELDS if frame.column(f).count(None) < nodes}
+    present |= {f for f in COUNT_FIELDS if frame.column(f).count(None) < nodes}
     if any(g.name is not None and lo < hi for g, lo, hi in graph_spans(profile, frame)):
         present.add("graph_name")
     for name, kind in _GRAPHML_NODE_KEYS:
-        optional = name.startswith("memory_") or name in _COUNT_FIELDS or name == "graph_name"
+        optional = name.startswith("memory_") or name in COUNT_FIELDS or name == "graph_name"
         if nodes and (not optional or name in present):
             add(name, name, "node", _XML_TYPE[kind])
     if has_edges:
@@ -234,10 +235,10 @@ def _text_lines(text: NodeText, key: str, values: Sequence[Any]) -> None:
 
 
 def _listed(value: Any) -> str:
-    return _xml_text(_json_text(value))
+    return _xml_text(json_text(value))
 
 
-def _int_lists(values: Sequence[Sequence[Any]]) -> list[str]:
+def input_list_texts(values: Sequence[Sequence[Any]]) -> list[str]:
     """Each node's inputs as the text between JSON brackets."""
     fast = int_lists(values)
     return fast if fast is not None else encoded(values, lambda v: _numbers_text(v)[1:-1], by_identity=True)
@@ -259,7 +260,7 @@ def samples_text(text: NodeText, before: str, after: str, rows: GraphRows, field
     text.text("]" + after)
 
 
-def _category_items(cats: list[dict[str, int] | None]) -> list[tuple[tuple[str, int], ...] | None]:
+def category_items(cats: list[dict[str, int] | None]) -> list[tuple[tuple[str, int], ...] | None]:
     """Each bytes-by-category mapping as its items: hashable, so each distinct one is written once."""
     if None in cats:
         return [None if c is None else tuple(c.items()) for c in cats]
@@ -274,7 +275,7 @@ def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[A
     if all([v is None for v in values] == absent for values in counts):
         for key, values in zip(keys, counts):
             text.column(_lines(key, values, str))
-        text.column(encoded(_category_items(cats), lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
+        text.column(encoded(category_items(cats), lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
         return
     text.column([
         "" if c is None else (f'      <data key="{keys[0]}">{a}</data>\n      <data key="{keys[1]}">{fr}</data>\n'
@@ -294,14 +295,14 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
     text.between(f'</data>\n      <data key="{k["node_id"]}">', ids, "</data>\n")
     for field in ("name", "op", "type"):
         _text_lines(text, k[field], col(field))
-    text.between(f'      <data key="{k["inputs"]}">[', _int_lists(col("inputs")), "]</data>\n")
+    text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(col("inputs")), "]</data>\n")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
         text.column(_lines(k[field], col(field), _listed, by_identity=True))
     for field in ("module", "module_type", "source", "phase", "scope"):
         _text_lines(text, k[field], col(field))
     text.column(_lines(k["is_view"], col("is_view"), str))
-    text.column(_lines(k["inplace"], _inplace_flags(frame, rows.lo + a, rows.lo + b), str))
-    for field in _COUNT_FIELDS:
+    text.column(_lines(k["inplace"], inplace_flags(frame, rows.lo + a, rows.lo + b), str))
+    for field in COUNT_FIELDS:
         if field in k:
             text.column(_lines(k[field], col(field), str))
     if "memory_allocated_bytes" in k:
@@ -319,10 +320,10 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
 def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
     """Write the GraphML of ``profile``'s dataflow graphs to ``f`` (``model_typed`` profiles only:
     ``graphml.write_graphml_file`` sends the others through networkx)."""
-    attrs = _graph_attrs(profile, stat)
+    attrs = graph_attrs(profile, stat)
     graphs = graph_rows(profile, stat)
     k, key_lines = _graphml_keys(profile, attrs, any(rows.edge_src for rows in graphs))
-    graph_data = "".join(_data(k["graph:" + name], _xml_text(_json_text(v) if isinstance(v, list) else str(v)))[2:]
+    graph_data = "".join(_data(k["graph:" + name], _xml_text(json_text(v) if isinstance(v, list) else str(v)))[2:]
                          for name, v in attrs.items() if v is not None)
     f.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
     frame = node_frame(profile)
@@ -336,110 +337,3 @@ def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
         edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
         edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(f, len(src))
     f.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last
-
-
-# -- node-link JSON ------------------------------------------------------------------------
-def _json_inner(text: str) -> str:
-    """A string's JSON text without its quotes (escaping works character by character)."""
-    return _json_text(text)[1:-1]
-
-
-def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
-    """Each node's ``"memory"`` member: an object, or null for a node without a memory record."""
-    cats = col("live_by_category_bytes")
-    counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
-    absent = [c is None for c in cats]
-    if all(absent):
-        text.text('"memory": null')
-    elif all([v is None for v in values] == absent for values in counts):
-        columns = [*(encoded(values, _count_text) for values in counts), encoded(_category_items(cats), _categories_json)]
-        for i, (head, column) in enumerate(zip(_MEMORY_HEADS, columns)):
-            if True in absent:  # a node without a record has "null" where the first head would be, then nothing
-                text.column(list(map({False: head, True: "" if i else '"memory": null'}.__getitem__, absent)))
-            else:
-                text.text(head)
-            text.column(column)
-    else:
-        text.text('"memory": ').column([
-            "null" if c is None else (f'{{"allocated_bytes": {a}, "freed_bytes": {fr}, "live_bytes": {lv}, '
-                                      f'"live_by_category_bytes": {_json_text(c)}}}')
-            for a, fr, lv, c in zip(*counts, cats)])
-
-
-_MEMORY_HEADS = ('"memory": {"allocated_bytes": ', ', "freed_bytes": ', ', "live_bytes": ',
-                 ', "live_by_category_bytes": ')
-
-
-def _count_text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _categories_json(pairs: tuple[tuple[str, int], ...] | None) -> str:
-    return "" if pairs is None else _json_text(dict(pairs)) + "}"
-
-
-def _null_or_text(value: Any) -> str:
-    return "null" if value is None else str(value)
-
-
-_BOOLEAN = {True: "true", False: "false"}
-
-
-def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeText:
-    """The node-link objects of the graph's nodes at positions ``[a, b)``, each after ``",\n"``."""
-    def col(name: str) -> list[Any]:
-        return frame.column(name)[rows.lo + a:rows.lo + b]
-
-    def strings(field: str) -> None:  # the strings as they are, between quotes, when none needs escaping
-        values = col(field)
-        clean = escaped(values, _json_inner)
-        if clean is None:
-            text.between(f', "{field}": ', encoded(values, _json_text), "")
-        else:
-            text.between(f', "{field}": "', clean, '"')
-
-    gid, ids = rows.graph.id, rows.id_text[a:b]
-    text = NodeText().between(f',\n{{"graph_id": {gid}, "position": ', rows.position_text[a:b], ', "node_id": ')
-    text.column(ids)
-    for field in ("name", "op", "type"):
-        strings(field)
-    text.between(', "inputs": [', _int_lists(col("inputs")), "]")
-    for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
-        text.between(f', "{field}": ', encoded(col(field), _json_text, by_identity=True), "")
-    for field in ("module", "module_type", "source", "phase", "scope"):
-        strings(field)
-    text.between(', "is_view": ', encoded(col("is_view"), _BOOLEAN.__getitem__), "")
-    text.between(', "inplace": ', encoded(_inplace_flags(frame, rows.lo + a, rows.lo + b), _BOOLEAN.__getitem__), "")
-    for field in _COUNT_FIELDS:
-        text.between(f', "{field}": ', encoded(col(field), _null_or_text), "")
-    text.text(", ")
-    _node_link_memory(text, col)
-    samples_text(text, ', "host_time_s": ', "", rows, "host_time_ns", col("host_time_ns"), a, b)
-    samples_text(text, ', "device_time_s": ', "", rows, "device_time_ns", col("device_time_ns"), a, b)
-    text.between(', "time_s": ', float_texts(rows.times[a:b], _json_text), "")
-    text.text(f', "graph_name": {_json_text(rows.graph.name)}, "critical_path": ')
-    text.column(encoded(rows.critical[a:b], _BOOLEAN.__getitem__))
-    return text.between(f', "id": "{gid}:', ids, '"}')
-
-
-def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
-    """Write networkx node-link JSON of ``profile`` to ``f`` (``nx.node_link_graph(data, edges="edges")`` reads it)."""
-    attrs = _graph_attrs(profile, stat)
-    graphs = graph_rows(profile, stat)
-    f.write('{"directed": true, "multigraph": false, "graph": ' + _json_text(attrs) + ', "nodes": [')
-    frame = node_frame(profile)
-    skip = 1  # the first node follows "[\n", the others ",\n"
-    for rows in graphs:
-        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
-            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
-            _node_link_nodes(frame, rows, a, b).write(f, b - a, skip)
-            skip = 0
-    f.write('\n], "edges": [')
-    skip = 1
-    for rows in graphs:
-        gid = rows.graph.id
-        src, dst, kinds = rows.edge_columns()
-        edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
-        edges.between(f'", "target": "{gid}:', dst, '"}').write(f, len(src), skip)
-        skip = skip and not src
-    f.write("\n]}\n")

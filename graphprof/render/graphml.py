@@ -23,7 +23,8 @@ from graphprof.analysis.critical_path import critical_path
 from graphprof.analysis.dataflow import EdgeKind, dataflow_graph
 from graphprof.profile.model import Profile
 from graphprof.render.escape import strip_control
-from graphprof.render.graph_stream import model_typed, write_graphml, write_node_link
+from graphprof.render.graph_stream import model_typed, write_graphml
+from graphprof.render.node_link_stream import write_node_link
 
 if TYPE_CHECKING:  # only the networkx fallback and profile_graph build a graph: the streamed writers need no import
     import networkx as nx

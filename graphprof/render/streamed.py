@@ -57,7 +57,7 @@ def _graphml(profile: Profile, options: ExportOptions, f: IO[str]) -> None:
 
 
 def _node_link(profile: Profile, options: ExportOptions, f: IO[str]) -> None:
-    from graphprof.render.graph_stream import write_node_link
+    from graphprof.render.node_link_stream import write_node_link
 
     write_node_link(profile, f, stat=options.stat)
 

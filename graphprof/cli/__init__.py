@@ -11,13 +11,14 @@ import argparse
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
+from graphprof.cli.loading import keep_until_exit, load_for_analysis, load_frozen, thaw
+from graphprof.cli.table_options import add_table_options, table_options_from_args
 from graphprof.profile.serialize import ProfileError
 from graphprof.render.escape import terminal_line, terminal_text
 
 if TYPE_CHECKING:
-    from graphprof.analysis.options import TableOptions
     from graphprof.analysis.roofline import Peaks
     from graphprof.profile.model import Profile
 
@@ -48,116 +49,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     emit(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
     return 0
-
-
-#: MegEngine's --print-only device|host: the table alone, on that clock ("auto" is the device
-#: clock when one was recorded, and the host clock on a CPU).
-_MEGENGINE_PRINT_ONLY = {"device": "auto", "host": "host"}
-
-
-def add_table_options(parser: argparse.ArgumentParser, top: int = 10) -> None:
-    """Add the table options of ``graphprof analyze`` to ``parser`` (for every command that prints a table).
-
-    Read them back with ``table_options_from_args``. They mirror MegEngine's
-    profile_analyze where it has the option, and ``Profile.table``'s keywords.
-    """
-    from graphprof.analysis.options import AGGREGATE_BY, AGGREGATES, CLOCKS, PHASES, PRINT_ONLY, STATS, TableOptions
-
-    default = TableOptions()
-    g = parser.add_argument_group("table options")
-    g.add_argument("-t", "--top", type=int, default=top, metavar="N", help=f"rows to show, 0 = all (default {top})")
-    g.add_argument("--type", action="append", metavar="T",
-                   help="keep ops of this type; addmm, aten.addmm and aten.addmm.default all match (repeatable)")
-    g.add_argument("--name", "--opr-name", metavar="REGEX",
-                   help="keep nodes whose name matches (re.search; --opr-name is MegEngine's spelling)")
-    g.add_argument("--module", metavar="REGEX", help="keep nodes whose module path matches (re.search)")
-    g.add_argument("--input-dtype", metavar="D", help="keep nodes with an input of this dtype (float32, torch.float16, ...)")
-    g.add_argument("--phase", action="append", choices=PHASES, help="keep nodes of this phase (repeatable)")
-    g.add_argument("--aggregate", choices=AGGREGATES,
-                   help="fold nodes with this function; without --aggregate-by into one row 'all'")
-    g.add_argument("--aggregate-by", choices=AGGREGATE_BY, help="one row per group (sums without --aggregate)")
-    g.add_argument("--module-depth", type=int, metavar="N", help="with --aggregate-by module: group by the first N path parts")
-    g.add_argument("--order-by", default=default.order_by, metavar="[+]COL",
-                   help="order by any column (time, flops, flop_per_s, bytes_moved, bandwidth, intensity, "
-                        f"live_bytes, calls, id, type, in_shapes, ...); + = ascending (default {default.order_by})")
-    g.add_argument("--min-time", type=float, metavar="S", help="drop single nodes faster than S seconds")
-    g.add_argument("--max-time", type=float, metavar="S", help="drop single nodes slower than S seconds")
-    g.add_argument("--stat", default=default.stat, choices=STATS,
-                   help=f"statistic over profiled steps (default {default.stat})")
-    g.add_argument("--clock", default=default.clock, choices=CLOCKS, help="host or device time (auto: device when recorded)")
-    g.add_argument("--show-host", dest="clock", action="store_const", const="host",
-                   help="MegEngine's spelling of --clock host")
-    g.add_argument("--print-only", choices=(*PRINT_ONLY, *_MEGENGINE_PRINT_ONLY),
-                   help="print only the summary or only the table (MegEngine's device and host: the table "
-                        "on that clock)")
-    g.add_argument("--format", default=default.format, metavar="FMT",
-                   help="a tabulate format (simple, github, grid, fancy_grid, ...), or csv or json with raw SI numbers")
-    g.add_argument("--wiki", "--confluence", dest="format", action="store_const", const="orgtbl",
-                   help="MegEngine's wiki table: --format orgtbl")
-    g.add_argument("--columns", metavar="COL,...",
-                   help="print these columns in this order (keys or aliases as --order-by takes; 'all' for every "
-                        "one); also the fields of --format json/csv")
-    g.add_argument("--wide", action="store_true",
-                   help="every default column, names unclipped, whatever the width")
-    g.add_argument("--width", type=int, metavar="N",
-                   help="fit the table to N characters (default: COLUMNS, else the terminal, else 120)")
-
-
-def table_options_from_args(args: argparse.Namespace) -> "TableOptions":
-    """The validated TableOptions of parsed ``add_table_options`` flags (ValueError: one sentence)."""
-    from graphprof.analysis.options import TABLE_KEYWORDS, make_options
-
-    keywords = {key: getattr(args, key) for key in TABLE_KEYWORDS}  # each flag's dest is its keyword
-    if keywords["print_only"] in _MEGENGINE_PRINT_ONLY:  # MegEngine's device or host table
-        keywords["print_only"], keywords["clock"] = "table", _MEGENGINE_PRINT_ONLY[keywords["print_only"]]
-    return make_options(**keywords)
-
-
-#: What the running command loaded, kept until the process ends when ``run`` is the entry point (None: not kept).
-_held: list[Any] | None = None
-#: Whether ``load_frozen`` froze the collector's view in this command: ``main`` thaws it again
-#: when it was called in a longer-lived process (a test, a notebook), whose cycles must stay collectable.
-_frozen = False
-
-
-def load_frozen(path: str) -> "Profile":
-    """Load a profile file (ProfileError: one sentence) and move everything alive into the collector's
-    permanent generation.
-
-    Why: a loaded profile is immutable and holds millions of objects; with the
-    collector running, the first collection after the load walks all of them
-    (a second on a million nodes) and every later full collection walks them
-    again. Frozen, they are never walked. Only this process does so: it exits
-    after one command, and a library caller's collector is left alone.
-    """
-    import gc
-
-    from graphprof.profile.model import load_profile
-    from graphprof.progress import stage
-
-    global _frozen
-    enabled = gc.isenabled()
-    gc.disable()  # no collection at the end of the load either (the loader pauses it only while it reads)
-    try:
-        with stage(f"loading {terminal_line(path)}"):
-            profile = load_profile(path)
-    finally:
-        gc.freeze()
-        _frozen = True
-        if enabled:
-            gc.enable()
-    if _held is not None:
-        _held.append(profile)
-    return profile
-
-
-def load_for_analysis(path: str) -> "Profile":
-    """Load a profile file (``load_frozen``) and insist it has nodes and profiled steps (ProfileError: one sentence)."""
-    from graphprof.profile.model import require_samples
-
-    profile = load_frozen(path)
-    require_samples(profile, path)
-    return profile
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -460,17 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run_command(args)
     finally:
-        _thaw()
-
-
-def _thaw() -> None:
-    """Undo ``load_frozen``'s freeze, unless the process ends with this command (``run``)."""
-    global _frozen
-    if _frozen and _held is None:
-        import gc
-
-        gc.unfreeze()
-    _frozen = False
+        thaw()
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -503,10 +384,9 @@ def run() -> NoReturn:
     profiler or a tracer (``python -m cProfile -m graphprof``, coverage) the
     process ends as usual, so that they can write what they measured.
     """
-    global _held
     if sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(main())
-    _held = []
+    keep_until_exit()
     status = main()
     try:
         sys.stdout.flush()
