@@ -17,11 +17,6 @@ from graphprof.analysis.node_time import node_times_s, profile_clock
 from graphprof.profile.model import NodeRecord, Profile
 
 
-def flat_nodes(profile: Profile) -> NodePairs:
-    """Every (graph, node) in execution order, as a list (indexed by the table code); shared, do not modify."""
-    return node_frame(profile).pairs
-
-
 def resolve_clock(profile: Profile, clock: str) -> str:
     """The clock a view of ``profile`` shows: ``auto`` is each node's own clock (device time where
     recorded, else host time), named ``host`` or ``device`` when one clock covers every node."""

@@ -151,10 +151,6 @@ class UtilisationReport:
         return w.samples_per_step / self.step.time_s
 
 
-def _model_dtype(nodes: list[NodeRecord]) -> str | None:
-    return _dtype_of_most(((n.in_dtypes, n.flops) for n in nodes if is_model_op(n) and n.flops))
-
-
 def _dtype_of_most(model_ops: Iterable[tuple[tuple[str | None, ...], int]]) -> str | None:
     """The input dtype carrying most FLOPs over (input dtypes, FLOPs) of model ops; the first of equals."""
     by_dtype: dict[str, int] = {}

@@ -47,13 +47,8 @@ def _module_path(module: str) -> str:
 
 #: How many module levels up a stack's text looks for a prefix already made.
 _PREFIX_WALK = 32
-#: A distinct stack: (root frames, phase, module path, op frame); its frames are ``_frames_of(key)``.
+#: A distinct stack: (root frames, phase, module path, op frame).
 _StackKey = tuple[tuple[str, ...], str, str, str]
-
-
-def _frames_of(key: _StackKey) -> tuple[str, ...]:
-    roots, phase, path, last = key
-    return (*roots, phase, *_module_frames(path), last)
 
 
 def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str], list[float]]:
@@ -132,12 +127,6 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str
     texts = [leads[(r, p)] + module_texts[m] + ";" + leaf_texts[f] for r, p, m, f in stack_codes]
     sums = np.bincount(stack, weights=times, minlength=len(stacks)).tolist()
     return stacks, texts, sums
-
-
-def folded_times_s(profile: Profile, stat: str = "median") -> dict[tuple[str, ...], float]:
-    """Self time in seconds per stack, summed over the nodes sharing it (first-seen order)."""
-    stacks, _, sums = _stack_table(profile, stat)
-    return {_frames_of(key): time_s for key, time_s in zip(stacks, sums)}
 
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:

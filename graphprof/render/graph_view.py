@@ -104,10 +104,6 @@ def is_hideable(node: NodeRecord) -> bool:
     return node.is_view or node.type == "getitem" or (not node.inputs and node.type in CONSTANT_FACTORIES)
 
 
-def _module_depth(module: str) -> int:
-    return len([p for p in module.split(".") if p])
-
-
 def _node_tooltip(node: NodeRecord, time_s: float) -> str:
     lines = [f"{node.name}: {node.op}", f"module: {node.module or TOP_LEVEL} ({node.module_type or '-'})",
              f"source: {node.source or '-'}", f"in: {shapes_text(node.in_shapes, limit=6)}",
