@@ -5,7 +5,7 @@ of text in which only a few pieces per node change. Formatting each node
 with its own template (or dozens of small joins) cost a few microseconds per
 node; here every column's text is made in C-level passes (each distinct
 value encoded once, escaping checked on a whole column at once, sample
-times converted once per distinct tick count) and a chunk of nodes becomes
+times formatted a whole array at a time) and a chunk of nodes becomes
 one list of pieces, filled a column at a time by slice assignment, and one
 ``str.join``.
 """
@@ -19,6 +19,7 @@ from typing import IO, Any
 import numpy as np
 
 from graphprof.profile.model import NS_PER_S
+from graphprof.render.json_floats import float_texts
 
 #: Nodes per write: large enough that writes are few, small enough that a chunk's text stays small.
 CHUNK_NODES = 8192
@@ -100,24 +101,9 @@ def int_lists(values: Sequence[Sequence[Any]]) -> list[str] | None:
     return text[2:-2].split("], [")
 
 
-def _unique_texts(array: np.ndarray, encode: Callable[[Any], str], as_type: type = np.int64) -> np.ndarray:
-    """``encode`` of each element of an int64 array (read as ``as_type``), as an object array of its shape;
-    once per distinct value."""
-    distinct, where = np.unique(array, return_inverse=True)
-    texts = np.array([encode(v) for v in distinct.view(as_type).tolist()] or [""], dtype=object)
-    return texts[where.reshape(array.shape)]
-
-
 def seconds_columns(ticks_ns: np.ndarray) -> list[list[str]] | None:
     """Per step, each node's sample (``ticks_ns``: steps x nodes) as ``repr`` of its seconds, or None
     when a sample is too large to convert exactly."""
     if ticks_ns.size and int(np.abs(ticks_ns).max()) >= _EXACT_INT:
         return None
-    texts = _unique_texts(ticks_ns, lambda t: repr(t / NS_PER_S))
-    return [row.tolist() for row in texts]
-
-
-def float_texts(values: Sequence[float], encode: Callable[[float], str]) -> list[str]:
-    """``encode`` of each float, once per distinct bit pattern (so ``-0.0`` is not ``0.0``)."""
-    bits = np.array(values, dtype=np.float64).view(np.int64)
-    return _unique_texts(bits, encode, np.float64).tolist()  # type: ignore[no-any-return]
+    return [float_texts(row / NS_PER_S) for row in ticks_ns]

@@ -27,14 +27,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+import numpy as np
+
 from graphprof.analysis.critical_path import paths_and_edges
 from graphprof.analysis.dataflow import is_inplace_write
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
-from graphprof.render.column_text import NodeText, encoded, escaped, float_texts, int_lists, seconds_columns
+from graphprof.render.column_text import NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
+from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import adjacency, graph_spans
 
 #: Nodes whose columns of text are made at once: bounds the memory a million-node graph's text takes.
@@ -311,7 +314,7 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
     samples_text(text, f'      <data key="{k["host_time_s"]}">', "</data>\n", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, f'      <data key="{k["device_time_s"]}">', "</data>\n", rows, "device_time_ns",
                  col("device_time_ns"), a, b)
-    text.between(f'      <data key="{k["time_s"]}">', float_texts(rows.times[a:b], repr), "</data>\n")
+    text.between(f'      <data key="{k["time_s"]}">', float_texts(np.asarray(rows.times[a:b], dtype=np.float64)), "</data>\n")
     if rows.graph.name is not None:
         text.text(_data(k["graph_name"], _xml_text(rows.graph.name)))
     return text.column(_lines(k["critical_path"], rows.critical[a:b], str)).text("    </node>\n")

@@ -6,7 +6,8 @@ time was a third of the export. orjson formats a float64 array in C with the
 same shortest round-trip digits as ``repr`` and the same notation, except
 below 1e-4, where it writes ``0.00001`` and ``1e-7`` for ``repr``'s
 ``1e-05`` and ``1e-07``: those few (and NaN and infinities, which JSON has
-no number for) are taken from ``repr`` itself.
+no number for) are taken from ``repr`` itself, once per distinct value;
+an array of mostly such values (sample times in seconds) skips orjson.
 """
 
 from __future__ import annotations
@@ -23,9 +24,19 @@ def float_texts(values: np.ndarray) -> list[str]:
     if not len(values):
         return []
     values = np.ascontiguousarray(values, dtype=np.float64)
-    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
     with np.errstate(invalid="ignore"):
-        odd = np.flatnonzero(~(np.isfinite(values) & ((np.abs(values) >= _FIXED_FROM) | (values == 0))))
-    for i in odd.tolist():
-        texts[i] = repr(float(values[i]))
+        odd = ~(np.isfinite(values) & ((np.abs(values) >= _FIXED_FROM) | (values == 0)))
+    if 2 * np.count_nonzero(odd) > len(values):  # mostly small (times in seconds): orjson's text would be redone
+        return _distinct_reprs(values)
+    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+    where = np.flatnonzero(odd)
+    for i, text in zip(where.tolist(), _distinct_reprs(values[where])):
+        texts[i] = text
     return texts
+
+
+def _distinct_reprs(values: np.ndarray) -> list[str]:
+    """``repr`` of each float, made once per distinct bit pattern (so ``-0.0`` keeps its sign)."""
+    distinct, where = np.unique(values.view(np.int64), return_inverse=True)
+    reprs = np.array(list(map(repr, distinct.view(np.float64).tolist())) or [""], dtype=object)
+    return reprs[where.reshape(-1)].tolist()  # type: ignore[no-any-return]

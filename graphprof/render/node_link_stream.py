@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO, Any
 
+import numpy as np
+
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.profile.model import Profile
-from graphprof.render.column_text import NodeText, encoded, escaped, float_texts
+from graphprof.render.column_text import NodeText, encoded, escaped
 from graphprof.render.graph_stream import (
     BLOCK_NODES,
     COUNT_FIELDS,
@@ -29,6 +31,7 @@ from graphprof.render.graph_stream import (
     json_text,
     samples_text,
 )
+from graphprof.render.json_floats import float_texts
 
 
 def _json_inner(text: str) -> str:
@@ -108,7 +111,8 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
     _node_link_memory(text, col)
     samples_text(text, ', "host_time_s": ', "", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, ', "device_time_s": ', "", rows, "device_time_ns", col("device_time_ns"), a, b)
-    text.between(', "time_s": ', float_texts(rows.times[a:b], json_text), "")
+    times = np.asarray(rows.times[a:b], dtype=np.float64)  # JSON has no NaN: json_text refuses it, as before
+    text.between(', "time_s": ', float_texts(times) if np.isfinite(times).all() else encoded(rows.times[a:b], json_text), "")
     text.text(f', "graph_name": {json_text(rows.graph.name)}, "critical_path": ')
     text.column(encoded(rows.critical[a:b], _BOOLEAN.__getitem__))
     return text.between(f', "id": "{gid}:', ids, '"}')
