@@ -8,12 +8,14 @@ turns the results into text and SVG.
 
 from __future__ import annotations
 
-import operator
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from graphprof.analysis.frame import graph_column, graph_record
+import numpy as np
+
+from graphprof.analysis.frame import graph_column, graph_record, node_frame
+from graphprof.analysis.memory_columns import GraphMemory, graph_memory, last_index
 from graphprof.profile.model import MEMORY_CATEGORIES, GraphRecord, NodeRecord, Profile
 
 
@@ -102,6 +104,36 @@ class MemoryTimeline:
         return not self.node_ids
 
 
+@dataclass(frozen=True)
+class TimelineColumns:
+    """A ``MemoryTimeline`` with its per-node series as arrays (int64, or object arrays of Python ints).
+
+    Why: the SVG reduces 100,000 nodes to a few hundred pixel columns, which
+    numpy does over arrays at once; tuples of Python ints are only made for
+    callers of ``memory_timeline``.
+    """
+
+    graph: str
+    categories: tuple[str, ...]
+    node_ids: list[int]
+    node_names: list[str]
+    phases: list[str]
+    live_by_category: tuple[np.ndarray, ...]
+    live_bytes: np.ndarray
+    during_bytes: np.ndarray
+    start_bytes: int
+    peak_index: int
+    peak_bytes: int
+    device_allocated: tuple[tuple[int, int], ...] = ()
+
+    def timeline(self) -> MemoryTimeline:
+        return MemoryTimeline(
+            self.graph, self.categories, tuple(self.node_ids), tuple(self.node_names), tuple(self.phases),
+            tuple(tuple(v.tolist()) for v in self.live_by_category), tuple(self.live_bytes.tolist()),
+            tuple(self.during_bytes.tolist()), self.start_bytes, self.peak_index, self.peak_bytes,
+            self.device_allocated)
+
+
 def find_graph(profile: Profile, graph_id: int = 0) -> GraphRecord | None:
     """The graph with id ``graph_id``; None when the profile has no such graph."""
     return next((g for g in profile.graphs if g.id == graph_id), None)
@@ -129,87 +161,95 @@ def _device_stats(graph: GraphRecord) -> DeviceMemoryStats | None:
     )
 
 
+def _scalar(value: Any) -> Any:
+    """An array element as the Python number the records hold (object arrays hold those already)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _graph_memory(profile: Profile, graph: GraphRecord) -> GraphMemory:
+    """``graph_memory(graph)``, read once per profile: the summary and the timeline both need it."""
+    return node_frame(profile).memo(("graph_memory", graph.id), lambda: graph_memory(graph))  # type: ignore[no-any-return]
+
+
 def memory_summary(profile: Profile, graph_id: int = 0) -> MemorySummary:
     """The memory peak of graph ``graph_id``: bytes, node, module, source line, categories, tensors."""
     graph = find_graph(profile, graph_id)
     if graph is None:
         return MemorySummary(str(graph_id), False, 0, None, 0, 0, 0, 0, (), ())
     # Columns, not records: only the nodes the summary names are built.
-    kept = [i for i, v in enumerate(graph_column(graph, "live_bytes")) if v is not None]  # nodes with a record
+    memory = _graph_memory(profile, graph)
     peak = graph.memory_peak
-    if not kept or peak is None:
+    if not len(memory) or peak is None:
         return MemorySummary(graph.name, False, 0, None, 0, 0, 0, 0, (), (), _device_stats(graph))
-    position = {node_id: i for i, node_id in enumerate(graph_column(graph, "id"))}
+    ids = graph_column(graph, "id")
 
     def ref(node_id: int) -> NodeRef | None:
-        return _ref(graph_record(graph, position[node_id])) if node_id in position else None
+        i = last_index(ids, node_id)
+        return _ref(graph_record(graph, i)) if i is not None else None
 
     cats = sorted(((c, b) for c, b in peak.by_category_bytes.items() if b), key=lambda kv: (-kv[1], kv[0]))
     largest = tuple(PeakTensorRow(t.name, t.nbytes, t.category, ref(t.node_id)) for t in peak.largest_tensors)
-    workspace = graph_column(graph, "workspace_allocated_bytes")
-    allocated, freed = graph_column(graph, "allocated_bytes"), graph_column(graph, "freed_bytes")
+    fields = memory.fields
+    workspace = fields["workspace_allocated_bytes"]
     return MemorySummary(
         graph=graph.name,
         has_model=True,
         peak_bytes=peak.live_bytes,
         peak_node=ref(peak.node_id),
         start_bytes=peak.start_bytes,
-        end_bytes=graph_column(graph, "live_bytes")[kept[-1]],
+        end_bytes=_scalar(fields["live_bytes"][-1]),
         # kernel workspace (measured, runtime/workspace.py) is allocated in the step too
-        allocated_bytes=sum(allocated[i] + workspace[i] for i in kept),
-        freed_bytes=sum(freed[i] + workspace[i] for i in kept),  # workspace is freed inside its op
+        allocated_bytes=sum((fields["allocated_bytes"] + workspace).tolist()),
+        freed_bytes=sum((fields["freed_bytes"] + workspace).tolist()),  # workspace is freed inside its op
         by_category_bytes=tuple(cats),
         largest=largest,
         device=_device_stats(graph),
     )
 
 
-def memory_timeline(profile: Profile, graph_id: int = 0) -> MemoryTimeline:
-    """Live bytes by category after every op node of graph ``graph_id`` (empty without records)."""
+def timeline_columns(profile: Profile, graph_id: int = 0) -> TimelineColumns:
+    """``memory_timeline`` as arrays (what a plot that reduces nodes to pixel columns reads)."""
     graph = find_graph(profile, graph_id)
     name = graph.name if graph is not None else str(graph_id)
-    # Columns, not records: a timeline of a loaded graph builds no NodeRecord.
-    live_column = graph_column(graph, "live_bytes") if graph is not None else []
-    kept = [i for i, v in enumerate(live_column) if v is not None]  # nodes with a memory record
-    if not kept:
-        return MemoryTimeline(name, (), (), (), (), (), (), (), 0, -1, 0)
-    assert graph is not None
-    pick = operator.itemgetter(*kept)
-
-    def picked(column: str) -> tuple[Any, ...]:
-        values = pick(graph_column(graph, column))
-        return values if len(kept) > 1 else (values,)
-
-    by_category = picked("live_by_category_bytes")
+    memory = _graph_memory(profile, graph) if graph is not None else None
+    if graph is None or memory is None or not len(memory):
+        return TimelineColumns(name, (), [], [], [], (), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                               0, -1, 0)
+    fields = memory.fields
     categories = _ordered_categories(  # categories that are ever non-zero (a file may hold explicit zeros)
-        {c for cats in by_category for c, b in cats.items() if b})
-    per_cat = tuple(tuple(int(cats.get(c, 0)) for cats in by_category) for c in categories)
-    live = picked("live_bytes")
-    freed, allocated = picked("freed_bytes"), picked("allocated_bytes")
-    during = tuple(a + f + w for a, f, w in zip(live, freed, picked("workspace_bytes")))
-    start = live[0] + freed[0] - allocated[0]
-    ids = picked("id")
-    peak = graph.memory_peak if graph is not None else None
-    index_of = {node_id: i for i, node_id in enumerate(ids)}
-    if peak is not None and peak.node_id in index_of:
-        peak_index, peak_bytes = index_of[peak.node_id], peak.live_bytes
+        {c for c, values in memory.by_category.items() if values.any()})
+    live, freed, allocated = fields["live_bytes"], fields["freed_bytes"], fields["allocated_bytes"]
+    during = live + freed + fields["workspace_bytes"]
+    ids = memory.pick(graph_column(graph, "id"))
+    peak = graph.memory_peak
+    at = last_index(ids, peak.node_id) if peak is not None else None
+    if peak is not None and at is not None:
+        peak_index, peak_bytes = at, peak.live_bytes
     else:
-        peak_index = max(range(len(during)), key=during.__getitem__)
-        peak_bytes = during[peak_index]
-    return MemoryTimeline(
+        peak_index = int(np.argmax(during))  # the first of equal largest values
+        peak_bytes = _scalar(during[peak_index])
+    device: tuple[tuple[int, int], ...] = ()
+    if graph.device_memory:
+        device = _device_series(graph, {node_id: i for i, node_id in enumerate(ids)})
+    return TimelineColumns(
         graph=name,
         categories=categories,
         node_ids=ids,
-        node_names=picked("name"),
-        phases=picked("phase"),
-        live_by_category=per_cat,
+        node_names=memory.pick(graph_column(graph, "name")),
+        phases=memory.pick(graph_column(graph, "phase")),
+        live_by_category=tuple(memory.by_category[c] for c in categories),
         live_bytes=live,
         during_bytes=during,
-        start_bytes=start,
+        start_bytes=_scalar(live[0] + freed[0] - allocated[0]),
         peak_index=peak_index,
         peak_bytes=peak_bytes,
-        device_allocated=_device_series(graph, index_of) if graph is not None else (),
+        device_allocated=device,
     )
+
+
+def memory_timeline(profile: Profile, graph_id: int = 0) -> MemoryTimeline:
+    """Live bytes by category after every op node of graph ``graph_id`` (empty without records)."""
+    return timeline_columns(profile, graph_id).timeline()
 
 
 def _device_series(graph: GraphRecord, index_of: dict[int, int]) -> tuple[tuple[int, int], ...]:

@@ -25,6 +25,7 @@ from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.eager import eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.memory_columns import has_memory_records
 from graphprof.analysis.options import TableOptions
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
@@ -273,7 +274,7 @@ def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) 
         from graphprof.render.memory_svg import memory_timeline_svg
     except ImportError:
         return '<p class="note">This graphprof has no memory timeline renderer.</p>'
-    if frame.column("live_by_category_bytes").count(None) == len(frame):  # no node has a memory record
+    if not has_memory_records(profile.graphs):
         return '<p class="note">The profile has no modelled memory (the memory pass did not run).</p>'
     try:
         svg = memory_timeline_svg(profile, graph_id=options.graph_id)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from graphprof.analysis.memory import MemorySummary, MemoryTimeline, memory_summary, memory_timeline
+import numpy as np
+
+from graphprof.analysis.memory import MemorySummary, TimelineColumns, memory_summary, timeline_columns
 from graphprof.profile.model import Profile
 from graphprof.render.escape import html_text
 
@@ -82,16 +84,26 @@ def _empty_svg(message: str) -> str:
 
 def memory_timeline_svg(profile: Profile, graph_id: int = 0) -> str:
     """SVG text of graph ``graph_id``'s memory timeline (a short notice when there is no memory data)."""
-    timeline = memory_timeline(profile, graph_id)
-    if timeline.empty:
+    timeline = timeline_columns(profile, graph_id)
+    if not timeline.node_ids:
         return _empty_svg(f"No memory records for graph {graph_id} in this profile.")
     return _render(timeline, memory_summary(profile, graph_id), profile.meta.function)
 
 
-def _render(t: MemoryTimeline, summary: MemorySummary, function: str) -> str:
+def _column_reps(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per bucket (``starts`` of contiguous ranges), the index of its first largest value:
+    ``max(range(s, e), key=values.__getitem__)`` for every bucket at once."""
+    n = len(values)
+    largest = np.repeat(np.maximum.reduceat(values, starts), np.diff(np.append(starts, n)))
+    return np.minimum.reduceat(np.where(values == largest, np.arange(n), n), starts)  # type: ignore[no-any-return]
+
+
+def _render(t: TimelineColumns, summary: MemorySummary, function: str) -> str:
     n = len(t.node_ids)
     device_max = max((b for _, b in t.device_allocated), default=0)
-    ticks, labels, y_top = byte_ticks(max(t.peak_bytes, max(t.during_bytes), device_max, 1))
+    during_max = t.during_bytes.max()
+    ticks, labels, y_top = byte_ticks(max(t.peak_bytes, during_max.item() if isinstance(during_max, np.generic)
+                                          else during_max, device_max, 1))
     plot_w, plot_h = RIGHT - LEFT, BOTTOM - TOP
     buckets = _buckets(n, int(plot_w))
     col_w = plot_w / len(buckets)
@@ -123,14 +135,16 @@ def _render(t: MemoryTimeline, summary: MemorySummary, function: str) -> str:
     out.append(_text(22, (TOP + BOTTOM) / 2, "live bytes", 13, "middle",
                      extra=f" transform='rotate(-90 22 {_fmt((TOP + BOTTOM) / 2)})'"))
     # stacked areas, one step per column
-    reps = [max(range(s, e), key=t.live_bytes.__getitem__) for s, e in buckets]
+    # (the column values as Python ints, so y_of's arithmetic is Python's)
+    starts = np.array([s for s, _ in buckets], dtype=np.intp)
+    reps = _column_reps(t.live_bytes, starts)
     lower = [0] * len(reps)
     for c, category in enumerate(t.categories):
-        upper = [lo + t.live_by_category[c][r] for lo, r in zip(lower, reps)]
+        upper = [lo + v for lo, v in zip(lower, t.live_by_category[c][reps].tolist())]
         out.append(_area(category, lower, upper, col_w, y_of))
         lower = upper
     # bytes in use while each op runs: the stack plus what the op frees when it ends
-    during = [max(t.during_bytes[s:e]) for s, e in buckets]
+    during = np.maximum.reduceat(t.during_bytes, starts).tolist()
     out.append(_area("freed when the op ends", lower, during, col_w, y_of, _FREED_COLOR))
     points = _step_points(during, col_w, y_of)
     out.append(f"<polyline points='{' '.join(points)}' fill='none' stroke='#222222' stroke-width='1' "
@@ -189,14 +203,14 @@ def _area(category: str, lower: list[int], upper: list[int], col_w: float, y_of,
             f"<title>{html_text(category)}</title></path>")
 
 
-def _phase_strip(t: MemoryTimeline, x_of) -> list[str]:  # type: ignore[no-untyped-def]
+def _phase_strip(t: TimelineColumns, x_of) -> list[str]:  # type: ignore[no-untyped-def]
     """Coloured runs of forward, backward and optimizer nodes above the plot."""
     out: list[str] = []
     y0, h = TOP - 26, 16
+    phases = np.array(t.phases, dtype=object)
+    ends = (np.flatnonzero(phases[1:] != phases[:-1]) + 1).tolist() + [len(t.phases)]
     start = 0
-    for i in range(1, len(t.phases) + 1):
-        if i < len(t.phases) and t.phases[i] == t.phases[start]:
-            continue
+    for i in ends:  # each run of one phase is [start, i)
         phase = t.phases[start]
         x0, x1 = x_of(start), x_of(i)
         out.append(f"<rect x='{_fmt(x0)}' y='{y0}' width='{_fmt(max(x1 - x0, 0.5))}' height='{h}' "
@@ -208,7 +222,7 @@ def _phase_strip(t: MemoryTimeline, x_of) -> list[str]:  # type: ignore[no-untyp
     return out
 
 
-def _peak_marker(t: MemoryTimeline, x_of, y_of) -> list[str]:  # type: ignore[no-untyped-def]
+def _peak_marker(t: TimelineColumns, x_of, y_of) -> list[str]:  # type: ignore[no-untyped-def]
     x, y = x_of(t.peak_index + 0.5), y_of(t.peak_bytes)
     label = [f"peak {_bytes(t.peak_bytes)}", f"node {t.node_ids[t.peak_index]} {t.node_names[t.peak_index]}"]
     width = 7.0 * max(len(s) for s in label) + 12
@@ -226,7 +240,7 @@ def _peak_marker(t: MemoryTimeline, x_of, y_of) -> list[str]:  # type: ignore[no
     ]
 
 
-def _legend(t: MemoryTimeline, summary: MemorySummary) -> list[str]:
+def _legend(t: TimelineColumns, summary: MemorySummary) -> list[str]:
     x, y = RIGHT + 24, TOP + 4
     at_peak = dict(summary.by_category_bytes)
     out = [_text(x, y, "at the peak", 12, extra=" font-weight='bold'")]
