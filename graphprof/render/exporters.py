@@ -18,7 +18,9 @@ from __future__ import annotations
 import gzip
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
 
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.atomic import atomic_file
@@ -27,6 +29,9 @@ from graphprof.profile.node_columns import gc_paused
 from graphprof.render.export_options import ExportError, ExportOptions
 from graphprof.render.streamed import ANALYSIS, STREAMED, Analysis, write_streamed
 from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
+
+if TYPE_CHECKING:
+    from graphprof.analysis.roofline import RooflineBounds
 
 
 @dataclass(frozen=True)
@@ -171,26 +176,38 @@ def node_bounds(profile: Profile, stat: str) -> dict[tuple[int, int], str] | Non
     """Each node's roofline bound by (graph id, node id), None when no bound is known: ``with_analysis``'s
     bounds. Why from ``roofline_bounds``: its arrays decide as the points of ``roofline`` do, and a
     format that shows only bounds need not build a point per node (a third of a 100,000-node export)."""
-    from graphprof.analysis.frame import node_frame
-    from graphprof.analysis.roofline import BOUNDS, Bound, roofline_bounds
+    from graphprof.analysis.roofline import roofline_bounds
 
-    codes = roofline_bounds(profile, stat=stat).codes.tolist()
+    return _bounds_by_node(profile, roofline_bounds(profile, stat=stat))
+
+
+def _bounds_by_node(profile: Profile, computed: RooflineBounds) -> dict[tuple[int, int], str] | None:
+    """``computed``'s known bounds by (graph id, node id), in node order; only known nodes are read."""
+    from graphprof.analysis.frame import node_frame
+    from graphprof.analysis.roofline import BOUNDS, Bound
+
+    known = np.flatnonzero(computed.codes != BOUNDS.index(Bound.UNKNOWN)).tolist()
+    if not known:
+        return None
     frame = node_frame(profile)
-    unknown, labels = BOUNDS.index(Bound.UNKNOWN), [b.value for b in BOUNDS]
-    return {(g, i): labels[c] for g, i, c in zip(frame.column("graph_id"), frame.column("id"), codes)
-            if c != unknown} or None
+    graph_ids, ids, codes = frame.column("graph_id"), frame.column("id"), computed.codes.tolist()
+    labels = [b.value for b in BOUNDS]
+    return {(graph_ids[i], ids[i]): labels[codes[i]] for i in known}
 
 
 def with_analysis(profile: Profile, options: ExportOptions) -> ExportOptions:
-    """Fill in roofline bounds and advisor findings the caller did not give."""
-    from graphprof.analysis.advisor import advise
-    from graphprof.analysis.roofline import Bound, roofline
+    """Fill in roofline bounds and advisor findings the caller did not give.
 
-    points = roofline(profile, stat=options.stat) if options.bounds is None or options.findings is None else []
-    bounds = options.bounds
-    if bounds is None:
-        bounds = {(p.graph_id, p.node_id): p.bound.value for p in points if p.bound is not Bound.UNKNOWN} or None
-    findings = options.findings if options.findings is not None else advise(profile, stat=options.stat, points=points)
+    Both come from ``roofline_bounds``' arrays, which decide as ``roofline``'s
+    points do: a point per node was most of an HTML export's analysis."""
+    from graphprof.analysis.advisor import advise
+    from graphprof.analysis.roofline import roofline_bounds
+
+    bounds, findings = options.bounds, options.findings
+    if bounds is None or findings is None:
+        computed = roofline_bounds(profile, stat=options.stat)
+        bounds = bounds if bounds is not None else _bounds_by_node(profile, computed)
+        findings = findings if findings is not None else advise(profile, stat=options.stat, bounds=computed)
     return replace(options, bounds=bounds, findings=tuple(findings))
 
 

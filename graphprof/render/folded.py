@@ -17,7 +17,7 @@ extra root frame.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Callable, cast
 
 import numpy as np
 
@@ -47,27 +47,79 @@ def _module_path(module: str) -> str:
 
 #: How many module levels up a stack's text looks for a prefix already made.
 _PREFIX_WALK = 32
-#: A distinct stack: (root frames, phase, module path, op frame).
-_StackKey = tuple[tuple[str, ...], str, str, str]
 
 
-def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str], list[float]]:
-    """Distinct stacks in first-seen order, each one's folded text, and its self time in seconds.
+def _first_seen_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``codes`` of an int64 array, sort-based: each key's index among the distinct keys in first-seen
+    order, and the position of each distinct key's first occurrence (so its parts can be read back)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    new = np.empty(len(keys), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    first = order[new]  # stable sort: the first occurrence of each key
+    by_first = np.argsort(first, kind="stable")
+    code_of_group = np.empty(len(first), dtype=np.intp)
+    code_of_group[by_first] = np.arange(len(first), dtype=np.intp)
+    out = np.empty(len(keys), dtype=np.intp)
+    out[order] = code_of_group[np.cumsum(new) - 1]
+    return out, first[by_first]
 
-    Read from the node frame's columns as codes: a node's stack is a tuple of
-    four small integers (root, phase, module path, op frame), so Python only
-    visits each distinct value and each distinct stack, never each node; a
-    100,000-node profile has tens of thousands of stacks and a few thousand
-    module paths. A stack's text is its module's text (made once per distinct
-    module path prefix, from its parent's) plus its op frame. Times are summed
-    with ``np.bincount``, which adds in node order as a walk over the nodes would,
-    so the floating-point sums are those of that walk.
+
+def _combined_codes(parts: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """First-seen codes of the tuples of several code columns (each with how many codes it has), and
+    each part's code per distinct tuple: ``codes(list(zip(...)))`` with one int64 key per node."""
+    sizes = [max(size, 1) for _, size in parts]
+    if float(np.prod(np.array(sizes, dtype=np.float64))) < 2.0**62:
+        key = np.zeros(len(parts[0][0]), dtype=np.int64)
+        for (column, _), size in zip(parts, sizes):
+            key *= size
+            key += column
+        found, first = _first_seen_codes(key)
+        return found, [column[first] for column, _ in parts]
+    found, distinct = codes(list(zip(*(column.tolist() for column, _ in parts))))  # keys past int64
+    columns = np.array(distinct, dtype=np.intp).reshape(len(distinct), len(parts))
+    return found, [columns[:, k] for k in range(len(parts))]
+
+
+def _clean(names: list[str]) -> bool:
+    """Whether ``folded_frame`` leaves every dot-separated prefix of these names as it is: printable
+    ASCII without ``;`` or spaces (so nothing to replace or strip), judged on one joined string."""
+    joined = ".".join(names)
+    return joined.isascii() and joined.isprintable() and ";" not in joined and " " not in joined
+
+
+def _module_paths(modules: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``codes`` of each module's path (``_module_path``); a table with no empty part is its own paths.
+    The check reads one joined text: a separator can only raise a false alarm (then each is looked at)."""
+    joined = "\n" + "\n".join(modules) + "\n"
+    if "\n." not in joined and ".\n" not in joined and ".." not in joined:
+        return np.arange(len(modules), dtype=np.intp), modules
+    found, paths = codes([_module_path(m) for m in modules])
+    return found, cast("list[str]", paths)
+
+
+def _stack_table(profile: Profile, stat: str) -> tuple[list[str], np.ndarray, list[str], list[str],
+                                                          list[np.ndarray], list[float]]:
+    """Distinct stacks in first-seen order, as the texts of their parts and each part's index per
+    stack, and each stack's self time in seconds.
+
+    Read from the node frame's columns as codes: a node's stack is four small
+    integers (root and phase as one "lead", module path, op frame), made one
+    int64 key per node and coded by sorting, so Python only visits each
+    distinct value, never each node; a 100,000-node profile has tens of
+    thousands of stacks and module paths. A module path's text is made once,
+    from its parent's. Times are summed with ``np.bincount``, which adds in node
+    order as a walk over the nodes would, so the floating-point sums are those of that walk.
+
+    Returns (lead texts, lead per stack, module texts, leaf texts, [module, leaf] per stack, sums).
     """
     stat_fn(stat)
     frame = node_frame(profile)
     times = times_array(frame, stat, "auto")
+    empty = np.zeros(0, dtype=np.intp)
     if not len(times):
-        return [], [], []
+        return [], empty, [], [], [empty, empty], []
     multi = len(profile.graphs) > 1
     root_of_graph, graph_roots = codes([(g.name or f"graph {g.id}",) if multi else () for g in profile.graphs])
     roots = cast("list[tuple[str, ...]]", graph_roots)
@@ -77,16 +129,14 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str
         root = root_of_graph[np.asarray(graph_indices, dtype=np.intp)][graph_at]
     phase, phases = column_codes(frame, "phase")
     module, modules = column_codes(frame, "module")
-    path_of_module, paths = codes([_module_path(cast(str, m)) for m in modules])
+    path_of_module, paths = _module_paths(cast("list[str]", modules))
     op_type, op_types = column_codes(frame, "type")
     op, ops = column_codes(frame, "op")
-    pair, pairs = codes(list(zip(op_type.tolist(), op.tolist())))
-    leaf_of_pair, leaves = codes([op_types[t] or ops[o] or "?" for t, o in cast("list[tuple[int, int]]", pairs)])
-    stack, found = codes(list(zip(root.tolist(), phase.tolist(), path_of_module[module].tolist(),
-                                  leaf_of_pair[pair].tolist())))
-    stack_codes = cast("list[tuple[int, int, int, int]]", found)
-    stacks: list[_StackKey] = [(roots[r], cast(str, phases[p]), cast(str, paths[m]), cast(str, leaves[f]))
-                               for r, p, m, f in stack_codes]
+    pair, (pair_types, pair_ops) = _combined_codes([(op_type, len(op_types)), (op, len(ops))])
+    leaf_of_pair, leaves = codes([op_types[t] or ops[o] or "?" for t, o in zip(pair_types.tolist(), pair_ops.tolist())])
+    lead = root * len(phases) + phase  # one code per (root, phase)
+    stack, (stack_lead, stack_path, stack_leaf) = _combined_codes(
+        [(lead, len(roots) * len(phases)), (path_of_module[module], len(paths)), (leaf_of_pair[pair], len(leaves))])
     escaped: dict[str, str] = {}
 
     def frame_text(name: str) -> str:
@@ -95,15 +145,25 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str
             text = escaped[name] = folded_frame(name)
         return text
 
+    lead_texts = [";".join(map(frame_text, (*roots[r], cast(str, phases[p]))))
+                  for r in range(len(roots)) for p in range(len(phases))]
+    module_texts = _module_texts(paths, frame_text)
+    leaf_texts = [frame_text(cast(str, f)) for f in leaves]
+    sums = np.bincount(stack, weights=times, minlength=len(stack_lead)).tolist()
+    return lead_texts, stack_lead, module_texts, leaf_texts, [stack_path, stack_leaf], sums
+
+
+def _module_texts(paths: list[str], frame_text: Callable[[str], str]) -> list[str]:
+    """Each module path's frames (its prefixes, each after a ``;``), made from its nearest prefix already
+    made. Names ``folded_frame`` leaves alone (most) are not escaped one by one."""
     made = {"": ""}  # module path -> ";frame;frame..." of its prefixes
+    if _clean(paths):
+        frame_text = str  # every prefix is a substring of the joined text, so it is clean too
 
     def module_text(path: str) -> str:
-        """The frames of module ``path``'s prefixes, each after a ``;``, from its nearest prefix already made.
-
-        A path with no made prefix within ``_PREFIX_WALK`` levels is joined at
-        once and only it is kept: a hostile path of thousands of parts would
-        otherwise keep a text per prefix, each as long as the path's stack.
-        """
+        """A path with no made prefix within ``_PREFIX_WALK`` levels is joined at once and only it is
+        kept: a hostile path of thousands of parts would otherwise keep a text per prefix, each as
+        long as the path's stack."""
         text = made.get(path)
         if text is not None:
             return text
@@ -120,20 +180,16 @@ def _stack_table(profile: Profile, stat: str) -> tuple[list[_StackKey], list[str
             text = made[prefix] = text + ";" + frame_text(prefix)
         return text
 
-    leads = {(r, p): ";".join(map(frame_text, (*roots[r], cast(str, phases[p]))))
-             for r, p in {key[:2] for key in stack_codes}}
-    module_texts = [module_text(cast(str, m)) for m in paths]
-    leaf_texts = [frame_text(cast(str, f)) for f in leaves]
-    texts = [leads[(r, p)] + module_texts[m] + ";" + leaf_texts[f] for r, p, m, f in stack_codes]
-    sums = np.bincount(stack, weights=times, minlength=len(stacks)).tolist()
-    return stacks, texts, sums
+    return [module_text(m) for m in paths]
 
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:
-    """The folded-stacks text (empty for a profile without nodes)."""
-    _, texts, sums = _stack_table(profile, stat)
-    values_us = _rounded_increments_us(sums)
-    return "".join(f"{texts[i]} {value_us}\n" for i, value_us in enumerate(values_us) if value_us > 0)
+    """The folded-stacks text (empty for a profile without nodes): only lines with a value are made."""
+    lead_texts, stack_lead, module_texts, leaf_texts, (stack_path, stack_leaf), sums = _stack_table(profile, stat)
+    values_us = np.array(_rounded_increments_us(sums), dtype=object)
+    shown = np.flatnonzero(values_us > 0)
+    return "".join([f"{lead_texts[a]}{module_texts[m]};{leaf_texts[f]} {v}\n" for a, m, f, v in zip(
+        stack_lead[shown].tolist(), stack_path[shown].tolist(), stack_leaf[shown].tolist(), values_us[shown].tolist())])
 
 
 def _rounded_increments_us(sums_s: list[float]) -> list[int]:

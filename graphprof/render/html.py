@@ -26,6 +26,7 @@ from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.eager import eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.memory_columns import has_memory_records
+from graphprof.analysis.node_arrays import int_array
 from graphprof.analysis.options import TableOptions
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
@@ -34,6 +35,7 @@ from graphprof.render.escape import html_text, json_for_script
 from graphprof.render.html_assets import CSS, JS
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.html_plots import MAX_POINTS, RooflinePoint, bar_rows, roofline_svg
+from graphprof.render.html_tables import critical_section, num_cell, slowest_first, source_cell
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
@@ -42,16 +44,10 @@ if TYPE_CHECKING:
 TOP_NODES = 50
 #: How a breakdown labels ops outside any module.
 TOP_LEVEL = "(top level)"
-CRITICAL_ROWS = 1000
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 _SEVERITY_CLASSES = {"critical", "high", "error", "medium", "warning", "low", "info"}
 
 Timed = tuple[GraphRecord, NodeRecord, float]
-
-
-def _num(value: float | None, text: str) -> str:
-    data = "" if value is None else f' data-v="{value:.9g}"'
-    return f'<td class="num"{data}>{html_text(text)}</td>'
 
 
 def _rate(amount: int | None, time_s: float) -> float | None:
@@ -62,12 +58,6 @@ def _moved(node: NodeRecord) -> int | None:
     if node.bytes_read is None and node.bytes_written is None:
         return None
     return (node.bytes_read or 0) + (node.bytes_written or 0)
-
-
-def _source_cell(source: str) -> str:
-    """``models.py:67`` in the cell, the full ``graphprof/demo/models.py:67`` on hover and for sorting."""
-    short = source.rsplit("/", 1)[-1] if source else "-"
-    return f'<td class="src" title="{html_text(source)}" data-v="{html_text(source)}">{html_text(short)}</td>'
 
 
 def _card(key: str, value: str, sub: str = "") -> str:
@@ -161,12 +151,12 @@ def _top_nodes(slowest: list[Timed], total: float, critical: set[tuple[int, int]
             f'<tr{" class=crit" if crit else ""}><td class="num" data-v="{n.id}">{n.id}</td>'
             f'<td class="name" title="{html_text(n.op)}">{html_text(n.type)}</td>'
             f'<td class="name" title="{html_text(n.module)}">{html_text(n.module or "-")}</td>'
-            f'{_source_cell(n.source)}<td>{html_text(n.phase.value)}</td>'
+            f'{source_cell(n.source)}<td>{html_text(n.phase.value)}</td>'
             f'<td class="shapes" title="{html_text(shapes_text(n.in_shapes, limit=16))}">{html_text(shapes_text(n.in_shapes))}</td>'
-            + _num(t, format_time(t)) + _num(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
-            + _num(n.flops, format_count(n.flops, "FLOP")) + _num(_rate(n.flops, t), format_count(_rate(n.flops, t), "FLOP/s"))
-            + _num(moved, format_bytes(moved)) + _num(_rate(moved, t), format_bytes(_rate(moved, t), "B/s"))
-            + _num(intensity, format_number(intensity))
+            + num_cell(t, format_time(t)) + num_cell(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
+            + num_cell(n.flops, format_count(n.flops, "FLOP")) + num_cell(_rate(n.flops, t), format_count(_rate(n.flops, t), "FLOP/s"))
+            + num_cell(moved, format_bytes(moved)) + num_cell(_rate(moved, t), format_bytes(_rate(moved, t), "B/s"))
+            + num_cell(intensity, format_number(intensity))
             + f"{bound_cell}<td>{'&#10003;' if crit else ''}</td></tr>")
     numeric = ("#", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth", "FLOP/B")
     headers = ("#", "op", "module", "source", "phase", "in shapes", "time", "%", "FLOPs", "FLOP/s", "bytes",
@@ -189,11 +179,11 @@ def _by_op_type(frame: NodeFrame, times: Sequence[float], total: float) -> str:
     rows = []
     for e in _groups(frame, times, "type"):
         t = e.time_s
-        rows.append(f'<tr><td class="name">{html_text(e.label)}</td>' + _num(e.calls, str(e.calls))
-                    + _num(t, format_time(t)) + _num(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
-                    + _num(e.flops, format_count(e.flops, "FLOP")) + _num(e.flop_per_s, format_count(e.flop_per_s, "FLOP/s"))
-                    + _num(e.bytes_moved, format_bytes(e.bytes_moved))
-                    + _num(e.bandwidth_bytes_per_s, format_bytes(e.bandwidth_bytes_per_s, "B/s")) + "</tr>")
+        rows.append(f'<tr><td class="name">{html_text(e.label)}</td>' + num_cell(e.calls, str(e.calls))
+                    + num_cell(t, format_time(t)) + num_cell(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
+                    + num_cell(e.flops, format_count(e.flops, "FLOP")) + num_cell(e.flop_per_s, format_count(e.flop_per_s, "FLOP/s"))
+                    + num_cell(e.bytes_moved, format_bytes(e.bytes_moved))
+                    + num_cell(e.bandwidth_bytes_per_s, format_bytes(e.bandwidth_bytes_per_s, "B/s")) + "</tr>")
     head = "<th>op</th>" + "".join(f'<th class="num">{h}</th>' for h in ("ops", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth"))
     return (f'<div class="scroll"><table class="sortable" id="by-op"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
@@ -216,59 +206,6 @@ def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[
     return found
 
 
-def _path_positions(frame: NodeFrame, paths: Sequence[CriticalPath]) -> list[list[int]]:
-    """Each path's nodes as frame indices (``critical_paths`` gives one path per graph, in graph order),
-    found by binary search in the graph's ids: a dict over every node was a tenth of a second at 100k.
-    Of equal ids in a graph the last one is taken, as such a dict would."""
-    ids = frame.array("id")
-    out = []
-    for path, (start, end) in zip(paths, frame.spans()):
-        order = np.argsort(ids[start:end], kind="stable")
-        at = np.searchsorted(ids[start:end][order], np.asarray(path.nodes, dtype=ids.dtype), side="right") - 1
-        out.append((order[at] + start).tolist())
-    return out
-
-
-def _critical_section(paths: Sequence[CriticalPath], frame: NodeFrame, times: Sequence[float], total: float) -> str:
-    """Length against the serial sum, the slowest ops on the path, then the whole path (capped).
-
-    Only the rows shown are read, from the frame's columns: a path can hold thousands of nodes.
-    """
-    length = sum(p.length_s for p in paths)
-    ratio = length / total if total > 0 else 0.0
-    head = (f"<p>The longest chain of dependent ops (data edges and in-place ordering) takes "
-            f"<b>{html_text(format_time(length))}</b> of the <b>{html_text(format_time(total))}</b> serial sum "
-            f"(<b>{ratio:.0%}</b>): running independent ops concurrently could save at most "
-            f"{html_text(format_time(max(total - length, 0.0)))} per step; only faster ops on this path "
-            "shorten it further.</p>")
-    timed_path = [(i, p, k, times[k]) for p, positions in zip(paths, _path_positions(frame, paths))
-                  for i, k in enumerate(positions)]
-    col = frame.column
-
-    def row(i: int, p: CriticalPath, k: int, t: float) -> str:
-        via = p.edge_kinds[i - 1].value if i > 0 else ""
-        return (f'<tr><td class="num" data-v="{i}">{i + 1}</td><td class="name">{html_text(col("type")[k])}</td>'
-                f'<td class="name">{html_text(col("module")[k] or "-")}</td>{_source_cell(col("source")[k])}'
-                f"<td>{html_text(col('phase')[k])}</td>" + _num(t, format_time(t))
-                + _num(t / length if length else 0, f"{100 * t / length:.1f}" if length else "0")
-                + f"<td>{html_text(via)}</td></tr>")
-
-    def table(rows: list[str], table_id: str) -> str:
-        return (f'<div class="scroll"><table class="sortable" id="{table_id}"><thead><tr><th class="num">#</th>'
-                '<th>op</th><th>module</th><th>source</th><th>phase</th><th class="num">time</th>'
-                '<th class="num">% of path</th><th>reached by</th></tr></thead><tbody>' + "".join(rows)
-                + "</tbody></table></div>")
-
-    if not timed_path:
-        return head
-    slowest = [row(*item) for item in sorted(timed_path, key=lambda x: x[3], reverse=True)[:10]]
-    every = [row(*item) for item in timed_path[:CRITICAL_ROWS]]
-    more = f" (the first {CRITICAL_ROWS})" if len(timed_path) > CRITICAL_ROWS else ""
-    return (head + "<h3>Slowest ops on the path</h3>" + table(slowest, "critical-path-slowest")
-            + f"<details><summary>all {len(timed_path)} nodes on the path{more}, in order</summary>"
-            + table(every, "critical-path-nodes") + "</details>")
-
-
 def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) -> str:
     try:
         from graphprof.render.memory_svg import memory_timeline_svg
@@ -284,15 +221,34 @@ def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) 
     return f'<div class="memory">{svg[start:] if start >= 0 else svg}</div>'
 
 
+def _plotted(frame: NodeFrame, time_s: np.ndarray) -> np.ndarray:
+    """Indices of the nodes with FLOPs, bytes moved (both non-zero) and a positive time.
+
+    From the integer arrays where the columns are int64 and the bytes moved cannot wrap (no negative
+    count); else judged node by node, ``bool(flops and bytes_moved)``."""
+    try:
+        flops, flops_known = int_array(frame, "flops")
+        read, read_known = int_array(frame, "bytes_read")
+        written, written_known = int_array(frame, "bytes_written")
+        if len(read) and min(int(read.min()), int(written.min())) < 0:
+            raise ValueError("a negative byte count")
+        has_moved = (read_known | written_known) & ((read != 0) | (written != 0))
+        has = flops_known & (flops != 0) & has_moved
+    except ValueError:
+        flops_col, moved = frame.column("flops"), frame.column("bytes_moved")
+        has = np.fromiter((bool(f and m) for f, m in zip(flops_col, moved)), dtype=bool, count=len(flops_col))
+    return np.flatnonzero(has & (time_s > 0))
+
+
 def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: Profile) -> str:
     col = frame.column
     flops, moved = col("flops"), col("bytes_moved")
+    types, modules, ids, phases = col("type"), col("module"), col("id"), col("phase")
     time_s = np.asarray(times, dtype=np.float64)
-    plotted = np.flatnonzero(np.fromiter((bool(f and m) for f, m in zip(flops, moved)), dtype=bool, count=len(flops))
-                             & (time_s > 0))
+    plotted = _plotted(frame, time_s)
     # Only the points the plot keeps (the slowest MAX_POINTS, ties in node order, as its stable sort) are made.
-    kept = plotted[np.argsort(-time_s[plotted], kind="stable")][:MAX_POINTS].tolist()
-    points = [RooflinePoint(f"{col('type')[i]} ({col('module')[i] or '-'}) #{col('id')[i]}", col("phase")[i],
+    kept = plotted[slowest_first(time_s[plotted], MAX_POINTS)].tolist()
+    points = [RooflinePoint(f"{types[i]} ({modules[i] or '-'}) #{ids[i]}", phases[i],
                             flops[i] / moved[i], flops[i] / times[i], times[i], times[i] / total if total else 0.0)
               for i in kept]
     peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
@@ -312,7 +268,10 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     total = sum(times)
     slowest = slowest_nodes(frame, times, max(TOP_NODES, 10))
     paths = critical_paths(profile, stat=stat)
-    critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
+    on_path: dict[int, set[int]] = {}
+    for p in paths:
+        on_path.setdefault(p.graph_id, set()).update(p.nodes)
+    critical = {(g.id, n.id) for g, n, _ in slowest if n.id in on_path.get(g.id, ())}  # the rows that show it
     meta = profile.meta
     title = f"graphprof report: {meta.function or 'profile'}"
     module_types = _first_by(frame, "module", "module_type", skip_empty=True)  # a module's own type
@@ -341,7 +300,7 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
          + "<h3>By source line</h3>" + by_source + "</div></div>"),
         ("roofline", "Roofline", _roofline(frame, times, total, profile)),
         ("memory", "Memory timeline", _memory_section(profile, frame, options)),
-        ("critical-path", "Critical path", _critical_section(paths, frame, times, total)),
+        ("critical-path", "Critical path", critical_section(paths, frame, times, total)),
     ]
     nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)
     body = "".join(f'<section id="{sid}"><h2>{html_text(name)}</h2>{content}</section>' for sid, name, content in sections)

@@ -124,10 +124,11 @@ def roofline_svg(points: Sequence[RooflinePoint], peaks: Mapping[str, float], wi
     for p in reversed(points):  # largest drawn last, on top
         r = 2.5 + 9.0 * math.sqrt(max(p.share, 0.0))
         colour = PHASE_POINT_COLOURS.get(p.phase, "#7f7f7f")
-        tip = (f"{p.label}\n{format_time(p.time_s)} ({100 * p.share:.2g}% of step)\n"
+        # Only the label is user text: the figures hold nothing to escape, and the newlines are "&#10;".
+        tip = (f"{html_text(p.label)}&#10;{format_time(p.time_s)} ({100 * p.share:.2g}% of step)&#10;"
                f"{format_count(p.flop_per_s, 'FLOP/s')}, {format_number(p.intensity)} FLOP/B")
         out.append(f'<circle class="pt" cx="{sx(p.intensity):.1f}" cy="{sy(p.flop_per_s):.1f}" r="{r:.1f}" '
-                   f'fill="{colour}"><title>{html_text(tip)}</title></circle>')
+                   f'fill="{colour}"><title>{tip}</title></circle>')
     lx = left + pw + 18  # legend to the right of the frame, never over a point
     for i, (phase, colour) in enumerate(PHASE_POINT_COLOURS.items()):
         out.append(f'<circle cx="{lx}" cy="{top + 10 + i * 20}" r="5" fill="{colour}"/>'

@@ -149,3 +149,20 @@ def test_cli_export_never_imports_torch(tmp_path: Path) -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_bounds_and_findings_are_those_of_the_roofline_points(real: Profile) -> None:
+    """``with_analysis`` reads the roofline's arrays, not a point per node: the same bounds and findings."""
+    from graphprof.analysis.advisor import advise
+    from graphprof.analysis.roofline import Bound, roofline
+
+    peaks = {"flops_per_s": 1e11, "bytes_per_s": 2e10}
+    for profile in (synthetic_profile(), real, replace(real, meta=replace(real.meta, peaks=peaks))):
+        for stat_name in ("median", "max"):
+            points = roofline(profile, stat=stat_name)
+            options = exporters.with_analysis(profile, exporters.ExportOptions(stat=stat_name))
+            assert options.bounds == ({(p.graph_id, p.node_id): p.bound.value for p in points
+                                       if p.bound is not Bound.UNKNOWN} or None)
+            assert options.findings == tuple(advise(profile, stat=stat_name, points=points))
+    given = exporters.ExportOptions(bounds={(0, 1): "memory"}, findings=[])
+    assert exporters.with_analysis(synthetic_profile(), given) == replace(given, findings=())

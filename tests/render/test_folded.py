@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import replace
+
+import numpy as np
 
 
 from graphprof.analysis.node_time import node_time_s
 from graphprof.api import Profile
 from graphprof.profile.model import Phase
-from graphprof.render.folded import folded_stacks, node_stack
+from graphprof.analysis.node_arrays import codes
+from graphprof.render.escape import folded_frame
+from graphprof.render.folded import _combined_codes, _first_seen_codes, folded_stacks, node_stack
 from tests.render.export_profiles import empty_profile, hostile_profile, make_profile, node, synthetic_profile
 
 # flamegraph.pl's stackcollapse input: everything up to the last space is the stack, then an integer.
@@ -101,3 +106,29 @@ def test_graphs_that_share_a_name_share_their_stacks_and_an_empty_graph_shifts_n
             stack = (graph.name, *node_stack(n))
             expected[stack] = expected.get(stack, 0) + round(node_time_s(n) * 1e6)
     assert [(tuple(frames), v) for frames, v in _parse(folded_stacks(profile))] == list(expected.items())
+
+
+def test_sorted_codes_are_first_seen_codes() -> None:
+    """Stacks are coded by sorting one int64 key per node: the codes and order a dict pass gives."""
+    rng = random.Random(5)
+    for size in (1, 2, 50, 3000):
+        parts = [np.array([rng.randrange(k) for _ in range(size)], dtype=np.intp) for k in (3, 40, 7)]
+        expected, distinct = codes(list(zip(*(p.tolist() for p in parts))))
+        for sizes in ((3, 40, 7), (2**40, 2**40, 7)):  # the second is past int64: the dict pass itself
+            found, per_part = _combined_codes(list(zip(parts, sizes)))
+            assert found.tolist() == expected.tolist()
+            assert list(zip(*(p.tolist() for p in per_part))) == distinct
+        keys = np.array([rng.randrange(-5, 5) for _ in range(size)], dtype=np.int64)
+        found, first = _first_seen_codes(keys)
+        assert found.tolist() == codes(keys.tolist())[0].tolist()
+        assert keys[first].tolist() == codes(keys.tolist())[1]
+
+
+def test_names_that_folding_changes_are_escaped_in_every_prefix() -> None:
+    """Module paths of plain text are used as they are; one with a space, ';' or a control character
+    anywhere makes every path go through ``folded_frame``."""
+    for odd in ("a b.c", "x;y.z", "t\tu", "é.f", " lead.x"):
+        nodes = [node(0, "mm", module="plain.path"), node(1, "mm", module=odd), node(2, "relu", module="plain")]
+        lines = _parse(folded_stacks(make_profile(nodes)))
+        assert [tuple(frames) for frames, _ in lines] == [
+            tuple(folded_frame(f) for f in node_stack(n)) for n in nodes]
