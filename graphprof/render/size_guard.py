@@ -27,7 +27,7 @@ from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, Sequence
 
-from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.frame import NodeFrame, graph_indexed, node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
 from graphprof.render.labels import shapes_text
 from graphprof.render.node_columns import sample_counts
@@ -110,6 +110,8 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     long_meta: dict[str, Any] = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
                  if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
     if not long_meta and not any(_long_graph_text(g, limit) for g in profile.graphs):
+        if _longest_stored(profile) <= limit:
+            return profile
         frame = node_frame(profile)
         if _longest([frame.column(f) for f in _NODE_TEXT], [frame.column(f) for f in _TUPLE_TEXT]) <= limit:
             return profile
@@ -119,6 +121,32 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     if meta is profile.meta and all(a is b for a, b in zip(graphs, profile.graphs)):
         return profile
     return type(profile)(meta=meta, steps=profile.steps, graphs=graphs)
+
+
+def _longest_stored(profile: Profile) -> int:
+    """At least the longest name ``_longest`` finds in the node frame's text columns, read from the
+    tables a loaded file stores each distinct text in (tables are read once each; columns not stored
+    so are read whole).
+
+    Why: most exports never read most of these columns, and making a column of every node's name
+    only to measure it was a tenth of a second at 100,000 nodes. A table may hold a text no node
+    uses, so a long one sends the caller to the columns themselves.
+    """
+    frame = node_frame(profile)
+    columns: list[Sequence[Any]] = []
+    tuple_columns: list[Sequence[Any]] = []
+    tables: dict[int, Any] = {}
+    for f in (*_NODE_TEXT, *_TUPLE_TEXT):
+        stored = [t for t, _ in filter(None, (graph_indexed(g, f) for g in profile.graphs))]
+        out = tuple_columns if f in _TUPLE_TEXT else columns
+        if len(stored) < len(profile.graphs) or (out is columns and any(not set(map(type, t)) <= {str} for t in stored)):
+            out.append(frame.column(f))
+            continue
+        for table in stored:
+            if id(table) not in tables:
+                tables[id(table)] = table
+                out.append(table)
+    return _longest(columns, tuple_columns)
 
 
 def _long_graph_text(graph: GraphRecord, limit: int) -> bool:

@@ -14,7 +14,7 @@ from graphprof.cli import main
 from graphprof.profile.model import Profile
 from graphprof.render import exporters
 from graphprof.render.exporters import ExportError, export_profile
-from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, estimated_bytes, parse_size
+from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, _longest_stored, clip_profile_text, estimated_bytes, parse_size
 
 #: Every format but SVG (Graphviz is slow and optional; DOT is its input).
 FILES = ("t.trace.json", "t.trace.json.gz", "g.dot", "g.graphml", "g.nodelink.json", "s.folded", "r.html",
@@ -110,3 +110,20 @@ def test_typed_attributes_are_clipped_as_text_and_kept_as_numbers(tmp_path: Path
     typed.save(source)
     for name in FILES:
         assert main(["export", str(source), "-o", str(tmp_path / name)]) == 0, name
+
+
+def test_long_names_are_found_from_a_files_tables_and_unused_ones_clip_nothing(tmp_path: Path) -> None:
+    """A loaded file's names are measured in its string tables; a long text there that no node uses
+    sends the check to the columns, which find nothing to clip."""
+    path = tmp_path / "p.json"
+    synthetic_profile(200, 2).save(str(path))
+    doc = json.loads(path.read_text())
+    doc["graphs"][0]["strings"].append("u" * (EXPORT_TEXT_LIMIT + 1))
+    path.write_text(json.dumps(doc))
+    loaded = Profile.load(str(path))
+    assert _longest_stored(loaded) == EXPORT_TEXT_LIMIT + 1
+    assert clip_profile_text(loaded) is loaded
+    _with_nodes(synthetic_profile(200, 2), module="m" * (EXPORT_TEXT_LIMIT + 5)).save(str(path))
+    loaded = Profile.load(str(path))
+    assert _longest_stored(loaded) == EXPORT_TEXT_LIMIT + 5
+    assert {len(n.module) for n in clip_profile_text(loaded).graphs[0].nodes} == {EXPORT_TEXT_LIMIT}
