@@ -115,8 +115,9 @@ def _trace_back(best: list[float], prev: list[int]) -> tuple[list[int], float]:
     return path, best[end]
 
 
-def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int], float]:
-    """``_longest_in_order`` over an ``EdgeIndex``: the same path and length, predecessors read from arrays.
+def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[np.ndarray, float]:
+    """``_longest_in_order`` over an ``EdgeIndex``: the same path (as an array of positions) and length,
+    predecessors read from arrays.
 
     Each node's predecessors are its data sources then its ORDER sources,
     each in edge order, as ``EdgeArrays.predecessors`` lists them (the first
@@ -126,33 +127,34 @@ def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int]
     just before them. Over a run of such nodes the longest path only adds
     their weights one after another, which ``itertools.accumulate`` does in C
     with the same additions in the same order (so the same floats); the loop
-    in Python visits only the nodes that start a run.
+    in Python visits only the nodes that start a run, and only their edges
+    are made Python lists.
     """
     size = len(weights)
     if not size:
-        return [], 0.0
+        return np.zeros(0, dtype=np.intp), 0.0
     dst = np.concatenate((edges.data_dst, edges.order_dst))
     by_dst = np.argsort(dst, kind="stable")
     src_arr = np.concatenate((edges.data_src, edges.order_src))[by_dst]
     counts = np.bincount(dst, minlength=size)
-    ends_arr = np.cumsum(counts)
-    starts_arr = ends_arr - counts
     follows = counts == 1  # one predecessor, and it is the node just before
-    follows[follows] = src_arr[starts_arr[follows]] == np.flatnonzero(follows) - 1
+    follows[follows] = src_arr[(np.cumsum(counts) - counts)[follows]] == np.flatnonzero(follows) - 1
     heads = np.flatnonzero(~follows)
+    # The heads' predecessors alone, in one list: head k's are srcs[bounds[k]:bounds[k + 1]].
+    srcs = src_arr[np.repeat(~follows, counts)].tolist()
+    bounds = np.concatenate(([0], np.cumsum(counts[heads]))).tolist()
     run_ends = np.append(heads[1:], size).tolist()
-    srcs, starts, ends = src_arr.tolist(), starts_arr.tolist(), ends_arr.tolist()
     best: list[float] = [0.0] * size
-    prev = np.arange(-1, size - 1).tolist()  # right for every node that follows its predecessor
-    for n, run_end in zip(heads.tolist(), run_ends):
-        start, end = starts[n], ends[n]
+    prev: dict[int, int] = {}  # a head's predecessor on its longest path (-1: none)
+    for k, (n, run_end) in enumerate(zip(heads.tolist(), run_ends)):
+        start, end = bounds[k], bounds[k + 1]
         if end == start:
             parent, parent_len = -1, 0.0
         else:
             parent = srcs[start]
             parent_len = best[parent]
-            for k in range(start + 1, end):
-                p = srcs[k]
+            for j in range(start + 1, end):
+                p = srcs[j]
                 if best[p] > parent_len:
                     parent, parent_len = p, best[p]
         prev[n] = parent
@@ -160,17 +162,17 @@ def _longest_by_index(weights: list[float], edges: EdgeIndex) -> tuple[list[int]
             best[n] = parent_len + weights[n]
         else:
             best[n:run_end] = itertools.accumulate(weights[n + 1:run_end], initial=parent_len + weights[n])
-    end = int(np.argmax(best))  # the first of equals, as max() in _trace_back
+    best_arr = np.fromiter(best, dtype=np.float64, count=size)
+    end = int(np.argmax(best_arr))  # the first of equals, as max() in _trace_back
     # Back from the end: within a run the path is every node down to the run's head, then the head's parent.
-    head_of = np.maximum.accumulate(np.where(follows, 0, np.arange(size))).tolist()
-    path: list[int] = []
+    head_of = np.maximum.accumulate(np.where(follows, 0, np.arange(size)))
+    pieces = []
     node = end
     while node >= 0:
-        head = head_of[node]
-        path += range(node, head - 1, -1)
+        head = int(head_of[node])
+        pieces.append(np.arange(head, node + 1))
         node = prev[head]
-    path.reverse()
-    return path, best[end]
+    return np.concatenate(pieces[::-1]), best[end]
 
 
 def _weights(times: Sequence[float]) -> list[float]:
@@ -205,12 +207,19 @@ def _frame_path(graph_id: int, ids: Sequence[int], times: Sequence[float], stat:
     size = len(times)
     kinds: tuple[EdgeKind, ...] = ()
     if len(path) > 1:
-        steps = np.array(path, dtype=np.int64)
-        linked = steps[:-1] * size + steps[1:]
-        by_data = sorted_isin(linked, np.sort(edges.data_src.astype(np.int64) * size + edges.data_dst)).tolist()
-        kinds = tuple(map((EdgeKind.ORDER, EdgeKind.DATA).__getitem__, by_data))
+        # Consecutive nodes of the path are linked by an edge: a data edge, else an ORDER edge. Only
+        # the pairs that are ORDER edges (few or none) are looked up among the data edges.
+        linked = path[:-1].astype(np.int64) * size + path[1:]
+        order_keys = np.sort(edges.order_src.astype(np.int64) * size + edges.order_dst)
+        maybe_order = np.flatnonzero(sorted_isin(linked, order_keys)) if len(order_keys) else np.zeros(0, np.intp)
+        steps = [EdgeKind.DATA] * (len(path) - 1)
+        if len(maybe_order):
+            data_keys = np.sort(edges.data_src.astype(np.int64) * size + edges.data_dst)
+            for i in maybe_order[~sorted_isin(linked[maybe_order], data_keys)].tolist():
+                steps[i] = EdgeKind.ORDER
+        kinds = tuple(steps)
     return CriticalPath(
-        graph_id=graph_id, stat=stat, nodes=tuple(map(ids.__getitem__, path)), edge_kinds=kinds,
+        graph_id=graph_id, stat=stat, nodes=tuple(map(ids.__getitem__, path.tolist())), edge_kinds=kinds,
         length_s=length, serial_s=serial, ratio=length / serial if serial > 0 else 0.0,
     )
 
