@@ -16,7 +16,7 @@ caller has them: ``options.findings`` (objects with ``severity``, ``title``,
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.eager import eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.analysis.memory_columns import has_memory_records
-from graphprof.analysis.node_arrays import int_array
+from graphprof.analysis.node_arrays import column_codes, exact_sum, int_array
 from graphprof.analysis.options import TableOptions
 from graphprof.analysis.stats import median
 from graphprof.analysis.utilisation import utilisation
@@ -68,9 +68,7 @@ def _card(key: str, value: str, sub: str = "") -> str:
 def _summary(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[CriticalPath], stat: str) -> str:
     steps = len(profile.steps)
     walls = [s.wall_time_s for s in profile.steps]
-    known_flops = [f for f in frame.column("flops") if f is not None]
-    flops = sum(known_flops) if known_flops else None
-    moved = [m for m in frame.column("bytes_moved") if m is not None]  # read + written, as _moved
+    flops, counted, moved = _totals(frame)
     cp_len = sum(p.length_s for p in paths)
     ratio = cp_len / total if total > 0 else 0.0
     cards = [
@@ -78,15 +76,32 @@ def _summary(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[C
         _card("wall time per step", format_time(median(walls)) if walls else "N/A", "median, whole call"),
         _card("ops", str(len(frame)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
         _card("FLOPs per step", format_count(flops, "FLOP"),
-              f"{format_count(_rate(flops, total), 'FLOP/s')}; {len(known_flops)} of {len(frame)} ops counted"),
-        _card("bytes moved", format_bytes(sum(moved)) if moved else "N/A",
-              f"{format_bytes(_rate(sum(moved), total), 'B/s')}" if moved else "no byte counts"),
+              f"{format_count(_rate(flops, total), 'FLOP/s')}; {counted} of {len(frame)} ops counted"),
+        _card("bytes moved", format_bytes(moved) if moved is not None else "N/A",
+              f"{format_bytes(_rate(moved, total), 'B/s')}" if moved is not None else "no byte counts"),
         _card("critical path", format_time(cp_len), f"{ratio:.0%} of the serial sum" if total > 0 else ""),
     ]
     peaks = [p for g in profile.graphs if (p := getattr(g, "memory_peak", None)) is not None]
     if peaks:
         cards.append(_card("modelled memory peak", format_bytes(max(p.live_bytes for p in peaks)), "largest over graphs"))
     return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def _totals(frame: NodeFrame) -> tuple[int | None, int, int | None]:
+    """The FLOPs of the nodes that count them (None: none does), how many do, and the bytes they move
+    (read + written, as ``_moved``; None: no node counts bytes), summed from the integer arrays."""
+    try:
+        flops, flops_known = int_array(frame, "flops")
+        read, read_known = int_array(frame, "bytes_read")
+        written, written_known = int_array(frame, "bytes_written")
+    except ValueError:  # not all int64: Python's sums of the columns
+        known_flops = [f for f in frame.column("flops") if f is not None]
+        moved = [m for m in frame.column("bytes_moved") if m is not None]
+        return sum(known_flops) if known_flops else None, len(known_flops), sum(moved) if moved else None
+    counted = int(flops_known.sum())
+    any_moved = bool((read_known | written_known).any())
+    return (exact_sum(flops) if counted else None, counted,
+            exact_sum(read) + exact_sum(written) if any_moved else None)
 
 
 def utilisation_cards(profile: Profile, stat: str) -> str:
@@ -136,7 +151,12 @@ def _findings(findings: Sequence[Any]) -> str:
 def slowest_nodes(frame: NodeFrame, times: Sequence[float], count: int) -> list[Timed]:
     """The ``count`` slowest nodes as (graph, record, time), slowest first, ties in execution order
     (``sorted(..., reverse=True)[:count]``): only these records are built, none for the other nodes."""
-    return [(*frame.pair(i), times[i]) for i in heapq.nlargest(count, range(len(times)), key=times.__getitem__)]
+    time_s = np.asarray(times, dtype=np.float64)
+    if np.isnan(time_s).any():  # no order among NaN: the heap's own answer
+        slowest = heapq.nlargest(count, range(len(times)), key=times.__getitem__)
+    else:
+        slowest = slowest_first(time_s, count)
+    return [(*frame.pair(i), times[i]) for i in slowest]
 
 
 def _top_nodes(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
@@ -198,12 +218,22 @@ def _breakdown(frame: NodeFrame, times: Sequence[float], total: float, by: str, 
 
 
 def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[str, str]:
-    """Per value of column ``key``, ``value`` of its first node (the first non-empty one with ``skip_empty``)."""
-    found: dict[str, str] = {}
-    for k, v in zip(frame.column(key), frame.column(value)):
-        if k not in found and (v or not skip_empty):
-            found[k] = v or ""
-    return found
+    """Per value of column ``key``, ``value`` of its first node (the first non-empty one with ``skip_empty``).
+
+    From the columns' codes: the first node of each key is found by a stable sort, not a walk."""
+    key_codes, keys = column_codes(frame, key)
+    value_codes, values = column_codes(frame, value)
+    at = np.arange(len(key_codes))
+    if skip_empty:
+        usable = np.array([bool(v) for v in values], dtype=bool)
+        at = at[usable[value_codes]] if len(values) else at[:0]
+    candidates = key_codes[at]
+    order = np.argsort(candidates, kind="stable")
+    ordered = candidates[order]
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return {cast(str, keys[k]): cast(str, values[v]) or "" for k, v in zip(
+        ordered[first].tolist(), value_codes[at[order[first]]].tolist())}
 
 
 def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) -> str:
@@ -242,14 +272,19 @@ def _plotted(frame: NodeFrame, time_s: np.ndarray) -> np.ndarray:
 
 def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: Profile) -> str:
     col = frame.column
-    flops, moved = col("flops"), col("bytes_moved")
+    flops, read, written = col("flops"), col("bytes_read"), col("bytes_written")
     types, modules, ids, phases = col("type"), col("module"), col("id"), col("phase")
+
+    def moved(i: int) -> int:  # read + written, either alone when the other is unknown (as _moved)
+        r, w = read[i], written[i]
+        return cast(int, w if r is None else r if w is None else r + w)
+
     time_s = np.asarray(times, dtype=np.float64)
     plotted = _plotted(frame, time_s)
     # Only the points the plot keeps (the slowest MAX_POINTS, ties in node order, as its stable sort) are made.
     kept = plotted[slowest_first(time_s[plotted], MAX_POINTS)].tolist()
     points = [RooflinePoint(f"{types[i]} ({modules[i] or '-'}) #{ids[i]}", phases[i],
-                            flops[i] / moved[i], flops[i] / times[i], times[i], times[i] / total if total else 0.0)
+                            flops[i] / moved(i), flops[i] / times[i], times[i], times[i] / total if total else 0.0)
               for i in kept]
     peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
     caption = ('<p>One dot per op node with FLOPs and bytes moved: x = FLOPs per byte, y = achieved FLOP/s, '
