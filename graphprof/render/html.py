@@ -232,7 +232,8 @@ def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[
     ordered = candidates[order]
     first = np.ones(len(ordered), dtype=bool)
     first[1:] = ordered[1:] != ordered[:-1]
-    return {cast(str, keys[k]): cast(str, values[v]) or "" for k, v in zip(
+    key_texts, value_texts = cast("list[str]", keys), cast("list[str]", values)
+    return {key_texts[k]: value_texts[v] or "" for k, v in zip(
         ordered[first].tolist(), value_codes[at[order[first]]].tolist())}
 
 
@@ -277,7 +278,7 @@ def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: P
 
     def moved(i: int) -> int:  # read + written, either alone when the other is unknown (as _moved)
         r, w = read[i], written[i]
-        return cast(int, w if r is None else r if w is None else r + w)
+        return w if r is None else r if w is None else r + w  # type: ignore[no-any-return]
 
     time_s = np.asarray(times, dtype=np.float64)
     plotted = _plotted(frame, time_s)

@@ -121,14 +121,16 @@ def roofline_svg(points: Sequence[RooflinePoint], peaks: Mapping[str, float], wi
     if bandwidth:
         out.append(f'<text x="{left + 6}" y="{top + 14}" class="roof-label">bandwidth roof '
                    f"{html_text(format_count(bandwidth, 'B/s'))}</text>")
-    for p in reversed(points):  # largest drawn last, on top
-        r = 2.5 + 9.0 * math.sqrt(max(p.share, 0.0))
-        colour = PHASE_POINT_COLOURS.get(p.phase, "#7f7f7f")
-        # Only the label is user text: the figures hold nothing to escape, and the newlines are "&#10;".
-        tip = (f"{html_text(p.label)}&#10;{format_time(p.time_s)} ({100 * p.share:.2g}% of step)&#10;"
-               f"{format_count(p.flop_per_s, 'FLOP/s')}, {format_number(p.intensity)} FLOP/B")
-        out.append(f'<circle class="pt" cx="{sx(p.intensity):.1f}" cy="{sy(p.flop_per_s):.1f}" r="{r:.1f}" '
-                   f'fill="{colour}"><title>{tip}</title></circle>')
+    # One circle per point, up to MAX_POINTS: sx and sy written out (the same arithmetic), and only the
+    # label escaped (the figures hold nothing to escape; the newlines are "&#10;").
+    log10, sqrt, colours = math.log10, math.sqrt, PHASE_POINT_COLOURS
+    x_span, y_span = x_hi - x_lo, y_hi - y_lo
+    out += [f'<circle class="pt" cx="{left + (log10(p.intensity) - x_lo) / x_span * pw:.1f}" '
+            f'cy="{top + ph - (log10(p.flop_per_s) - y_lo) / y_span * ph:.1f}" '
+            f'r="{2.5 + 9.0 * sqrt(max(p.share, 0.0)):.1f}" fill="{colours.get(p.phase, "#7f7f7f")}"><title>'
+            f"{html_text(p.label)}&#10;{format_time(p.time_s)} ({100 * p.share:.2g}% of step)&#10;"
+            f"{format_count(p.flop_per_s, 'FLOP/s')}, {format_number(p.intensity)} FLOP/B</title></circle>"
+            for p in reversed(points)]  # largest drawn last, on top
     lx = left + pw + 18  # legend to the right of the frame, never over a point
     for i, (phase, colour) in enumerate(PHASE_POINT_COLOURS.items()):
         out.append(f'<circle cx="{lx}" cy="{top + 10 + i * 20}" r="5" fill="{colour}"/>'
