@@ -180,7 +180,15 @@ def _module_texts(paths: list[str], frame_text: Callable[[str], str]) -> list[st
             text = made[prefix] = text + ";" + frame_text(prefix)
         return text
 
-    return [module_text(m) for m in paths]
+    out = []
+    get = made.get
+    for path in paths:  # most paths' parent is made already: that case without a call
+        text = get(path)
+        if text is None:
+            parent = get(path.rpartition(".")[0])
+            text = module_text(path) if parent is None else made.setdefault(path, parent + ";" + frame_text(path))
+        out.append(text)
+    return out
 
 
 def folded_stacks(profile: Profile, stat: str = "median") -> str:
