@@ -37,6 +37,7 @@ from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
 from graphprof.render.column_text import NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
+from graphprof.render.graph_columns import CategoryItems, category_column, input_texts, maps_typed
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import adjacency, graph_spans
 
@@ -100,10 +101,9 @@ def model_typed(profile: Profile) -> bool:
         return False
     if any(not _types(col(f)) <= {int, type(None)} for f in COUNT_FIELDS):
         return False
-    by_category = col("live_by_category_bytes")
-    if not _types(by_category) <= {dict, type(None)}:
+    if not maps_typed(frame):
         return False
-    without = by_category.count(None)
+    without = category_column(frame).count(None)
     return all(_types(col(f)) <= {int, type(None)} and col(f).count(None) == without
                for f in ("allocated_bytes", "freed_bytes", "live_bytes"))
 
@@ -196,7 +196,7 @@ def _graphml_keys(profile: Profile, graph_attrs: dict[str, Any], has_edges: bool
     frame = node_frame(profile)
     nodes = len(frame)
     present = set()
-    if frame.column("live_by_category_bytes").count(None) < nodes:
+    if category_column(frame).count(None) < nodes:
         present |= {"memory_allocated_bytes", "memory_freed_bytes", "memory_live_bytes", "memory_live_by_category_bytes"}
     present |= {f for f in COUNT_FIELDS if frame.column(f).count(None) < nodes}
     if any(g.name is not None and lo < hi for g, lo, hi in graph_spans(profile, frame)):
@@ -241,8 +241,12 @@ def _listed(value: Any) -> str:
     return _xml_text(json_text(value))
 
 
-def input_list_texts(values: Sequence[Sequence[Any]]) -> list[str]:
-    """Each node's inputs as the text between JSON brackets."""
+def input_list_texts(rows: GraphRows, read: Callable[[], Sequence[Sequence[Any]]], a: int, b: int) -> list[str]:
+    """Each node's inputs (``read()``, called only when the input arrays do not serve) as the text between JSON brackets."""
+    texts = input_texts(rows.graph, a, b)
+    if texts is not None:
+        return texts
+    values = read()
     fast = int_lists(values)
     return fast if fast is not None else encoded(values, lambda v: _numbers_text(v)[1:-1], by_identity=True)
 
@@ -263,26 +267,18 @@ def samples_text(text: NodeText, before: str, after: str, rows: GraphRows, field
     text.text("]" + after)
 
 
-def category_items(cats: list[dict[str, int] | None]) -> list[tuple[tuple[str, int], ...] | None]:
-    """Each bytes-by-category mapping as its items: hashable, so each distinct one is written once."""
-    if None in cats:
-        return [None if c is None else tuple(c.items()) for c in cats]
-    return list(map(tuple, map(dict.items, cats)))  # type: ignore[arg-type]
-
-
-def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[Any]]) -> None:
-    """The four memory lines of each node that has a memory record."""
-    cats = col("live_by_category_bytes")
+def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[Any]], cats: list[CategoryItems]) -> None:
+    """The four memory lines of each node that has a memory record (``cats``: its bytes by category's items)."""
     counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
     absent = [c is None for c in cats]
     if all([v is None for v in values] == absent for values in counts):
         for key, values in zip(keys, counts):
             text.column(_lines(key, values, str))
-        text.column(encoded(category_items(cats), lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
+        text.column(encoded(cats, lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
         return
     text.column([
         "" if c is None else (f'      <data key="{keys[0]}">{a}</data>\n      <data key="{keys[1]}">{fr}</data>\n'
-                              f'      <data key="{keys[2]}">{lv}</data>\n' + _data(keys[3], _listed(c)))
+                              f'      <data key="{keys[2]}">{lv}</data>\n' + _data(keys[3], _listed(dict(c))))
         for a, fr, lv, c in zip(*counts, cats)])
 
 
@@ -298,7 +294,7 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
     text.between(f'</data>\n      <data key="{k["node_id"]}">', ids, "</data>\n")
     for field in ("name", "op", "type"):
         _text_lines(text, k[field], col(field))
-    text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(col("inputs")), "]</data>\n")
+    text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(rows, lambda: col("inputs"), a, b), "]</data>\n")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
         text.column(_lines(k[field], col(field), _listed, by_identity=True))
     for field in ("module", "module_type", "source", "phase", "scope"):
@@ -310,7 +306,8 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
             text.column(_lines(k[field], col(field), str))
     if "memory_allocated_bytes" in k:
         _graphml_memory(text, [k[f"memory_{m}"] for m in ("allocated_bytes", "freed_bytes", "live_bytes",
-                                                          "live_by_category_bytes")], col)
+                                                          "live_by_category_bytes")], col,
+                        category_column(frame)[rows.lo + a:rows.lo + b])
     samples_text(text, f'      <data key="{k["host_time_s"]}">', "</data>\n", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, f'      <data key="{k["device_time_s"]}">', "</data>\n", rows, "device_time_ns",
                  col("device_time_ns"), a, b)

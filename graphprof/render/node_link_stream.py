@@ -23,7 +23,6 @@ from graphprof.render.graph_stream import (
     BLOCK_NODES,
     COUNT_FIELDS,
     GraphRows,
-    category_items,
     graph_attrs,
     graph_rows,
     inplace_flags,
@@ -31,6 +30,7 @@ from graphprof.render.graph_stream import (
     json_text,
     samples_text,
 )
+from graphprof.render.graph_columns import CategoryItems, category_column
 from graphprof.render.json_floats import float_texts
 
 
@@ -39,15 +39,15 @@ def _json_inner(text: str) -> str:
     return json_text(text)[1:-1]
 
 
-def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
-    """Each node's ``"memory"`` member: an object, or null for a node without a memory record."""
-    cats = col("live_by_category_bytes")
+def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]], cats: list[CategoryItems]) -> None:
+    """Each node's ``"memory"`` member: an object, or null for a node without a memory record (``cats``:
+    its bytes by category's items)."""
     counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
     absent = [c is None for c in cats]
     if all(absent):
         text.text('"memory": null')
     elif all([v is None for v in values] == absent for values in counts):
-        columns = [*(encoded(values, _count_text) for values in counts), encoded(category_items(cats), _categories_json)]
+        columns = [*(encoded(values, _count_text) for values in counts), encoded(cats, _categories_json)]
         for i, (head, column) in enumerate(zip(_MEMORY_HEADS, columns)):
             if True in absent:  # a node without a record has "null" where the first head would be, then nothing
                 text.column(list(map({False: head, True: "" if i else '"memory": null'}.__getitem__, absent)))
@@ -57,7 +57,7 @@ def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
     else:
         text.text('"memory": ').column([
             "null" if c is None else (f'{{"allocated_bytes": {a}, "freed_bytes": {fr}, "live_bytes": {lv}, '
-                                      f'"live_by_category_bytes": {json_text(c)}}}')
+                                      f'"live_by_category_bytes": {json_text(dict(c))}}}')
             for a, fr, lv, c in zip(*counts, cats)])
 
 
@@ -98,7 +98,7 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
     text.column(ids)
     for field in ("name", "op", "type"):
         strings(field)
-    text.between(', "inputs": [', input_list_texts(col("inputs")), "]")
+    text.between(', "inputs": [', input_list_texts(rows, lambda: col("inputs"), a, b), "]")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
         text.between(f', "{field}": ', encoded(col(field), json_text, by_identity=True), "")
     for field in ("module", "module_type", "source", "phase", "scope"):
@@ -108,7 +108,7 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
     for field in COUNT_FIELDS:
         text.between(f', "{field}": ', encoded(col(field), _null_or_text), "")
     text.text(", ")
-    _node_link_memory(text, col)
+    _node_link_memory(text, col, category_column(frame)[rows.lo + a:rows.lo + b])
     samples_text(text, ', "host_time_s": ', "", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, ', "device_time_s": ', "", rows, "device_time_ns", col("device_time_ns"), a, b)
     times = np.asarray(rows.times[a:b], dtype=np.float64)  # JSON has no NaN: json_text refuses it, as before
