@@ -17,11 +17,12 @@ frame's columns, so both kinds give the same values.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame, graph_column, graph_input_arrays
+from graphprof.analysis.frame import NodeFrame, graph_column, graph_indexed, graph_input_arrays
 from graphprof.profile.model import GraphRecord, node_source
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
 
@@ -93,3 +94,37 @@ def input_texts(graph: GraphRecord, lo: int, hi: int) -> list[str] | None:
     has = counts == 1
     texts[has] = np.array(list(map(str, ids[starts[has]].tolist())), dtype=object)
     return texts.tolist()  # type: ignore[no-any-return]
+
+
+def indexed_texts(graph: GraphRecord, field: str, lo: int, hi: int,
+                  texts_of: Callable[[list[Any]], list[str]]) -> list[str] | None:
+    """The text of ``field`` for the graph's nodes ``[lo, hi)`` when the graph stores the field as a table
+    of values and each node's index (``NodeColumns.indexed``): ``texts_of`` is given the table entries the
+    nodes use, once each, and returns their texts. None when the graph does not store the field so.
+
+    Why: a text, shape or dtype column takes a few hundred distinct values at
+    most; reading it through the frame makes a list of 100,000 values and
+    then finds the distinct ones again.
+    """
+    stored = graph_indexed(graph, field)
+    if stored is None:
+        return None
+    table, index = stored
+    index = index[lo:hi]
+    if not len(index):
+        return []
+    used = np.flatnonzero(np.bincount(index, minlength=len(table)))
+    lookup = np.empty(len(table), dtype=object)
+    lookup[used] = np.array(texts_of([table[u] for u in used.tolist()]), dtype=object)
+    return lookup[index].tolist()  # type: ignore[no-any-return]
+
+
+def stored_text_types(graph: GraphRecord, field: str) -> set[type] | None:
+    """The types of the values a loaded graph stores for ``field`` as a table, or None when it does not."""
+    stored = graph_indexed(graph, field)
+    if stored is None:
+        return None
+    table, index = stored
+    if not len(index):
+        return set()
+    return {type(table[u]) for u in np.flatnonzero(np.bincount(index, minlength=len(table))).tolist()}

@@ -23,6 +23,7 @@ hand-built one can) goes through networkx as before, so its types are kept.
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -31,13 +32,20 @@ import numpy as np
 
 from graphprof.analysis.critical_path import paths_and_edges
 from graphprof.analysis.dataflow import is_inplace_write
-from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.frame import NodeFrame, graph_column, node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
 from graphprof.render.column_text import NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
-from graphprof.render.graph_columns import CategoryItems, category_column, input_texts, maps_typed
+from graphprof.render.graph_columns import (
+    CategoryItems,
+    category_column,
+    indexed_texts,
+    input_texts,
+    maps_typed,
+    stored_text_types,
+)
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import adjacency, graph_spans
 
@@ -97,7 +105,7 @@ def model_typed(profile: Profile) -> bool:
     col = frame.column
     if _types(col("id")) != {int} or _types(col("is_view")) != {bool}:
         return False
-    if any(_types(col(f)) != {str} for f in _TEXT_FIELDS):
+    if any(_text_types(frame, f) != {str} for f in _TEXT_FIELDS):
         return False
     if any(not _types(col(f)) <= {int, type(None)} for f in COUNT_FIELDS):
         return False
@@ -106,6 +114,15 @@ def model_typed(profile: Profile) -> bool:
     without = category_column(frame).count(None)
     return all(_types(col(f)) <= {int, type(None)} and col(f).count(None) == without
                for f in ("allocated_bytes", "freed_bytes", "live_bytes"))
+
+
+def _text_types(frame: NodeFrame, field: str) -> set[type]:
+    """The types of ``field``'s values, from a loaded graph's table of them where it has one."""
+    out: set[type] = set()
+    for graph in frame.graphs:
+        stored = stored_text_types(graph, field)
+        out |= stored if stored is not None else _types(graph_column(graph, field))
+    return out
 
 
 @dataclass(frozen=True)
@@ -227,9 +244,22 @@ def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_ide
     return encoded(values, lambda v: "" if v is None else _data(key, encode(v)), by_identity)
 
 
-def _text_lines(text: NodeText, key: str, values: Sequence[Any]) -> None:
-    """Add each string's ``<data>`` line: the strings as they are when none needs escaping and none is
-    empty (one check of the whole column, however many distinct names), else line by distinct value."""
+def _line_texts(key: str, values: list[Any]) -> list[str]:
+    """The ``<data>`` line of each of a few distinct strings (one escaping check for all when none needs it)."""
+    clean = escaped(values, _xml_text)
+    return [_data(key, v) for v in (clean if clean is not None else map(_xml_text, values))]
+
+
+def _text_lines(text: NodeText, key: str, rows: GraphRows, field: str, a: int, b: int,
+                col: Callable[[str], list[Any]]) -> None:
+    """Add each string's ``<data>`` line: per distinct value from a loaded graph's table; else the
+    strings as they are when none needs escaping and none is empty (one check of the whole column,
+    however many distinct names), else line by distinct value."""
+    lines = indexed_texts(rows.graph, field, a, b, lambda entries: _line_texts(key, entries))
+    if lines is not None:
+        text.column(lines)
+        return
+    values = col(field)
     clean = escaped(values, _xml_text)
     if clean is not None and all(clean):
         text.between(f'      <data key="{key}">', clean, "</data>\n")
@@ -239,6 +269,11 @@ def _text_lines(text: NodeText, key: str, values: Sequence[Any]) -> None:
 
 def _listed(value: Any) -> str:
     return _xml_text(json_text(value))
+
+
+def _listed_lines(key: str, values: list[Any]) -> list[str]:
+    """The ``<data>`` line of each of a few distinct shape or dtype tuples (none for None)."""
+    return ["" if v is None else _data(key, _listed(v)) for v in values]
 
 
 def input_list_texts(rows: GraphRows, read: Callable[[], Sequence[Sequence[Any]]], a: int, b: int) -> list[str]:
@@ -293,12 +328,13 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
     text.column(rows.position_text[a:b])
     text.between(f'</data>\n      <data key="{k["node_id"]}">', ids, "</data>\n")
     for field in ("name", "op", "type"):
-        _text_lines(text, k[field], col(field))
+        _text_lines(text, k[field], rows, field, a, b, col)
     text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(rows, lambda: col("inputs"), a, b), "]</data>\n")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
-        text.column(_lines(k[field], col(field), _listed, by_identity=True))
+        lines = indexed_texts(rows.graph, field, a, b, partial(_listed_lines, k[field]))
+        text.column(lines if lines is not None else _lines(k[field], col(field), _listed, by_identity=True))
     for field in ("module", "module_type", "source", "phase", "scope"):
-        _text_lines(text, k[field], col(field))
+        _text_lines(text, k[field], rows, field, a, b, col)
     text.column(_lines(k["is_view"], col("is_view"), str))
     text.column(_lines(k["inplace"], inplace_flags(frame, rows.lo + a, rows.lo + b), str))
     for field in COUNT_FIELDS:

@@ -30,7 +30,7 @@ from graphprof.render.graph_stream import (
     json_text,
     samples_text,
 )
-from graphprof.render.graph_columns import CategoryItems, category_column
+from graphprof.render.graph_columns import CategoryItems, category_column, indexed_texts
 from graphprof.render.json_floats import float_texts
 
 
@@ -80,12 +80,22 @@ def _null_or_text(value: Any) -> str:
 _BOOLEAN = {True: "true", False: "false"}
 
 
+def _json_strings(values: list[Any]) -> list[str]:
+    """The JSON text of each of a few distinct strings (one escaping check for all when none needs it)."""
+    clean = escaped(values, _json_inner)
+    return [f'"{v}"' for v in clean] if clean is not None else list(map(json_text, values))
+
+
 def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeText:
     """The node-link objects of the graph's nodes at positions ``[a, b)``, each after ``",\n"``."""
     def col(name: str) -> list[Any]:
         return frame.column(name)[rows.lo + a:rows.lo + b]
 
     def strings(field: str) -> None:  # the strings as they are, between quotes, when none needs escaping
+        stored = indexed_texts(rows.graph, field, a, b, _json_strings)
+        if stored is not None:
+            text.between(f', "{field}": ', stored, "")
+            return
         values = col(field)
         clean = escaped(values, _json_inner)
         if clean is None:
@@ -100,7 +110,8 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
         strings(field)
     text.between(', "inputs": [', input_list_texts(rows, lambda: col("inputs"), a, b), "]")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
-        text.between(f', "{field}": ', encoded(col(field), json_text, by_identity=True), "")
+        stored = indexed_texts(rows.graph, field, a, b, lambda entries: list(map(json_text, entries)))
+        text.between(f', "{field}": ', stored if stored is not None else encoded(col(field), json_text, by_identity=True), "")
     for field in ("module", "module_type", "source", "phase", "scope"):
         strings(field)
     text.between(', "is_view": ', encoded(col("is_view"), _BOOLEAN.__getitem__), "")

@@ -3,6 +3,7 @@ text of the profile it was saved from (read from records)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import pytest
 from graphprof.analysis.frame import node_frame
 from graphprof.api import Profile
 from graphprof.profile.model import MemoryRecord
-from graphprof.render.graph_columns import category_column, category_items, input_texts
+from graphprof.render.graph_columns import category_column, category_items, indexed_texts, input_texts
 from graphprof.render.graphml import graphml_text, node_link_json
-from tests.render.export_profiles import make_profile, node
+from tests.render.export_profiles import hostile_profile, make_profile, node
 
 
 def _memory(live: int, **categories: int) -> MemoryRecord:
@@ -33,9 +34,10 @@ def _profile(chain: bool) -> Profile:
     return make_profile(nodes)
 
 
-@pytest.mark.parametrize("chain", [True, False])
-def test_loaded_text_equals_the_saved_profiles(chain: bool, tmp_path: Path) -> None:
-    built = _profile(chain)
+@pytest.mark.parametrize("make", [lambda: _profile(True), lambda: _profile(False), hostile_profile])
+def test_loaded_text_equals_the_saved_profiles(make: Callable[[], Profile], tmp_path: Path) -> None:
+    """Names that need escaping included: a stored table's entries are escaped as the column's values are."""
+    built = make()
     built.save(tmp_path / "p.json")
     loaded = Profile.load(tmp_path / "p.json")
     assert graphml_text(loaded) == graphml_text(built)
@@ -64,3 +66,17 @@ def test_input_texts_only_for_stored_chains(tmp_path: Path) -> None:
         assert texts == (["", "0", "1", "2", "3", ""] if chain else None)
         assert input_texts(graph, 3, 5) == ["2", "3"]
         assert input_texts(built.graphs[0], 0, 6) is None
+
+
+def test_indexed_texts_encode_each_used_entry_once(tmp_path: Path) -> None:
+    _profile(chain=True).save(tmp_path / "p.json")
+    graph = Profile.load(tmp_path / "p.json").graphs[0]
+    seen: list[list[object]] = []
+
+    def texts_of(entries: list[object]) -> list[str]:
+        seen.append(entries)
+        return [f"<{e}>" for e in entries]
+
+    assert indexed_texts(graph, "type", 1, 4, texts_of) == ["<relu>", "<add>", "<mul>"]
+    assert sorted(seen[0]) == ["add", "mul", "relu"]  # type: ignore[type-var]
+    assert indexed_texts(graph, "type", 2, 2, texts_of) == []
