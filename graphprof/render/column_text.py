@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import chain
-from typing import IO, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,6 +25,12 @@ from graphprof.render.json_floats import float_texts
 CHUNK_NODES = 8192
 #: Tick counts up to this convert to float exactly, so ``ticks / NS_PER_S`` is the same division in numpy.
 _EXACT_INT = 2**53
+
+
+class TextSink(Protocol):
+    """Where text goes: a text file, or a sink in front of one."""
+
+    def write(self, text: str, /) -> int: ...
 
 
 class NodeText:
@@ -48,7 +54,7 @@ class NodeText:
     def between(self, before: str, values: Sequence[str], after: str) -> NodeText:
         return self.text(before).column(values).text(after)
 
-    def write(self, f: IO[str], size: int, skip: int = 0) -> None:
+    def write(self, f: TextSink, size: int, skip: int = 0) -> None:
         """Write the text of nodes ``0..size-1`` to ``f``, leaving out the first ``skip`` characters."""
         parts = self.parts
         width = len(parts)
