@@ -25,6 +25,7 @@ import numpy as np
 from graphprof.analysis.frame import NodeFrame, graph_column, graph_indexed, graph_input_arrays
 from graphprof.profile.model import GraphRecord, node_source
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
+from graphprof.render.column_text import Coded
 
 #: A node's bytes by category as its items, or None for a node without a memory record.
 CategoryItems = Optional[tuple[tuple[str, int], ...]]
@@ -97,10 +98,10 @@ def input_texts(graph: GraphRecord, lo: int, hi: int) -> list[str] | None:
 
 
 def indexed_texts(graph: GraphRecord, field: str, lo: int, hi: int,
-                  texts_of: Callable[[list[Any]], list[str]]) -> list[str] | None:
+                  texts_of: Callable[[list[Any]], list[str]]) -> Coded | None:
     """The text of ``field`` for the graph's nodes ``[lo, hi)`` when the graph stores the field as a table
     of values and each node's index (``NodeColumns.indexed``): ``texts_of`` is given the table entries the
-    nodes use, once each, and returns their texts. None when the graph does not store the field so.
+    nodes use, once each, and returns their texts. None when the graph does not store it so.
 
     Why: a text, shape or dtype column takes a few hundred distinct values at
     most; reading it through the frame makes a list of 100,000 values and
@@ -111,12 +112,10 @@ def indexed_texts(graph: GraphRecord, field: str, lo: int, hi: int,
         return None
     table, index = stored
     index = index[lo:hi]
-    if not len(index):
-        return []
-    used = np.flatnonzero(np.bincount(index, minlength=len(table)))
-    lookup = np.empty(len(table), dtype=object)
-    lookup[used] = np.array(texts_of([table[u] for u in used.tolist()]), dtype=object)
-    return lookup[index].tolist()  # type: ignore[no-any-return]
+    used = np.flatnonzero(np.bincount(index, minlength=len(table))) if len(index) else np.zeros(0, dtype=np.intp)
+    remap = np.zeros(len(table), dtype=np.intp)
+    remap[used] = np.arange(len(used), dtype=np.intp)
+    return Coded(texts_of([table[u] for u in used.tolist()]), remap[index])
 
 
 def stored_text_types(graph: GraphRecord, field: str) -> set[type] | None:

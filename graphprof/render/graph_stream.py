@@ -37,7 +37,7 @@ from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
 from graphprof.render.background_write import background_writes
-from graphprof.render.column_text import NodeText, encoded, escaped, int_lists, seconds_columns
+from graphprof.render.column_text import Coded, NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
 from graphprof.render.graph_columns import (
     CategoryItems,
@@ -240,7 +240,7 @@ def _data(key: str | None, text: str) -> str:
     return f'      <data key="{key}">{text}</data>\n' if text else f'      <data key="{key}" />\n'
 
 
-def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> list[str]:
+def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> Coded:
     """Each value's ``<data>`` line (none for None), made once per distinct value."""
     return encoded(values, lambda v: "" if v is None else _data(key, encode(v)), by_identity)
 
@@ -277,7 +277,7 @@ def _listed_lines(key: str, values: list[Any]) -> list[str]:
     return ["" if v is None else _data(key, _listed(v)) for v in values]
 
 
-def input_list_texts(rows: GraphRows, read: Callable[[], Sequence[Sequence[Any]]], a: int, b: int) -> list[str]:
+def input_list_texts(rows: GraphRows, read: Callable[[], Sequence[Sequence[Any]]], a: int, b: int) -> list[str] | Coded:
     """Each node's inputs (``read()``, called only when the input arrays do not serve) as the text between JSON brackets."""
     texts = input_texts(rows.graph, a, b)
     if texts is not None:

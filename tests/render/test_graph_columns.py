@@ -77,6 +77,8 @@ def test_indexed_texts_encode_each_used_entry_once(tmp_path: Path) -> None:
         seen.append(entries)
         return [f"<{e}>" for e in entries]
 
-    assert indexed_texts(graph, "type", 1, 4, texts_of) == ["<relu>", "<add>", "<mul>"]
+    coded = indexed_texts(graph, "type", 1, 4, texts_of)
+    assert coded is not None and coded.texts() == ["<relu>", "<add>", "<mul>"]
     assert sorted(seen[0]) == ["add", "mul", "relu"]  # type: ignore[type-var]
-    assert indexed_texts(graph, "type", 2, 2, texts_of) == []
+    empty = indexed_texts(graph, "type", 2, 2, texts_of)
+    assert empty is not None and empty.texts() == []
