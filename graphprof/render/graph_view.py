@@ -128,12 +128,15 @@ def _choose_depth(profile: Profile, max_nodes: int) -> int:
     phase_codes, phases = column_codes(frame, "phase")
     module_codes, modules = column_codes(frame, "module")
     place = (graph_codes * len(phases) + phase_codes) * len(modules)  # a (graph, phase) pair's first group number
+    pairs = np.unique(place + module_codes)  # each (graph, phase, module) once: groups are counted on these
+    pair_module = pairs % max(len(modules), 1)
+    pair_place = pairs - pair_module
     parts = [str(module).split(".") for module in modules]
-    deepest = max((len([p for p in split if p]) for split in parts), default=0)
+    deepest = max((len(split) - split.count("") for split in parts), default=0)
     chosen = 0
     for depth in range(1, deepest + 1):
         prefix, _ = codes([".".join(split[:depth]) for split in parts])  # truncate_module of each distinct module
-        if len(np.unique(place + prefix[module_codes])) > max_nodes:
+        if len(np.unique(pair_place + prefix[pair_module])) > max_nodes:
             break
         chosen = depth
     return chosen
