@@ -110,3 +110,26 @@ def test_typed_attributes_are_clipped_as_text_and_kept_as_numbers(tmp_path: Path
     typed.save(source)
     for name in FILES:
         assert main(["export", str(source), "-o", str(tmp_path / name)]) == 0, name
+
+
+@pytest.mark.parametrize("long_in_second", [False, True])
+def test_a_loaded_profile_is_estimated_and_checked_from_its_tables_as_the_saved_one(
+        long_in_second: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two graphs (the second's names long or not), sampled with a stride across them: the stored
+    tables give the estimate and the long-name decision the node records give."""
+    from graphprof.render import size_guard
+    from graphprof.render.size_guard import clip_profile_text
+
+    monkeypatch.setattr(size_guard, "ESTIMATE_SAMPLE_NODES", 7)
+
+    base = synthetic_profile(300, 2, seed=0)
+    graph = base.graphs[0]
+    second = replace(graph, id=1, name="second", nodes=tuple(
+        replace(n, module="m" * (EXPORT_TEXT_LIMIT + 5) if long_in_second and i == 7 else n.module)
+        for i, n in enumerate(graph.nodes)))
+    built = replace(base, graphs=(graph, second))
+    built.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    for fmt in ("chrome", "graphml", "nodelink"):
+        assert estimated_bytes(loaded, fmt) == estimated_bytes(built, fmt)
+    assert (clip_profile_text(loaded) is loaded) == (clip_profile_text(built) is built) == (not long_in_second)
