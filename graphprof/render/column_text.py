@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import chain
-from typing import IO, Any
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -27,11 +27,43 @@ CHUNK_NODES = 8192
 _EXACT_INT = 2**53
 
 
+class TextSink(Protocol):
+    """Where text goes: a text file, or a sink in front of one."""
+
+    def write(self, text: str, /) -> int: ...
+
+
+class Coded:
+    """Per-node text as a table of distinct texts and each node's index into it (an intp array).
+
+    Why: most of a node's lines take one of a few values (op, dtypes, module
+    type, flags, byte counts). ``NodeText.write`` makes neighbouring such
+    columns, with the constant text around them, into one piece per node,
+    made once per combination that occurs: fewer pieces to place and join.
+    """
+
+    __slots__ = ("table", "codes")
+
+    def __init__(self, table: list[str], codes: np.ndarray) -> None:
+        self.table, self.codes = table, codes
+
+    def texts(self) -> list[str]:
+        """Each node's text."""
+        return np.asarray(self.table, dtype=object)[self.codes].tolist()  # type: ignore[no-any-return]
+
+
+Part = Union[str, Sequence[str], Coded]
+#: A ``Coded`` column of more distinct texts than this stays a column of its own.
+SMALL_TABLE = 4096
+#: Neighbouring ``Coded`` columns are combined while the product of their table sizes stays below this.
+COMBINED_LIMIT = 1 << 20
+
+
 class NodeText:
-    """Each node's text: constant text and columns of per-node text (``str``), in order."""
+    """Each node's text: constant text and columns of per-node text (``str``s, or ``Coded``), in order."""
 
     def __init__(self) -> None:
-        self.parts: list[str | Sequence[str]] = []
+        self.parts: list[Part] = []
 
     def text(self, constant: str) -> NodeText:
         if constant:
@@ -41,16 +73,16 @@ class NodeText:
                 self.parts.append(constant)
         return self
 
-    def column(self, values: Sequence[str]) -> NodeText:
+    def column(self, values: Sequence[str] | Coded) -> NodeText:
         self.parts.append(values)
         return self
 
-    def between(self, before: str, values: Sequence[str], after: str) -> NodeText:
+    def between(self, before: str, values: Sequence[str] | Coded, after: str) -> NodeText:
         return self.text(before).column(values).text(after)
 
-    def write(self, f: IO[str], size: int, skip: int = 0) -> None:
+    def write(self, f: TextSink, size: int, skip: int = 0) -> None:
         """Write the text of nodes ``0..size-1`` to ``f``, leaving out the first ``skip`` characters."""
-        parts = self.parts
+        parts = [p.texts() if isinstance(p, Coded) else p for p in combined(self.parts, size)]
         width = len(parts)
         for start in range(0, size, CHUNK_NODES):
             count = min(CHUNK_NODES, size - start)
@@ -61,19 +93,69 @@ class NodeText:
             f.write(text[skip:] if skip and start == 0 else text)
 
 
-def encoded(values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> list[str]:
+def combined(parts: list[Part], size: int) -> list[Part]:
+    """``parts`` with each run of constants and small ``Coded`` columns made into one ``Coded`` column."""
+    out: list[Part] = []
+    run: list[str | Coded] = []
+    span = 1
+
+    def flush() -> None:
+        if any(isinstance(p, Coded) for p in run):
+            out.append(run[0] if len(run) == 1 else _run_coded(run, size, span))
+        elif run:
+            out.append("".join(run))  # type: ignore[arg-type]
+        run.clear()
+
+    for part in parts:
+        if isinstance(part, str):
+            run.append(part)
+        elif isinstance(part, Coded) and len(part.table) <= SMALL_TABLE:
+            n = max(len(part.table), 1)
+            if span * n > COMBINED_LIMIT:
+                flush()
+                span = 1
+            run.append(part)
+            span *= n
+        else:
+            flush()
+            span = 1
+            out.append(part)
+    flush()
+    return out
+
+
+def _run_coded(run: list[str | Coded], size: int, span: int) -> Coded:
+    """One ``Coded`` column for a run of constants and ``Coded`` columns (the product of whose table
+    sizes is ``span``): each combination's text is made once, from one node that has it."""
+    key = np.zeros(size, dtype=np.intp)
+    for part in run:
+        if isinstance(part, Coded):
+            key *= max(len(part.table), 1)
+            key += part.codes
+    first = np.full(span, size, dtype=np.intp)
+    first[key] = np.arange(size, dtype=np.intp)  # some node of each combination: all of them have its text
+    used = np.flatnonzero(first < size)
+    remap = np.zeros(span, dtype=np.intp)
+    remap[used] = np.arange(len(used), dtype=np.intp)
+    nodes = first[used]
+    columns = [[part] * len(used) if isinstance(part, str)
+               else np.asarray(part.table, dtype=object)[part.codes[nodes]].tolist() for part in run]
+    return Coded(list(map("".join, zip(*columns))), remap[key])
+
+
+def encoded(values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> Coded:
     """``encode(v)`` for each of ``values``, computed once per distinct value.
 
     ``by_identity``: values are told apart by identity (tuples a loaded profile
     shares between nodes: hashing them would cost more than encoding twice).
     """
+    keys: Sequence[Any] = list(map(id, values)) if by_identity else values
+    where = {v: i for i, v in enumerate(dict.fromkeys(keys))}
+    codes = np.fromiter(map(where.__getitem__, keys), dtype=np.intp, count=len(keys))
     if by_identity:
-        keys: Sequence[Any] = list(map(id, values))
-        texts = {key: encode(v) for key, v in dict(zip(keys, values)).items()}
-    else:
-        keys = values
-        texts = {v: encode(v) for v in dict.fromkeys(values)}
-    return list(map(texts.__getitem__, keys))
+        first = dict(zip(keys, values))
+        return Coded([encode(first[k]) for k in where], codes)
+    return Coded(list(map(encode, where)), codes)
 
 
 def escaped(values: Sequence[Any], escape: Callable[[str], str]) -> list[str] | None:

@@ -23,6 +23,7 @@ hand-built one can) goes through networkx as before, so its types are kept.
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -31,12 +32,21 @@ import numpy as np
 
 from graphprof.analysis.critical_path import paths_and_edges
 from graphprof.analysis.dataflow import is_inplace_write
-from graphprof.analysis.frame import NodeFrame, node_frame
+from graphprof.analysis.frame import NodeFrame, graph_column, node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
-from graphprof.render.column_text import NodeText, encoded, escaped, int_lists, seconds_columns
+from graphprof.render.background_write import background_writes
+from graphprof.render.column_text import Coded, NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
+from graphprof.render.graph_columns import (
+    CategoryItems,
+    category_column,
+    indexed_texts,
+    input_texts,
+    maps_typed,
+    stored_text_types,
+)
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import adjacency, graph_spans
 
@@ -96,16 +106,24 @@ def model_typed(profile: Profile) -> bool:
     col = frame.column
     if _types(col("id")) != {int} or _types(col("is_view")) != {bool}:
         return False
-    if any(_types(col(f)) != {str} for f in _TEXT_FIELDS):
+    if any(_text_types(frame, f) != {str} for f in _TEXT_FIELDS):
         return False
     if any(not _types(col(f)) <= {int, type(None)} for f in COUNT_FIELDS):
         return False
-    by_category = col("live_by_category_bytes")
-    if not _types(by_category) <= {dict, type(None)}:
+    if not maps_typed(frame):
         return False
-    without = by_category.count(None)
+    without = category_column(frame).count(None)
     return all(_types(col(f)) <= {int, type(None)} and col(f).count(None) == without
                for f in ("allocated_bytes", "freed_bytes", "live_bytes"))
+
+
+def _text_types(frame: NodeFrame, field: str) -> set[type]:
+    """The types of ``field``'s values, from a loaded graph's table of them where it has one."""
+    out: set[type] = set()
+    for graph in frame.graphs:
+        stored = stored_text_types(graph, field)
+        out |= stored if stored is not None else _types(graph_column(graph, field))
+    return out
 
 
 @dataclass(frozen=True)
@@ -196,7 +214,7 @@ def _graphml_keys(profile: Profile, graph_attrs: dict[str, Any], has_edges: bool
     frame = node_frame(profile)
     nodes = len(frame)
     present = set()
-    if frame.column("live_by_category_bytes").count(None) < nodes:
+    if category_column(frame).count(None) < nodes:
         present |= {"memory_allocated_bytes", "memory_freed_bytes", "memory_live_bytes", "memory_live_by_category_bytes"}
     present |= {f for f in COUNT_FIELDS if frame.column(f).count(None) < nodes}
     if any(g.name is not None and lo < hi for g, lo, hi in graph_spans(profile, frame)):
@@ -222,14 +240,27 @@ def _data(key: str | None, text: str) -> str:
     return f'      <data key="{key}">{text}</data>\n' if text else f'      <data key="{key}" />\n'
 
 
-def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> list[str]:
+def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_identity: bool = False) -> Coded:
     """Each value's ``<data>`` line (none for None), made once per distinct value."""
     return encoded(values, lambda v: "" if v is None else _data(key, encode(v)), by_identity)
 
 
-def _text_lines(text: NodeText, key: str, values: Sequence[Any]) -> None:
-    """Add each string's ``<data>`` line: the strings as they are when none needs escaping and none is
-    empty (one check of the whole column, however many distinct names), else line by distinct value."""
+def _line_texts(key: str, values: list[Any]) -> list[str]:
+    """The ``<data>`` line of each of a few distinct strings (one escaping check for all when none needs it)."""
+    clean = escaped(values, _xml_text)
+    return [_data(key, v) for v in (clean if clean is not None else map(_xml_text, values))]
+
+
+def _text_lines(text: NodeText, key: str, rows: GraphRows, field: str, a: int, b: int,
+                col: Callable[[str], list[Any]]) -> None:
+    """Add each string's ``<data>`` line: per distinct value from a loaded graph's table; else the
+    strings as they are when none needs escaping and none is empty (one check of the whole column,
+    however many distinct names), else line by distinct value."""
+    lines = indexed_texts(rows.graph, field, a, b, lambda entries: _line_texts(key, entries))
+    if lines is not None:
+        text.column(lines)
+        return
+    values = col(field)
     clean = escaped(values, _xml_text)
     if clean is not None and all(clean):
         text.between(f'      <data key="{key}">', clean, "</data>\n")
@@ -241,8 +272,17 @@ def _listed(value: Any) -> str:
     return _xml_text(json_text(value))
 
 
-def input_list_texts(values: Sequence[Sequence[Any]]) -> list[str]:
-    """Each node's inputs as the text between JSON brackets."""
+def _listed_lines(key: str, values: list[Any]) -> list[str]:
+    """The ``<data>`` line of each of a few distinct shape or dtype tuples (none for None)."""
+    return ["" if v is None else _data(key, _listed(v)) for v in values]
+
+
+def input_list_texts(rows: GraphRows, read: Callable[[], Sequence[Sequence[Any]]], a: int, b: int) -> list[str] | Coded:
+    """Each node's inputs (``read()``, called only when the input arrays do not serve) as the text between JSON brackets."""
+    texts = input_texts(rows.graph, a, b)
+    if texts is not None:
+        return texts
+    values = read()
     fast = int_lists(values)
     return fast if fast is not None else encoded(values, lambda v: _numbers_text(v)[1:-1], by_identity=True)
 
@@ -263,26 +303,18 @@ def samples_text(text: NodeText, before: str, after: str, rows: GraphRows, field
     text.text("]" + after)
 
 
-def category_items(cats: list[dict[str, int] | None]) -> list[tuple[tuple[str, int], ...] | None]:
-    """Each bytes-by-category mapping as its items: hashable, so each distinct one is written once."""
-    if None in cats:
-        return [None if c is None else tuple(c.items()) for c in cats]
-    return list(map(tuple, map(dict.items, cats)))  # type: ignore[arg-type]
-
-
-def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[Any]]) -> None:
-    """The four memory lines of each node that has a memory record."""
-    cats = col("live_by_category_bytes")
+def _graphml_memory(text: NodeText, keys: list[str], col: Callable[[str], list[Any]], cats: list[CategoryItems]) -> None:
+    """The four memory lines of each node that has a memory record (``cats``: its bytes by category's items)."""
     counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
     absent = [c is None for c in cats]
     if all([v is None for v in values] == absent for values in counts):
         for key, values in zip(keys, counts):
             text.column(_lines(key, values, str))
-        text.column(encoded(category_items(cats), lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
+        text.column(encoded(cats, lambda pairs: "" if pairs is None else _data(keys[3], _listed(dict(pairs)))))
         return
     text.column([
         "" if c is None else (f'      <data key="{keys[0]}">{a}</data>\n      <data key="{keys[1]}">{fr}</data>\n'
-                              f'      <data key="{keys[2]}">{lv}</data>\n' + _data(keys[3], _listed(c)))
+                              f'      <data key="{keys[2]}">{lv}</data>\n' + _data(keys[3], _listed(dict(c))))
         for a, fr, lv, c in zip(*counts, cats)])
 
 
@@ -297,12 +329,13 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
     text.column(rows.position_text[a:b])
     text.between(f'</data>\n      <data key="{k["node_id"]}">', ids, "</data>\n")
     for field in ("name", "op", "type"):
-        _text_lines(text, k[field], col(field))
-    text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(col("inputs")), "]</data>\n")
+        _text_lines(text, k[field], rows, field, a, b, col)
+    text.between(f'      <data key="{k["inputs"]}">[', input_list_texts(rows, lambda: col("inputs"), a, b), "]</data>\n")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
-        text.column(_lines(k[field], col(field), _listed, by_identity=True))
+        lines = indexed_texts(rows.graph, field, a, b, partial(_listed_lines, k[field]))
+        text.column(lines if lines is not None else _lines(k[field], col(field), _listed, by_identity=True))
     for field in ("module", "module_type", "source", "phase", "scope"):
-        _text_lines(text, k[field], col(field))
+        _text_lines(text, k[field], rows, field, a, b, col)
     text.column(_lines(k["is_view"], col("is_view"), str))
     text.column(_lines(k["inplace"], inplace_flags(frame, rows.lo + a, rows.lo + b), str))
     for field in COUNT_FIELDS:
@@ -310,7 +343,8 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
             text.column(_lines(k[field], col(field), str))
     if "memory_allocated_bytes" in k:
         _graphml_memory(text, [k[f"memory_{m}"] for m in ("allocated_bytes", "freed_bytes", "live_bytes",
-                                                          "live_by_category_bytes")], col)
+                                                          "live_by_category_bytes")], col,
+                        category_column(frame)[rows.lo + a:rows.lo + b])
     samples_text(text, f'      <data key="{k["host_time_s"]}">', "</data>\n", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, f'      <data key="{k["device_time_s"]}">', "</data>\n", rows, "device_time_ns",
                  col("device_time_ns"), a, b)
@@ -328,15 +362,16 @@ def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
     k, key_lines = _graphml_keys(profile, attrs, any(rows.edge_src for rows in graphs))
     graph_data = "".join(_data(k["graph:" + name], _xml_text(json_text(v) if isinstance(v, list) else str(v)))[2:]
                          for name, v in attrs.items() if v is not None)
-    f.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
-    frame = node_frame(profile)
-    for rows in graphs:
-        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
-            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
-            _graphml_nodes(frame, rows, a, b, k).write(f, b - a)
-    for rows in graphs:  # networkx writes every edge after every node
-        gid = rows.graph.id
-        src, dst, kinds = rows.edge_columns()
-        edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
-        edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(f, len(src))
-    f.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last
+    with background_writes(f) as out:  # the file gets one block while the next is made
+        out.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
+        frame = node_frame(profile)
+        for rows in graphs:
+            for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+                b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+                _graphml_nodes(frame, rows, a, b, k).write(out, b - a)
+        for rows in graphs:  # networkx writes every edge after every node
+            gid = rows.graph.id
+            src, dst, kinds = rows.edge_columns()
+            edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
+            edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(out, len(src))
+        out.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last

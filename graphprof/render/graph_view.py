@@ -34,7 +34,7 @@ from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import codes, column_codes
 from graphprof.profile.model import NodeRecord, Profile
 from graphprof.render.labels import bound_of, shapes_text
-from graphprof.render.node_columns import adjacency, graph_spans
+from graphprof.render.node_columns import adjacency_arrays, graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
 
 if TYPE_CHECKING:  # the node-level view of a small graph imports it; the module-level view never needs it
@@ -128,12 +128,15 @@ def _choose_depth(profile: Profile, max_nodes: int) -> int:
     phase_codes, phases = column_codes(frame, "phase")
     module_codes, modules = column_codes(frame, "module")
     place = (graph_codes * len(phases) + phase_codes) * len(modules)  # a (graph, phase) pair's first group number
+    pairs = np.unique(place + module_codes)  # each (graph, phase, module) once: groups are counted on these
+    pair_module = pairs % max(len(modules), 1)
+    pair_place = pairs - pair_module
     parts = [str(module).split(".") for module in modules]
-    deepest = max((len([p for p in split if p]) for split in parts), default=0)
+    deepest = max((len(split) - split.count("") for split in parts), default=0)
     chosen = 0
     for depth in range(1, deepest + 1):
         prefix, _ = codes([".".join(split[:depth]) for split in parts])  # truncate_module of each distinct module
-        if len(np.unique(place + prefix[module_codes])) > max_nodes:
+        if len(np.unique(pair_place + prefix[pair_module])) > max_nodes:
             break
         chosen = depth
     return chosen
@@ -219,24 +222,31 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
 
 
 def _module_groups(profile: Profile, depth: int, multi: bool,
-                   times: list[float]) -> tuple[list[dict[str, Any]], list[str]]:
+                   times: list[float]) -> tuple[list[dict[str, Any]], np.ndarray]:
     """The module boxes (one per graph, phase and module prefix at ``depth``, in order of their first
-    node) and each node's box key, from the node frame's columns.
+    node) and each node's box (an index into them), from the node frame's codes.
 
-    Why columns: a Python loop over 100,000 nodes was most of a module-level
-    picture's time. Times are summed per box in node order (``np.bincount``
-    adds in input order, as a running sum did), FLOPs as Python ints.
+    Why codes: a Python loop over 100,000 nodes was most of a module-level
+    picture's time, and so was finding the distinct (graph, phase, prefix)
+    tuples of every node; each is a number made from three codes here. Times
+    are summed per box in node order (``np.bincount`` adds in input order, as
+    a running sum did), FLOPs as Python ints.
     """
     frame = node_frame(profile)
     col = frame.column
+    graph_codes, graph_ids = column_codes(frame, "graph_id")
+    phase_codes, phases = column_codes(frame, "phase")
     module_codes, modules = column_codes(frame, "module")
     shown_of = [truncate_module(str(m), depth) for m in modules]
-    shown = list(map(shown_of.__getitem__, module_codes.tolist()))
-    idents = list(zip(col("graph_id"), col("phase"), shown))
-    index = {ident: k for k, ident in enumerate(dict.fromkeys(idents))}  # boxes in order of their first node
-    box = np.fromiter(map(index.__getitem__, idents), dtype=np.intp, count=len(idents))
-    size = len(index)
-    first = np.unique(box, return_index=True)[1].tolist() if size else []
+    shown_codes, shown = codes(shown_of)
+    key = (graph_codes * len(phases) + phase_codes) * max(len(shown), 1) + shown_codes[module_codes]
+    distinct, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first_at, kind="stable")  # boxes in order of their first node
+    rank = np.empty(len(distinct), dtype=np.intp)
+    rank[by_first] = np.arange(len(distinct), dtype=np.intp)
+    box = rank[inverse.reshape(-1)]
+    size = len(distinct)
+    first = first_at[by_first].tolist()
     time_s = np.bincount(box, weights=np.asarray(times, dtype=np.float64), minlength=size).tolist()
     count = np.bincount(box, minlength=size).tolist()
     flops_col = col("flops")
@@ -251,13 +261,26 @@ def _module_groups(profile: Profile, depth: int, multi: bool,
         types[k][module_type] = None
     graph_index = col("graph_index")
     info = []
-    for k, ((gid, phase, prefix), i) in enumerate(zip(index, first)):
+    for k, i in enumerate(first):
+        gid, phase = graph_ids[graph_codes[i]], phases[phase_codes[i]]
         graph = profile.graphs[graph_index[i]]
-        info.append({"key": f"g{gid}_{phase}_{k}", "module": prefix, "types": types[k], "time": time_s[k],
-                     "flops": int(flops[k]), "flops_known": not unknown[k], "count": count[k],
+        info.append({"key": f"g{gid}_{phase}_{k}", "module": shown[shown_codes[module_codes[i]]], "types": types[k],
+                     "time": time_s[k], "flops": int(flops[k]), "flops_known": not unknown[k], "count": count[k],
                      "cluster": ((graph.name or f"graph {graph.id}",) if multi else ()) + (phase,)})
-    key_of = [entry["key"] for entry in info]
-    return info, list(map(key_of.__getitem__, box.tolist()))
+    return info, box
+
+
+def _box_edges(edges: EdgeIndex, boxes: np.ndarray) -> list[tuple[int, int, bool]]:
+    """The edges between different boxes (``boxes``: each position's box): (from, to, whether any op edge
+    between them is a data edge), in the order their first op edge comes in the dataflow graph's adjacency."""
+    src, dst, is_order = adjacency_arrays(edges)
+    a, b = boxes[src], boxes[dst]
+    apart = a != b
+    pair = a[apart] * (int(boxes.max(initial=0)) + 1) + b[apart]
+    distinct, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    any_data = np.bincount(inverse.reshape(-1), weights=~is_order[apart], minlength=len(distinct)) > 0
+    order = np.argsort(first, kind="stable")
+    return list(zip(a[apart][first[order]].tolist(), b[apart][first[order]].tolist(), any_data[order].tolist()))
 
 
 def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_nodes: int) -> GraphView:
@@ -272,23 +295,23 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
         edges_of[graph.id] = graph_edges
         paths[graph.id] = path
     total = sum(cp.serial_s for cp in paths.values())
-    info, node_keys = _module_groups(profile, depth, multi, times)
-    groups_of: list[tuple[list[str], dict[int, str]]] = []  # per graph: each position's group, each node id's
-    for _, lo, hi in spans:
-        # A node's group by its id (of a repeated id, the last node's, as a mapping by id keeps it).
-        by_id = dict(zip(col("id")[lo:hi], node_keys[lo:hi]))
-        groups_of.append((list(map(by_id.__getitem__, col("id")[lo:hi])), by_id))
+    info, box = _module_groups(profile, depth, multi, times)
+    key_of = [entry["key"] for entry in info]
     crit_groups: set[str] = set()
     crit_edges: set[tuple[str, str]] = set()
     edges: dict[tuple[str, str], EdgeKind] = {}
-    for (graph, _, _), (groups, by_id) in zip(spans, groups_of):
-        seq = [by_id[n] for n in paths[graph.id].nodes]
+    for graph, lo, hi in spans:
+        ids = col("id")[lo:hi]
+        boxes = box[lo:hi]
+        # A node's group by its id (of a repeated id, the last node's, as a mapping by id keeps it).
+        by_id = dict(zip(ids, boxes.tolist()))
+        if len(by_id) < hi - lo:
+            boxes = np.fromiter(map(by_id.__getitem__, ids), dtype=np.intp, count=hi - lo)
+        seq = [key_of[by_id[n]] for n in paths[graph.id].nodes]
         crit_groups.update(seq)
         crit_edges.update((a, b) for a, b in zip(seq, seq[1:]) if a != b)
-        for src, dst, is_order in zip(*adjacency(edges_of[graph.id])):
-            ga, gb = groups[src], groups[dst]
-            if ga != gb and edges.get((ga, gb)) != EdgeKind.DATA:
-                edges[(ga, gb)] = EdgeKind.ORDER if is_order else EdgeKind.DATA
+        for a, b, data in _box_edges(edges_of[graph.id], boxes):
+            edges[(key_of[a], key_of[b])] = EdgeKind.DATA if data else EdgeKind.ORDER
     nodes = []
     for entry in info:
         module = entry["module"] or TOP_LEVEL

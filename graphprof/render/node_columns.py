@@ -46,14 +46,20 @@ def graph_spans(profile: Profile, frame: NodeFrame) -> list[tuple[GraphRecord, i
     return [(g, start, end) for g, (start, end) in zip(profile.graphs, frame.spans())]
 
 
-def adjacency(edges: EdgeIndex) -> tuple[list[int], list[int], list[bool]]:
+def adjacency_arrays(edges: EdgeIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sources, destinations and whether each is an ordering edge, in the dataflow graph's adjacency
     order (by source position; each source's data edges, then its ordering edges, each in edge order),
     which is the order networkx lists a ``dataflow_graph``'s edges in."""
     src = np.concatenate((edges.data_src, edges.order_src))
     by_src = np.argsort(src, kind="stable")
     dst = np.concatenate((edges.data_dst, edges.order_dst))[by_src]
-    return src[by_src].tolist(), dst.tolist(), (by_src >= len(edges.data_src)).tolist()
+    return src[by_src], dst, by_src >= len(edges.data_src)
+
+
+def adjacency(edges: EdgeIndex) -> tuple[list[int], list[int], list[bool]]:
+    """``adjacency_arrays`` as lists."""
+    src, dst, order = adjacency_arrays(edges)
+    return src.tolist(), dst.tolist(), order.tolist()
 
 
 def sample_counts(profile: Profile, frame: NodeFrame) -> tuple[list[int], list[int]]:

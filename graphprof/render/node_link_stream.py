@@ -18,12 +18,12 @@ import numpy as np
 
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.profile.model import Profile
+from graphprof.render.background_write import background_writes
 from graphprof.render.column_text import NodeText, encoded, escaped
 from graphprof.render.graph_stream import (
     BLOCK_NODES,
     COUNT_FIELDS,
     GraphRows,
-    category_items,
     graph_attrs,
     graph_rows,
     inplace_flags,
@@ -31,6 +31,7 @@ from graphprof.render.graph_stream import (
     json_text,
     samples_text,
 )
+from graphprof.render.graph_columns import CategoryItems, category_column, indexed_texts
 from graphprof.render.json_floats import float_texts
 
 
@@ -39,15 +40,15 @@ def _json_inner(text: str) -> str:
     return json_text(text)[1:-1]
 
 
-def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
-    """Each node's ``"memory"`` member: an object, or null for a node without a memory record."""
-    cats = col("live_by_category_bytes")
+def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]], cats: list[CategoryItems]) -> None:
+    """Each node's ``"memory"`` member: an object, or null for a node without a memory record (``cats``:
+    its bytes by category's items)."""
     counts = [col("allocated_bytes"), col("freed_bytes"), col("live_bytes")]
     absent = [c is None for c in cats]
     if all(absent):
         text.text('"memory": null')
     elif all([v is None for v in values] == absent for values in counts):
-        columns = [*(encoded(values, _count_text) for values in counts), encoded(category_items(cats), _categories_json)]
+        columns = [*(encoded(values, _count_text) for values in counts), encoded(cats, _categories_json)]
         for i, (head, column) in enumerate(zip(_MEMORY_HEADS, columns)):
             if True in absent:  # a node without a record has "null" where the first head would be, then nothing
                 text.column(list(map({False: head, True: "" if i else '"memory": null'}.__getitem__, absent)))
@@ -57,7 +58,7 @@ def _node_link_memory(text: NodeText, col: Callable[[str], list[Any]]) -> None:
     else:
         text.text('"memory": ').column([
             "null" if c is None else (f'{{"allocated_bytes": {a}, "freed_bytes": {fr}, "live_bytes": {lv}, '
-                                      f'"live_by_category_bytes": {json_text(c)}}}')
+                                      f'"live_by_category_bytes": {json_text(dict(c))}}}')
             for a, fr, lv, c in zip(*counts, cats)])
 
 
@@ -80,12 +81,22 @@ def _null_or_text(value: Any) -> str:
 _BOOLEAN = {True: "true", False: "false"}
 
 
+def _json_strings(values: list[Any]) -> list[str]:
+    """The JSON text of each of a few distinct strings (one escaping check for all when none needs it)."""
+    clean = escaped(values, _json_inner)
+    return [f'"{v}"' for v in clean] if clean is not None else list(map(json_text, values))
+
+
 def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeText:
     """The node-link objects of the graph's nodes at positions ``[a, b)``, each after ``",\n"``."""
     def col(name: str) -> list[Any]:
         return frame.column(name)[rows.lo + a:rows.lo + b]
 
     def strings(field: str) -> None:  # the strings as they are, between quotes, when none needs escaping
+        stored = indexed_texts(rows.graph, field, a, b, _json_strings)
+        if stored is not None:
+            text.between(f', "{field}": ', stored, "")
+            return
         values = col(field)
         clean = escaped(values, _json_inner)
         if clean is None:
@@ -98,9 +109,10 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
     text.column(ids)
     for field in ("name", "op", "type"):
         strings(field)
-    text.between(', "inputs": [', input_list_texts(col("inputs")), "]")
+    text.between(', "inputs": [', input_list_texts(rows, lambda: col("inputs"), a, b), "]")
     for field in ("in_shapes", "in_dtypes", "out_shapes", "out_dtypes"):
-        text.between(f', "{field}": ', encoded(col(field), json_text, by_identity=True), "")
+        stored = indexed_texts(rows.graph, field, a, b, lambda entries: list(map(json_text, entries)))
+        text.between(f', "{field}": ', stored if stored is not None else encoded(col(field), json_text, by_identity=True), "")
     for field in ("module", "module_type", "source", "phase", "scope"):
         strings(field)
     text.between(', "is_view": ', encoded(col("is_view"), _BOOLEAN.__getitem__), "")
@@ -108,7 +120,7 @@ def _node_link_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int) -> NodeT
     for field in COUNT_FIELDS:
         text.between(f', "{field}": ', encoded(col(field), _null_or_text), "")
     text.text(", ")
-    _node_link_memory(text, col)
+    _node_link_memory(text, col, category_column(frame)[rows.lo + a:rows.lo + b])
     samples_text(text, ', "host_time_s": ', "", rows, "host_time_ns", col("host_time_ns"), a, b)
     samples_text(text, ', "device_time_s": ', "", rows, "device_time_ns", col("device_time_ns"), a, b)
     times = np.asarray(rows.times[a:b], dtype=np.float64)  # JSON has no NaN: json_text refuses it, as before
@@ -122,20 +134,21 @@ def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
     """Write networkx node-link JSON of ``profile`` to ``f`` (``nx.node_link_graph(data, edges="edges")`` reads it)."""
     attrs = graph_attrs(profile, stat)
     graphs = graph_rows(profile, stat)
-    f.write('{"directed": true, "multigraph": false, "graph": ' + json_text(attrs) + ', "nodes": [')
-    frame = node_frame(profile)
-    skip = 1  # the first node follows "[\n", the others ",\n"
-    for rows in graphs:
-        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
-            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
-            _node_link_nodes(frame, rows, a, b).write(f, b - a, skip)
-            skip = 0
-    f.write('\n], "edges": [')
-    skip = 1
-    for rows in graphs:
-        gid = rows.graph.id
-        src, dst, kinds = rows.edge_columns()
-        edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
-        edges.between(f'", "target": "{gid}:', dst, '"}').write(f, len(src), skip)
-        skip = skip and not src
-    f.write("\n]}\n")
+    with background_writes(f) as out:  # the file gets one block while the next is made
+        out.write('{"directed": true, "multigraph": false, "graph": ' + json_text(attrs) + ', "nodes": [')
+        frame = node_frame(profile)
+        skip = 1  # the first node follows "[\n", the others ",\n"
+        for rows in graphs:
+            for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+                b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+                _node_link_nodes(frame, rows, a, b).write(out, b - a, skip)
+                skip = 0
+        out.write('\n], "edges": [')
+        skip = 1
+        for rows in graphs:
+            gid = rows.graph.id
+            src, dst, kinds = rows.edge_columns()
+            edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
+            edges.between(f'", "target": "{gid}:', dst, '"}').write(out, len(src), skip)
+            skip = skip and not src
+        out.write("\n]}\n")

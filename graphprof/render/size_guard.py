@@ -27,6 +27,8 @@ from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, Sequence
 
+import numpy as np
+
 from graphprof.analysis.frame import NodeFrame, graph_indexed, node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
 from graphprof.render.labels import shapes_text
@@ -66,6 +68,38 @@ def _longest(columns: Sequence[Sequence[Any]], tuple_columns: Sequence[Sequence[
                     if isinstance(s, str) and len(s) > longest:  # attrs also hold numbers and flags
                         longest = len(s)
     return longest
+
+
+def _stored(frame: NodeFrame, name: str) -> list[tuple[list[Any], np.ndarray]] | None:
+    """Each graph's table of ``name``'s values and index per node, when every graph stores the field so."""
+    tables = [graph_indexed(g, name) for g in frame.graphs]
+    return None if None in tables else tables  # type: ignore[return-value]
+
+
+def _distinct(frame: NodeFrame, name: str) -> Sequence[Any]:
+    """The values of column ``name`` (each table entry a node uses once, where the graphs store a table).
+
+    Why: the long-name check needs only the distinct values; making the whole
+    column of a stored table (then measuring 100,000 values) cost more than the check.
+    """
+    tables = _stored(frame, name)
+    if tables is None:
+        return frame.column(name)
+    return [table[u] for table, index in tables
+            for u in np.flatnonzero(np.bincount(index, minlength=len(table))).tolist()]
+
+
+def _values_at(frame: NodeFrame, name: str, rows: range) -> list[Any]:
+    """Column ``name`` at positions ``rows`` (read from stored tables where the graphs have them)."""
+    tables = _stored(frame, name)
+    if tables is None:
+        return frame.column(name)[rows.start:rows.stop:rows.step]
+    at = np.arange(rows.start, rows.stop, rows.step, dtype=np.intp)
+    out: list[Any] = []
+    for (table, index), (lo, hi) in zip(tables, frame.spans()):
+        picked = index[at[(at >= lo) & (at < hi)] - lo].tolist()
+        out += map(table.__getitem__, picked)
+    return out
 
 
 def _record_columns(nodes: Sequence[NodeRecord]) -> tuple[list[list[Any]], list[list[Any]]]:
@@ -110,10 +144,8 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     long_meta: dict[str, Any] = {f.name: clip_middle(getattr(meta, f.name), limit) for f in fields(ProfileMeta)
                  if isinstance(getattr(meta, f.name), str) and len(getattr(meta, f.name)) > limit}
     if not long_meta and not any(_long_graph_text(g, limit) for g in profile.graphs):
-        if _longest_stored(profile) <= limit:
-            return profile
         frame = node_frame(profile)
-        if _longest([frame.column(f) for f in _NODE_TEXT], [frame.column(f) for f in _TUPLE_TEXT]) <= limit:
+        if _longest([_distinct(frame, f) for f in _NODE_TEXT], [_distinct(frame, f) for f in _TUPLE_TEXT]) <= limit:
             return profile
     graphs = tuple(_clip_graph(g, limit) for g in profile.graphs)
     if long_meta:
@@ -121,32 +153,6 @@ def clip_profile_text(profile: Profile, limit: int = EXPORT_TEXT_LIMIT) -> Profi
     if meta is profile.meta and all(a is b for a, b in zip(graphs, profile.graphs)):
         return profile
     return type(profile)(meta=meta, steps=profile.steps, graphs=graphs)
-
-
-def _longest_stored(profile: Profile) -> int:
-    """At least the longest name ``_longest`` finds in the node frame's text columns, read from the
-    tables a loaded file stores each distinct text in (tables are read once each; columns not stored
-    so are read whole).
-
-    Why: most exports never read most of these columns, and making a column of every node's name
-    only to measure it was a tenth of a second at 100,000 nodes. A table may hold a text no node
-    uses, so a long one sends the caller to the columns themselves.
-    """
-    frame = node_frame(profile)
-    columns: list[Sequence[Any]] = []
-    tuple_columns: list[Sequence[Any]] = []
-    tables: dict[int, Any] = {}
-    for f in (*_NODE_TEXT, *_TUPLE_TEXT):
-        stored = [t for t, _ in filter(None, (graph_indexed(g, f) for g in profile.graphs))]
-        out = tuple_columns if f in _TUPLE_TEXT else columns
-        if len(stored) < len(profile.graphs) or (out is columns and any(not set(map(type, t)) <= {str} for t in stored)):
-            out.append(frame.column(f))
-            continue
-        for table in stored:
-            if id(table) not in tables:
-                tables[id(table)] = table
-                out.append(table)
-    return _longest(columns, tuple_columns)
 
 
 def _long_graph_text(graph: GraphRecord, limit: int) -> bool:
@@ -169,16 +175,21 @@ def default_max_bytes(input_bytes: int) -> int:
     return max(LIMIT_FLOOR_BYTES, LIMIT_RATIO * input_bytes)
 
 
-def _node_text(frame: NodeFrame, i: int, raw_shapes: bool) -> int:
-    """Characters of node ``i``'s text in an export (names clipped to ``EXPORT_TEXT_LIMIT``)."""
-    col = frame.column
-    text = len(col("graph")[i]) + sum(min(len(col(f)[i]), EXPORT_TEXT_LIMIT) for f in _NODE_TEXT)
-    dtypes = (*col("in_dtypes")[i], *col("out_dtypes")[i])
-    text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in dtypes if d is not None)
-    in_shapes, out_shapes = col("in_shapes")[i], col("out_shapes")[i]
-    if raw_shapes:  # the whole shapes, about 3 characters a dimension
-        return text + 3 * sum(len(s) for s in (*in_shapes, *out_shapes) if s is not None)
-    return text + len(shapes_text(in_shapes, limit=8)) + len(shapes_text(out_shapes, limit=8))
+def _node_texts(frame: NodeFrame, rows: range, raw_shapes: bool) -> list[int]:
+    """Characters of the text of nodes ``rows`` in an export (names clipped to ``EXPORT_TEXT_LIMIT``)."""
+    graphs = frame.column("graph")[rows.start:rows.stop:rows.step]
+    names = [_values_at(frame, f, rows) for f in _NODE_TEXT]
+    dtypes = zip(_values_at(frame, "in_dtypes", rows), _values_at(frame, "out_dtypes", rows))
+    shapes = zip(_values_at(frame, "in_shapes", rows), _values_at(frame, "out_shapes", rows))
+    out = []
+    for graph, texts, (in_dtypes, out_dtypes), (in_shapes, out_shapes) in zip(graphs, zip(*names), dtypes, shapes):
+        text = len(graph) + sum(min(len(t), EXPORT_TEXT_LIMIT) for t in texts)
+        text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in (*in_dtypes, *out_dtypes) if d is not None)
+        if raw_shapes:  # the whole shapes, about 3 characters a dimension
+            out.append(text + 3 * sum(len(s) for s in (*in_shapes, *out_shapes) if s is not None))
+        else:
+            out.append(text + len(shapes_text(in_shapes, limit=8)) + len(shapes_text(out_shapes, limit=8)))
+    return out
 
 
 def estimated_bytes(profile: Profile, format: str) -> int | None:
@@ -196,8 +207,9 @@ def estimated_bytes(profile: Profile, format: str) -> int | None:
     host, device = sample_counts(profile, frame)
     per_step = format.startswith("chrome")
     total = 0
-    for i in range(0, len(frame), stride):
-        text = per_char * _node_text(frame, i, raw_shapes=not per_step)
+    rows = range(0, len(frame), stride)
+    for i, chars in zip(rows, _node_texts(frame, rows, raw_shapes=not per_step)):
+        text = per_char * chars
         samples = max(host[i], device[i])
         total += fixed + (text + per_sample) * samples if per_step else fixed + text + per_sample * samples
     return total * stride

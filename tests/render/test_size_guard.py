@@ -14,7 +14,7 @@ from graphprof.cli import main
 from graphprof.profile.model import Profile
 from graphprof.render import exporters
 from graphprof.render.exporters import ExportError, export_profile
-from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, _longest_stored, clip_profile_text, estimated_bytes, parse_size
+from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, clip_profile_text, estimated_bytes, parse_size
 
 #: Every format but SVG (Graphviz is slow and optional; DOT is its input).
 FILES = ("t.trace.json", "t.trace.json.gz", "g.dot", "g.graphml", "g.nodelink.json", "s.folded", "r.html",
@@ -113,17 +113,38 @@ def test_typed_attributes_are_clipped_as_text_and_kept_as_numbers(tmp_path: Path
 
 
 def test_long_names_are_found_from_a_files_tables_and_unused_ones_clip_nothing(tmp_path: Path) -> None:
-    """A loaded file's names are measured in its string tables; a long text there that no node uses
-    sends the check to the columns, which find nothing to clip."""
+    """A loaded file's names are measured in its string tables: a long text there that no node uses
+    clips nothing, one a node uses is clipped."""
     path = tmp_path / "p.json"
     synthetic_profile(200, 2).save(str(path))
     doc = json.loads(path.read_text())
     doc["graphs"][0]["strings"].append("u" * (EXPORT_TEXT_LIMIT + 1))
     path.write_text(json.dumps(doc))
     loaded = Profile.load(str(path))
-    assert _longest_stored(loaded) == EXPORT_TEXT_LIMIT + 1
     assert clip_profile_text(loaded) is loaded
     _with_nodes(synthetic_profile(200, 2), module="m" * (EXPORT_TEXT_LIMIT + 5)).save(str(path))
     loaded = Profile.load(str(path))
-    assert _longest_stored(loaded) == EXPORT_TEXT_LIMIT + 5
     assert {len(n.module) for n in clip_profile_text(loaded).graphs[0].nodes} == {EXPORT_TEXT_LIMIT}
+
+
+@pytest.mark.parametrize("long_in_second", [False, True])
+def test_a_loaded_profile_is_estimated_and_checked_from_its_tables_as_the_saved_one(
+        long_in_second: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two graphs (the second's names long or not), sampled with a stride across them: the stored
+    tables give the estimate and the long-name decision the node records give."""
+    from graphprof.render import size_guard
+    from graphprof.render.size_guard import clip_profile_text
+
+    monkeypatch.setattr(size_guard, "ESTIMATE_SAMPLE_NODES", 7)
+
+    base = synthetic_profile(300, 2, seed=0)
+    graph = base.graphs[0]
+    second = replace(graph, id=1, name="second", nodes=tuple(
+        replace(n, module="m" * (EXPORT_TEXT_LIMIT + 5) if long_in_second and i == 7 else n.module)
+        for i, n in enumerate(graph.nodes)))
+    built = replace(base, graphs=(graph, second))
+    built.save(tmp_path / "p.json")
+    loaded = Profile.load(tmp_path / "p.json")
+    for fmt in ("chrome", "graphml", "nodelink"):
+        assert estimated_bytes(loaded, fmt) == estimated_bytes(built, fmt)
+    assert (clip_profile_text(loaded) is loaded) == (clip_profile_text(built) is built) == (not long_in_second)
