@@ -36,8 +36,17 @@ def _count(value: Any) -> str:
 
 
 def _counts(values: list[Any]) -> list[str]:
-    """``_count`` of each value; ``str`` at C speed when all are plain ints (the usual case)."""
-    return list(map(str if set(map(type, values)) <= {int} else _count, values))
+    """``_count`` of each value. Plain ints (the usual case) are ``str``'s text, which one ``orjson.dumps`` of
+    the column writes (a third of the time of a ``str`` per value), ``str`` itself beyond 64 bits."""
+    if not values or not set(map(type, values)) <= {int}:
+        return list(map(_count, values))
+    try:
+        texts = orjson.dumps(values).decode("ascii").split(",")
+    except orjson.JSONEncodeError:
+        return list(map(str, values))
+    texts[0] = texts[0][1:]  # "[" and "]", without a copy of the whole text
+    texts[-1] = texts[-1][:-1]
+    return texts
 
 
 def _series(by_category: Any, live: Any) -> str | None:

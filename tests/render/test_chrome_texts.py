@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from typing import Any
 
 import pytest
 
-from graphprof.render.chrome_texts import _series, series_texts
+from graphprof.render.chrome_texts import _counts, _series, series_texts
 
 HOSTILE_KEYS = ["act\u00e9", 'a"b', "a\\b", "a\x01b", "},{", "\x7f", "\u2028", "%d"]
 
@@ -26,3 +27,8 @@ HOSTILE_KEYS = ["act\u00e9", 'a"b', "a\\b", "a\x01b", "},{", "\x7f", "\u2028", "
 def test_series_texts_are_each_nodes_json(rows: list[Any]) -> None:
     live = [100 + i for i in range(len(rows))]
     assert series_texts(rows, live) == [_series(r, v) for r, v in zip(rows, live)]
+
+
+@pytest.mark.parametrize("values", [[0, -1, 7, 2**63 - 1, -2**63, 2**64 - 1], [2**64, 3], [5], [1, None, 2.5, True], []])
+def test_counts_are_what_json_writes(values: list[Any]) -> None:
+    assert _counts(values) == [json.dumps(v) for v in values]
