@@ -97,7 +97,7 @@ class _Counted:
 
 
 class _Gzipped:
-    """A text sink that writes the text's UTF-8 bytes gzip-compressed to a binary file.
+    """A sink that writes UTF-8 bytes gzip-compressed to a binary file.
 
     zlib writes the gzip wrapper itself (``wbits`` 31): no file name and
     mtime 0 in the header, so one profile gives the same bytes every time;
@@ -109,11 +109,11 @@ class _Gzipped:
         self.f = f
         self.deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
 
-    def write(self, text: str) -> int:
-        packed = self.deflate.compress(text.encode("utf-8"))
+    def write(self, data: bytes) -> int:
+        packed = self.deflate.compress(data)
         if packed:
             self.f.write(packed)
-        return len(text)
+        return len(data)
 
     def close(self) -> None:
         self.f.write(self.deflate.flush())
@@ -124,7 +124,8 @@ QUEUE_BLOCKS = 4
 
 
 class _Background:
-    """A text sink whose ``write`` hands the text to a second thread, which passes it on to ``write``, in order.
+    """A text sink whose ``write`` hands the text's UTF-8 bytes to a second thread, which passes them on to
+    ``write``, in order.
 
     Why a thread: a streamed export is a loop of "make a block of text,
     write it"; the write is a system call (and for the gzip trace a deflate)
@@ -134,11 +135,16 @@ class _Background:
     is raised by the caller's next ``write`` (or ``finish``); later blocks
     are dropped, never written after a failed one. ``close`` (the gzip
     stream's end) runs in the thread after the last block.
+
+    The text is encoded here, in the caller's thread, as the text-mode
+    atomic file would (UTF-8, lone surrogates as their ``\\udXXXX``
+    escape): encoding holds the GIL wherever it runs, and here the second
+    thread needs the GIL only between its system calls.
     """
 
-    def __init__(self, write: Callable[[str], object], close: Callable[[], object] | None = None) -> None:
+    def __init__(self, write: Callable[[bytes], object], close: Callable[[], object] | None = None) -> None:
         self._write, self._close = write, close
-        self._queue: queue.Queue[str | bool] = queue.Queue(QUEUE_BLOCKS)
+        self._queue: queue.Queue[bytes | bool] = queue.Queue(QUEUE_BLOCKS)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="graphprof-writer", daemon=True)
         self._thread.start()
@@ -162,7 +168,7 @@ class _Background:
     def write(self, text: str) -> int:
         if self._error is not None:
             raise self._error
-        self._queue.put(text)
+        self._queue.put(text.encode("utf-8", "backslashreplace"))
         return len(text)
 
     def finish(self) -> None:
@@ -184,7 +190,7 @@ class _Abandoned(Exception):
 
 
 @contextmanager
-def _in_background(write: Callable[[str], object], close: Callable[[], object] | None = None
+def _in_background(write: Callable[[bytes], object], close: Callable[[], object] | None = None
                    ) -> Iterator[_Background]:
     """A ``_Background`` sink for the ``with`` block; all written when it ends, the thread gone when it fails."""
     sink = _Background(write, close)
@@ -205,13 +211,17 @@ def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profil
     file is removed and the user's file is left as it was.
     """
     try:
-        with atomic_file(path, binary=format in GZIPPED) as f:
-            sink = _Counted(f, limit)
-            packed = _Gzipped(sink) if format in GZIPPED else None  # type: ignore[arg-type]
-            with _in_background(sink.write, None) if packed is None else _in_background(packed.write, packed.close) \
-                    as background:
-                writer(profile, options, background)  # type: ignore[arg-type]
-            refusal = too_large(format, sink.size, limit, input_bytes, estimated=False)
+        with atomic_file(path, binary=True) as f:
+            if format in GZIPPED:  # the limit is on the compressed bytes, counted in the writing thread
+                counted = _Counted(f, limit)
+                packed = _Gzipped(counted)  # type: ignore[arg-type]
+                with _in_background(packed.write, packed.close) as background:
+                    writer(profile, options, background)  # type: ignore[arg-type]
+            else:  # on the characters, counted as they are made
+                with _in_background(f.write) as background:
+                    counted = _Counted(background, limit)  # type: ignore[arg-type]
+                    writer(profile, options, counted)  # type: ignore[arg-type]
+            refusal = too_large(format, counted.size, limit, input_bytes, estimated=False)
             if refusal:
                 raise ExportError(refusal)
     except OSError as exc:

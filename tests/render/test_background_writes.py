@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import threading
@@ -14,8 +15,10 @@ import pytest
 
 from graphprof.api import Profile
 from graphprof.render import chrome_stream, streamed
-from graphprof.render.exporters import ExportError, export_profile
-from tests.render.export_profiles import synthetic_profile
+from graphprof.render.chrome_trace import chrome_trace_json
+from graphprof.render.exporters import ExportError, export_profile, node_bounds
+from graphprof.render.graphml import graphml_text, node_link_json
+from tests.render.export_profiles import hostile_profile, synthetic_profile
 
 FORMATS = {"t.trace.json": "chrome", "t.trace.json.gz": "chrome-gz", "g.graphml": "graphml",
            "g.nodelink.json": "nodelink"}
@@ -93,3 +96,18 @@ def test_blocks_queued_behind_a_slow_write_are_all_written_in_order(monkeypatch:
     export_profile(profile, tmp_path / "blocks.trace.json")
     assert (tmp_path / "blocks.trace.json").read_text() == (tmp_path / "whole.trace.json").read_text()
     assert not _writer_threads()
+
+
+@pytest.mark.parametrize("filename", ["g.graphml", "g.nodelink.json", "t.trace.json"])
+def test_the_file_holds_the_text_as_a_utf8_text_file_would(filename: str, tmp_path: Path) -> None:
+    """Non-ASCII names as UTF-8 and a lone surrogate as its backslash escape: what the text-mode atomic
+    file wrote before the text was encoded for the writing thread."""
+    profile = hostile_profile()
+    graph = profile.graphs[0]
+    odd = "caf\u00e9 \u2603 \udc80"
+    profile = dataclasses.replace(profile, graphs=(dataclasses.replace(graph, nodes=tuple(
+        dataclasses.replace(n, name=odd + n.name, module=odd) for n in graph.nodes)),))
+    text = {"g.graphml": graphml_text, "g.nodelink.json": node_link_json,
+            "t.trace.json": lambda p: chrome_trace_json(p, bounds=node_bounds(p, "median"))}[filename](profile)
+    export_profile(profile, tmp_path / filename)
+    assert (tmp_path / filename).read_bytes() == text.encode("utf-8", "backslashreplace")
