@@ -111,3 +111,20 @@ def test_the_file_holds_the_text_as_a_utf8_text_file_would(filename: str, tmp_pa
             "t.trace.json": lambda p: chrome_trace_json(p, bounds=node_bounds(p, "median"))}[filename](profile)
     export_profile(profile, tmp_path / filename)
     assert (tmp_path / filename).read_bytes() == text.encode("utf-8", "backslashreplace")
+
+
+def test_abandoning_with_a_full_queue_waits_for_the_write_under_way_and_drops_the_rest() -> None:
+    """The caller fails while the thread is stuck in a slow write and the queue is full: ``abandon`` neither
+    deadlocks nor lets the queued blocks reach the file."""
+    release, written = threading.Event(), []
+
+    def slow_write(data: bytes) -> None:
+        release.wait(10)
+        written.append(data)
+
+    sink = streamed._Background(slow_write)
+    for i in range(streamed.QUEUE_BLOCKS + 1):  # one in the slow write, the queue full behind it
+        sink.write(f"block {i}")
+    threading.Timer(0.2, release.set).start()
+    sink.abandon()
+    assert written == [b"block 0"] and not _writer_threads()
