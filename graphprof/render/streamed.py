@@ -9,6 +9,14 @@ still leaves the user's old file whole. The gzip-compressed trace goes
 through ``_Gzipped`` on its way to the file: the 400 MB text is never whole
 in memory, and the bytes are those ``gzip.compress(text, 6, mtime=0)`` made.
 
+The writes (and the compression) happen in a second thread (``_Background``),
+in order, while the format's writer makes the next block: ``file.write`` and
+zlib release the GIL, so on a second core the system calls and the deflate
+of a block overlap the making of the next one. A failure in that thread
+stops the export with the same error in the caller's thread, and any
+failure of the caller stops the thread before the atomic writer removes
+its temporary file.
+
 And why not every format gets the roofline and the advisor: those took a
 second of a 100,000-node export whose format shows neither. ``ANALYSIS``
 says which format reads roofline bounds and which the advisor's findings.
@@ -17,8 +25,11 @@ says which format reads roofline bounds and which the advisor's findings.
 from __future__ import annotations
 
 import enum
+import queue
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 from graphprof.profile.atomic import atomic_file
@@ -86,7 +97,7 @@ class _Counted:
 
 
 class _Gzipped:
-    """A text sink that writes the text's UTF-8 bytes gzip-compressed to a binary file.
+    """A sink that writes UTF-8 bytes gzip-compressed to a binary file.
 
     zlib writes the gzip wrapper itself (``wbits`` 31): no file name and
     mtime 0 in the header, so one profile gives the same bytes every time;
@@ -98,14 +109,97 @@ class _Gzipped:
         self.f = f
         self.deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
 
-    def write(self, text: str) -> int:
-        packed = self.deflate.compress(text.encode("utf-8"))
+    def write(self, data: bytes) -> int:
+        packed = self.deflate.compress(data)
         if packed:
             self.f.write(packed)
-        return len(text)
+        return len(data)
 
     def close(self) -> None:
         self.f.write(self.deflate.flush())
+
+
+#: Blocks waiting for the writing thread: a few blocks of a few MB, so the caller runs ahead by that much at most.
+QUEUE_BLOCKS = 4
+
+
+class _Background:
+    """A text sink whose ``write`` hands the text's UTF-8 bytes to a second thread, which passes them on to
+    ``write``, in order.
+
+    Why a thread: a streamed export is a loop of "make a block of text,
+    write it"; the write is a system call (and for the gzip trace a deflate)
+    that releases the GIL, so in a thread of its own it runs beside the
+    making of the next block instead of after it. The queue is bounded, so
+    at most ``QUEUE_BLOCKS`` blocks wait in memory. The thread's first error
+    is raised by the caller's next ``write`` (or ``finish``); later blocks
+    are dropped, never written after a failed one. ``close`` (the gzip
+    stream's end) runs in the thread after the last block.
+
+    The text is encoded here, in the caller's thread, as the text-mode
+    atomic file would (UTF-8, lone surrogates as their ``\\udXXXX``
+    escape): encoding holds the GIL wherever it runs, and here the second
+    thread needs the GIL only between its system calls.
+    """
+
+    def __init__(self, write: Callable[[bytes], object], close: Callable[[], object] | None = None) -> None:
+        self._write, self._close = write, close
+        self._queue: queue.Queue[bytes | bool] = queue.Queue(QUEUE_BLOCKS)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="graphprof-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()  # a block, True: finish (close), False: abandoned
+            if item is False:
+                return
+            if self._error is None:  # else drop what was queued behind a failed write
+                try:
+                    if item is not True:
+                        self._write(item)  # type: ignore[arg-type]
+                    elif self._close is not None:
+                        self._close()
+                except BaseException as exc:  # handed to the caller's thread, which decides
+                    self._error = exc
+            if item is True:
+                return
+
+    def write(self, text: str) -> int:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(text.encode("utf-8", "backslashreplace"))
+        return len(text)
+
+    def finish(self) -> None:
+        """Wait until every block is written and ``close`` has run; raise the first error a write met."""
+        self._queue.put(True)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """Drop the blocks not yet written and wait for the one being written (the caller failed)."""
+        self._error = self._error or _Abandoned()
+        self._queue.put(False)
+        self._thread.join()
+
+
+class _Abandoned(Exception):
+    """Marks a ``_Background`` whose caller failed: what is still queued is dropped."""
+
+
+@contextmanager
+def _in_background(write: Callable[[bytes], object], close: Callable[[], object] | None = None
+                   ) -> Iterator[_Background]:
+    """A ``_Background`` sink for the ``with`` block; all written when it ends, the thread gone when it fails."""
+    sink = _Background(write, close)
+    try:
+        yield sink
+    except BaseException:
+        sink.abandon()
+        raise
+    sink.finish()
 
 
 def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profile, options: ExportOptions,
@@ -117,16 +211,17 @@ def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profil
     file is removed and the user's file is left as it was.
     """
     try:
-        with atomic_file(path, binary=format in GZIPPED) as f:
-            if format in GZIPPED:
-                sink = _Counted(f, limit)
-                packed = _Gzipped(sink)  # type: ignore[arg-type]
-                writer(profile, options, packed)  # type: ignore[arg-type]
-                packed.close()
-            else:
-                sink = _Counted(f, limit)
-                writer(profile, options, sink)  # type: ignore[arg-type]
-            refusal = too_large(format, sink.size, limit, input_bytes, estimated=False)
+        with atomic_file(path, binary=True) as f:
+            if format in GZIPPED:  # the limit is on the compressed bytes, counted in the writing thread
+                counted = _Counted(f, limit)
+                packed = _Gzipped(counted)  # type: ignore[arg-type]
+                with _in_background(packed.write, packed.close) as background:
+                    writer(profile, options, background)  # type: ignore[arg-type]
+            else:  # on the characters, counted as they are made
+                with _in_background(f.write) as background:
+                    counted = _Counted(background, limit)  # type: ignore[arg-type]
+                    writer(profile, options, counted)  # type: ignore[arg-type]
+            refusal = too_large(format, counted.size, limit, input_bytes, estimated=False)
             if refusal:
                 raise ExportError(refusal)
     except OSError as exc:
