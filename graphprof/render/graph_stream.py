@@ -36,7 +36,6 @@ from graphprof.analysis.frame import NodeFrame, graph_column, node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
-from graphprof.render.background_write import background_writes
 from graphprof.render.column_text import Coded, NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
 from graphprof.render.graph_columns import (
@@ -362,16 +361,15 @@ def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
     k, key_lines = _graphml_keys(profile, attrs, any(rows.edge_src for rows in graphs))
     graph_data = "".join(_data(k["graph:" + name], _xml_text(json_text(v) if isinstance(v, list) else str(v)))[2:]
                          for name, v in attrs.items() if v is not None)
-    with background_writes(f) as out:  # the file gets one block while the next is made
-        out.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
-        frame = node_frame(profile)
-        for rows in graphs:
-            for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
-                b = min(a + BLOCK_NODES, rows.hi - rows.lo)
-                _graphml_nodes(frame, rows, a, b, k).write(out, b - a)
-        for rows in graphs:  # networkx writes every edge after every node
-            gid = rows.graph.id
-            src, dst, kinds = rows.edge_columns()
-            edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
-            edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(out, len(src))
-        out.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last
+    f.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
+    frame = node_frame(profile)
+    for rows in graphs:
+        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+            _graphml_nodes(frame, rows, a, b, k).write(f, b - a)
+    for rows in graphs:  # networkx writes every edge after every node
+        gid = rows.graph.id
+        src, dst, kinds = rows.edge_columns()
+        edges = NodeText().between(f'    <edge source="{gid}:', src, f'" target="{gid}:').column(dst)
+        edges.between(f'">\n      <data key="{k.get("kind")}">', kinds, "</data>\n    </edge>\n").write(f, len(src))
+    f.write(graph_data + "  </graph>\n</graphml>\n")  # networkx writes the graph's own data last

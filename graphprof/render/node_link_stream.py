@@ -18,7 +18,6 @@ import numpy as np
 
 from graphprof.analysis.frame import NodeFrame, node_frame
 from graphprof.profile.model import Profile
-from graphprof.render.background_write import background_writes
 from graphprof.render.column_text import NodeText, encoded, escaped
 from graphprof.render.graph_stream import (
     BLOCK_NODES,
@@ -134,21 +133,20 @@ def write_node_link(profile: Profile, f: IO[str], stat: str = "median") -> None:
     """Write networkx node-link JSON of ``profile`` to ``f`` (``nx.node_link_graph(data, edges="edges")`` reads it)."""
     attrs = graph_attrs(profile, stat)
     graphs = graph_rows(profile, stat)
-    with background_writes(f) as out:  # the file gets one block while the next is made
-        out.write('{"directed": true, "multigraph": false, "graph": ' + json_text(attrs) + ', "nodes": [')
-        frame = node_frame(profile)
-        skip = 1  # the first node follows "[\n", the others ",\n"
-        for rows in graphs:
-            for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
-                b = min(a + BLOCK_NODES, rows.hi - rows.lo)
-                _node_link_nodes(frame, rows, a, b).write(out, b - a, skip)
-                skip = 0
-        out.write('\n], "edges": [')
-        skip = 1
-        for rows in graphs:
-            gid = rows.graph.id
-            src, dst, kinds = rows.edge_columns()
-            edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
-            edges.between(f'", "target": "{gid}:', dst, '"}').write(out, len(src), skip)
-            skip = skip and not src
-        out.write("\n]}\n")
+    f.write('{"directed": true, "multigraph": false, "graph": ' + json_text(attrs) + ', "nodes": [')
+    frame = node_frame(profile)
+    skip = 1  # the first node follows "[\n", the others ",\n"
+    for rows in graphs:
+        for a in range(0, rows.hi - rows.lo, BLOCK_NODES):
+            b = min(a + BLOCK_NODES, rows.hi - rows.lo)
+            _node_link_nodes(frame, rows, a, b).write(f, b - a, skip)
+            skip = 0
+    f.write('\n], "edges": [')
+    skip = 1
+    for rows in graphs:
+        gid = rows.graph.id
+        src, dst, kinds = rows.edge_columns()
+        edges = NodeText().between(',\n{"kind": "', kinds, f'", "source": "{gid}:').column(src)
+        edges.between(f'", "target": "{gid}:', dst, '"}').write(f, len(src), skip)
+        skip = skip and not src
+    f.write("\n]}\n")

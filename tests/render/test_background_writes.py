@@ -128,3 +128,22 @@ def test_abandoning_with_a_full_queue_waits_for_the_write_under_way_and_drops_th
     threading.Timer(0.2, release.set).start()
     sink.abandon()
     assert written == [b"block 0"] and not _writer_threads()
+
+
+@pytest.mark.parametrize("filename", ["g.graphml", "g.nodelink.json"])
+def test_a_writer_failing_mid_document_leaves_the_old_file(filename: str, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """The first block of nodes reached the writing thread, the edges never came: the user's file stays."""
+    from graphprof.render import graph_stream
+
+    target = tmp_path / filename
+    target.write_text("old")
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("edges broke")
+
+    monkeypatch.setattr(graph_stream.GraphRows, "edge_columns", broken)
+    with pytest.raises(RuntimeError, match="edges broke"):
+        export_profile(synthetic_profile(), target)
+    assert target.read_text() == "old" and os.listdir(tmp_path) == [filename]
+    assert not _writer_threads()
