@@ -25,6 +25,7 @@ from graphprof.analysis.table import Row, TableResult
 from graphprof.render.escape import terminal_line
 from graphprof.render.fit import FitColumn, fit_widths, format_overhead, header_padding, terminal_width
 from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
+from graphprof.render.text_table import SIMPLE
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
 _WIDTH = {"name": 32, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24,
@@ -63,8 +64,11 @@ def table_formats() -> list[str]:
 
 
 def check_format(fmt: str) -> None:
-    """Raise TableOptionError unless ``fmt`` is a known output format."""
-    if fmt not in table_formats():
+    """Raise TableOptionError unless ``fmt`` is a known output format.
+
+    ``simple`` (the default) and the data formats are known without importing tabulate (``text_table``).
+    """
+    if fmt != SIMPLE and fmt not in DATA_FORMATS and fmt not in table_formats():
         raise TableOptionError(f"--format {fmt!r} is unknown; choose csv, json or a tabulate format such as simple, github, grid")
 
 
@@ -203,9 +207,9 @@ def render_rows(result: TableResult, fmt: str = "simple") -> str:
         return f"no rows: {result.note}" if result.note else "no rows: the profile has no nodes"
     cols, widths = _layout(result)
     body = [[str(row.rank), *(c.cell(row, widths[c.key]) for c in cols)] for row in result.rows]
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
-    table = tabulate(body, headers=["#", *(c.header for c in cols)], tablefmt=fmt, disable_numparse=True)
+    table = text_table(body, ["#", *(c.header for c in cols)], fmt)
     title = _title(result)
     if _fitted(result.options):
         title = textwrap.fill(title, result.options.width or terminal_width(), break_on_hyphens=False)
@@ -251,14 +255,14 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
     """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
     items = summary_items(result)
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)
         room = max((result.options.width or terminal_width()) - label - format_overhead(fmt, 2), 20)
         items = [(k, textwrap.fill(v, room, break_on_hyphens=False)) for k, v in items]
-    return tabulate(items, tablefmt=fmt, disable_numparse=True)
+    return text_table(items, (), fmt)
 
 
 def render_table(result: TableResult) -> str:

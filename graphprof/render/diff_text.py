@@ -94,10 +94,9 @@ def _matching_line(result: DiffResult) -> str:
 
 def render_diff_summary(result: DiffResult, fmt: str = "simple") -> str:
     """Both profiles side by side, the matching, and the gate's verdict."""
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
-    text = tabulate(_summary_rows(result), headers=["", "before", "after", "change"], tablefmt=fmt,
-                    disable_numparse=True)
+    text = text_table(_summary_rows(result), ["", "before", "after", "change"], fmt)
     lines = [text, "nodes: " + _matching_line(result)]
     if result.gate is not None:
         lines.append(f"regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}")
@@ -145,10 +144,10 @@ def _group_columns(by: str) -> list[tuple[str, Callable[[GroupDiff], str]]]:
 
 
 def _table(items: Sequence[Any], cols: list[tuple[str, Callable[[Any], str]]], fmt: str) -> str:
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
     body = [[str(rank)] + [cell(x) for _, cell in cols] for rank, x in enumerate(items, start=1)]
-    return tabulate(body, headers=["#"] + [h for h, _ in cols], tablefmt=fmt, disable_numparse=True)
+    return text_table(body, ["#"] + [h for h, _ in cols], fmt)
 
 
 def _order_text(result: DiffResult) -> str:

@@ -46,9 +46,9 @@ def resolve_width(width: int | None, wide: bool) -> int | None:
 
 @lru_cache(maxsize=None)
 def _probe(fmt: str, n: int, cell: int, header: int) -> int:
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
-    text = tabulate([["x" * cell] * n], headers=["y" * header] * n, tablefmt=fmt, disable_numparse=True)
+    text = text_table([["x" * cell] * n], ["y" * header] * n, fmt)
     return max(len(line) for line in text.splitlines())
 
 
@@ -127,7 +127,7 @@ def fitted_table(columns: Sequence[TextColumn], rows: Sequence[Sequence[str]], w
 
     ``core``: as in ``fit_widths``, the priority up to which a column is clipped before it is dropped.
     """
-    from tabulate import tabulate
+    from graphprof.render.text_table import text_table
 
     keys = [str(i) for i in range(len(columns))]
     if width is None:
@@ -144,7 +144,7 @@ def fitted_table(columns: Sequence[TextColumn], rows: Sequence[Sequence[str]], w
         clipped = {k for k, c in zip(keys, columns) if c.least is not None}
     picked = [i for i, k in enumerate(keys) if k in shown]
     body = [[clip_middle(row[i], shown[keys[i]]) if keys[i] in clipped else row[i] for i in picked] for row in rows]
-    return tabulate(body, headers=[columns[i].header for i in picked], tablefmt=fmt, disable_numparse=True)
+    return text_table(body, [columns[i].header for i in picked], fmt)
 
 
 def wrap_lines(lines: Sequence[str], width: int | None) -> list[str]:
