@@ -232,7 +232,7 @@ def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence
     """
     group_key_fn(by, module_depth)  # an unsupported grouping fails here, with its sentence
     frames = (frame_a, frame_b)
-    columns = columns or ColumnCodes(frame_a.column, frame_b.column)
+    columns = columns or ColumnCodes.of_frames(frame_a, frame_b)
     codes_a, codes_b, keys = _group_codes(by, module_depth, frames, columns, (keep_a, keep_b))
     sides: list[tuple[list[int], list[float], list[Any]]] = []
     for codes, frame, times, keep in ((codes_a, frame_a, ta, keep_a), (codes_b, frame_b, tb, keep_b)):

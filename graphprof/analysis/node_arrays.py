@@ -92,6 +92,22 @@ def paired_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, np.nda
     return found[:len(a)], found[len(a):], values
 
 
+def merged_codes(a: tuple[np.ndarray, list[Any]],
+                 b: tuple[np.ndarray, list[Any]]) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """``paired_codes`` of two columns given as their ``codes`` (codes, distinct values in first-seen order).
+
+    Why: a diff codes the same columns of both profiles; ``column_codes`` has
+    each side's codes from its file's index columns, so only the distinct
+    values (thousands, not millions) are looked up here. The values are met in
+    the order ``paired_codes`` meets them over ``[*a, *b]``: ``a``'s first-seen
+    order, then ``b``'s values that ``a`` lacks.
+    """
+    index: dict[Any, int] = {}
+    luts = [np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.intp, count=len(values))
+            for _, values in (a, b)]
+    return luts[0][a[0]], luts[1][b[0]], list(index)
+
+
 def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:
     """``codes`` of a frame column, once per profile (read-only).
 
