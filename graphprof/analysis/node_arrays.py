@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from graphprof.analysis.frame import NodeFrame, graph_indexed
-from graphprof.profile.model import Profile
+from graphprof.profile.model import Profile, node_source
+from graphprof.profile.node_columns import NodeColumns
 
 
 def times_array(frame: NodeFrame, stat: str, clock: str) -> np.ndarray:
@@ -40,6 +41,11 @@ def int_array(frame: NodeFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     file, a count beyond int64): callers then keep to Python's arithmetic.
     """
     def build() -> tuple[np.ndarray, np.ndarray] | None:
+        loaded = _loaded_ints(frame, name)
+        if loaded is not None:
+            known = np.ones(len(loaded), dtype=bool)
+            known.flags.writeable = loaded.flags.writeable = False
+            return loaded, known
         column = frame.column(name)
         kinds = set(map(type, column))
         if not kinds <= {int, type(None)}:
@@ -59,6 +65,21 @@ def int_array(frame: NodeFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     if found is None:
         raise ValueError(f"column {name!r} is not all integers")
     return found
+
+
+def _loaded_ints(frame: NodeFrame, name: str) -> np.ndarray | None:
+    """Column ``name`` as the int64 arrays its graphs' files were checked as (``NodeColumns.int_column``),
+    joined; None unless every graph is loaded and has an integer for every node there."""
+    parts = []
+    for graph in frame.graphs:
+        source = node_source(graph)
+        ints = source.int_column(name) if isinstance(source, NodeColumns) else None
+        if ints is None:
+            return None
+        parts.append(ints)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def exact_sum(values: np.ndarray) -> int:
@@ -102,10 +123,14 @@ def merged_codes(a: tuple[np.ndarray, list[Any]],
     the order ``paired_codes`` meets them over ``[*a, *b]``: ``a``'s first-seen
     order, then ``b``'s values that ``a`` lacks.
     """
-    index: dict[Any, int] = {}
-    luts = [np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.intp, count=len(values))
-            for _, values in (a, b)]
-    return luts[0][a[0]], luts[1][b[0]], list(index)
+    (found_a, values_a), (found_b, values_b) = a, b
+    merged = dict.fromkeys(values_a)
+    if len(merged) != len(values_a):  # values that are not distinct: coded again here, in order
+        return paired_codes([values_a[i] for i in found_a.tolist()], [values_b[i] for i in found_b.tolist()])
+    merged.update(dict.fromkeys(values_b))  # b's values that a lacks, after a's (dict loops in C)
+    position = dict(zip(merged, itertools.count()))
+    lut_b = np.fromiter(map(position.__getitem__, values_b), dtype=np.intp, count=len(values_b))
+    return found_a.copy(), lut_b[found_b], list(merged)
 
 
 def column_codes(frame: NodeFrame, name: str) -> tuple[np.ndarray, list[object]]:

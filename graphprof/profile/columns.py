@@ -241,7 +241,7 @@ def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
             schema.ints(flat, schema.BYTES, f"{what}.{f.name}.values")
             per_field[f.name] = SparseMaps(keys, values)
         else:
-            per_field[f.name] = Kept(schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
+            per_field[f.name] = Kept(*schema.checked_ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
             if present is None:
                 present = [v is not None for v in col]
                 present_from = f.name
@@ -349,7 +349,7 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
         makers["attrs"] = Kept(schema.pairs(cols["attrs"], "columns.attrs", n))
     for name in INT_FIELDS:
         if name in cols:
-            makers[name] = Kept(schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
+            makers[name] = Kept(*schema.checked_ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
     memory = _memory_from_json(cols["memory"], n, "columns.memory") if "memory" in cols else None
     for name, column in TIME_FIELDS.items():
         if column in cols:
