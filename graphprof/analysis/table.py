@@ -191,6 +191,9 @@ def build_table(profile: Profile, options: TableOptions | None = None, **kwargs:
         rows.append(_row(entry, rank, 100.0 * cumulative / total if total > 0 else 0.0))
     return TableResult(
         options=options, summary=summary, rows=tuple(rows), order=order, clock=clock, total_time_s=total,
-        matched_nodes=len(indices), matched_time_s=math.fsum(times) if len(indices) == len(times) else math.fsum(map(times.__getitem__, indices)), total_rows=total_rows,
+        matched_nodes=len(indices),
+        # every node selected: the summary's total is this same fsum of the same times
+        matched_time_s=total if len(indices) == len(times) else math.fsum(map(times.__getitem__, indices)),
+        total_rows=total_rows,
         has_memory=summary.peak_live_bytes is not None, note=note,
     )
