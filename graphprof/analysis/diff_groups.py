@@ -22,7 +22,7 @@ from graphprof.analysis.diff_rows import (TIME_KEYS, DiffOrder, LazyRows, flops_
 from graphprof.analysis.entries import ratio
 from graphprof.analysis.frame import NodeFrame
 from graphprof.analysis.match import ColumnCodes
-from graphprof.analysis.node_arrays import paired_codes
+from graphprof.analysis.node_arrays import group_order, paired_codes
 from graphprof.analysis.options import TableOptionError
 from graphprof.profile.model import GraphRecord, NodeRecord
 
@@ -177,7 +177,7 @@ def _group_sums(codes: np.ndarray, groups: int, times: np.ndarray,
     ``flops_objects``) and come back as Python ints.
     """
     counts = np.bincount(codes, minlength=groups)
-    order = np.argsort(codes, kind="stable")
+    order = group_order(codes, groups)
     ends = np.cumsum(counts)
     starts = ends - counts
     t = times[order]
@@ -201,7 +201,7 @@ def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.nd
     Nodes are visited in execution order within each group, as a loop over the nodes would.
     """
     counts = np.bincount(codes, minlength=groups).tolist() if len(codes) else [0] * groups
-    order = np.argsort(codes, kind="stable")
+    order = group_order(codes, groups)
     t = times[order].tolist()
     f = flops[order].tolist()
     bounds = [0, *itertools.accumulate(counts)]

@@ -106,6 +106,20 @@ def codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
     return out, distinct
 
 
+def group_order(codes: np.ndarray, groups: int) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` of group codes in ``range(groups)``: the nodes by group,
+    in execution order within each.
+
+    Why: numpy's stable sort is a radix sort for 16-bit integers and a merge
+    sort for wider ones; codes of fewer than 65,536 groups sort as uint16 about
+    twenty times faster when the groups interleave (op types do). A stable
+    sort has one result, so the order is the same.
+    """
+    if groups <= 1 << 16 and len(codes):
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    return np.argsort(codes, kind="stable")
+
+
 def paired_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """``codes`` of two columns over one table of values (``a``'s first-seen order, then ``b``'s):
     equal values get equal codes on both sides."""

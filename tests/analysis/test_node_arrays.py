@@ -8,7 +8,9 @@ import random
 import numpy as np
 
 from graphprof.analysis.frame import node_frame
-from graphprof.analysis.node_arrays import codes, exact_sum, graph_spans, int_array, merged_codes, paired_codes
+from graphprof.analysis.node_arrays import (
+    codes, exact_sum, graph_spans, group_order, int_array, merged_codes, paired_codes,
+)
 from graphprof.analysis.report import top_indices
 from graphprof.analysis.roofline import BOUNDS, Peaks, classify, roofline_bounds
 from graphprof.profile.model import (
@@ -119,3 +121,11 @@ def test_loaded_integer_columns_are_the_files_arrays() -> None:
             found = int_array(node_frame(loaded), name)
             assert [x.tolist() for x in found] == [x.tolist() for x in expected]
             assert not found[0].flags.writeable and not found[1].flags.writeable
+
+
+def test_group_order_is_the_stable_argsort() -> None:
+    rng = np.random.default_rng(0)
+    for groups in (1, 3, 1000, 1 << 16, (1 << 16) + 5):
+        found = rng.integers(0, groups, 5000)
+        assert group_order(found, groups).tolist() == np.argsort(found, kind="stable").tolist()
+    assert group_order(np.zeros(0, dtype=np.intp), 0).tolist() == []
