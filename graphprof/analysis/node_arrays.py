@@ -73,13 +73,27 @@ def _loaded_ints(frame: NodeFrame, name: str) -> np.ndarray | None:
     parts = []
     for graph in frame.graphs:
         source = node_source(graph)
-        ints = source.int_column(name) if isinstance(source, NodeColumns) else None
+        ints = _graph_ints(source, name) if isinstance(source, NodeColumns) else None
         if ints is None:
             return None
         parts.append(ints)
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _graph_ints(source: NodeColumns, name: str) -> np.ndarray | None:
+    """``NodeColumns.int_column``, and ``bytes_moved`` as the sum of the read and written arrays
+    (None where that sum could leave int64, as the conversion of the column would fail)."""
+    if name != "bytes_moved":
+        return source.int_column(name)
+    read, written = source.int_column("bytes_read"), source.int_column("bytes_written")
+    if read is None or written is None or (len(read) and int(read.max()) + int(written.max()) > _INT64_MAX):
+        return None
+    return read + written
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def exact_sum(values: np.ndarray) -> int:

@@ -244,6 +244,8 @@ class MemoryColumns(Column):
         col = self.per_field.get(name)
         if col is None:
             return [default if has else None for has in self.present]
+        if isinstance(col, Kept) and col.ints is not None and all(self.present):
+            return col.values()  # no null and every node a record: the values as they are
         return [(default if v is None else v) if has else None for has, v in zip(self.present, col.values())]
 
     def values(self) -> list[Any]:

@@ -14,7 +14,7 @@ from graphprof.analysis.node_arrays import (
 from graphprof.analysis.report import top_indices
 from graphprof.analysis.roofline import BOUNDS, Peaks, classify, roofline_bounds
 from graphprof.profile.model import (
-    GraphKind, GraphRecord, MemoryRecord, NodeRecord, Profile, StepRecord, node_source, profile_from_document,
+    GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase, Profile, StepRecord, node_source, profile_from_document,
 )
 
 
@@ -129,3 +129,22 @@ def test_group_order_is_the_stable_argsort() -> None:
         found = rng.integers(0, groups, 5000)
         assert group_order(found, groups).tolist() == np.argsort(found, kind="stable").tolist()
     assert group_order(np.zeros(0, dtype=np.intp), 0).tolist() == []
+
+
+def test_loaded_derived_columns_and_summary_equal_the_records() -> None:
+    from graphprof.analysis.table import build_table
+
+    rng = random.Random(7)
+    nodes = tuple(NodeRecord(
+        id=i, name=f"n{i}", op="aten.mm", type=rng.choice(["mm", "add"]), phase=rng.choice(list(Phase)),
+        bytes_read=rng.choice([0, 8, 2**40]), bytes_written=rng.choice([0, 4096]),
+        memory=MemoryRecord(allocated_bytes=rng.choice([0, 64]), freed_bytes=rng.choice([0, -8]), live_bytes=i),
+        host_time_ns=(rng.randint(1, 10**6), rng.randint(1, 10**6))) for i in range(50))
+    profile = Profile(steps=(StepRecord(0, 1.0), StepRecord(1, 1.0)), graphs=(GraphRecord(0, "g", GraphKind.STEP, nodes),))
+    loaded = profile_from_document(json.loads(json.dumps(profile.to_dict())))
+    for name in ("bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes", "phase"):
+        assert node_frame(loaded).column(name) == node_frame(profile).column(name)
+    for name in ("bytes_moved", "allocated_bytes", "freed_bytes"):
+        assert [x.tolist() for x in int_array(node_frame(loaded), name)] == \
+            [x.tolist() for x in int_array(node_frame(profile), name)]
+    assert build_table(loaded).summary == build_table(profile).summary
