@@ -23,9 +23,10 @@ from graphprof.analysis.columns import BY_KEY, resolve_columns
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
 from graphprof.render.escape import terminal_line
-from graphprof.render.fit import FitColumn, fit_widths, format_overhead, header_padding, terminal_width
+from graphprof.render.fit import (
+    SIMPLE, FitColumn, fit_widths, format_overhead, header_padding, terminal_width, text_table,
+)
 from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
-from graphprof.render.text_table import SIMPLE
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
 _WIDTH = {"name": 32, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24,
@@ -207,8 +208,6 @@ def render_rows(result: TableResult, fmt: str = "simple") -> str:
         return f"no rows: {result.note}" if result.note else "no rows: the profile has no nodes"
     cols, widths = _layout(result)
     body = [[str(row.rank), *(c.cell(row, widths[c.key]) for c in cols)] for row in result.rows]
-    from graphprof.render.text_table import text_table
-
     table = text_table(body, ["#", *(c.header for c in cols)], fmt)
     title = _title(result)
     if _fitted(result.options):
@@ -255,8 +254,6 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
     """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
-    from graphprof.render.text_table import text_table
-
     items = summary_items(result)
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)

@@ -1,4 +1,4 @@
-"""The ``simple`` tables made without tabulate are tabulate's, byte for byte, and the rest still go to it."""
+"""The ``simple`` tables ``render.fit`` makes without tabulate are tabulate's, byte for byte, and the rest still go to it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import pytest
 from tabulate import tabulate
 
-from graphprof.render.text_table import simple_table, text_table
+from graphprof.render.fit import simple_table, text_table
 
 #: Cell material: plain words, spaces at either end, clip marks, digits, words tabulate treats
 #: specially when parsing (True/False), and empty cells.
