@@ -23,7 +23,7 @@ print(json.dumps({name: name in sys.modules for name in NAMES}), file=sys.stderr
 
 def _imported(*argv: str) -> dict[str, bool]:
     names = ["graphprof.analysis.diff", "graphprof.render.exporters", "graphprof.version", "numpy.ma",
-             "graphprof.analysis.distributed", "torch"]
+             "graphprof.analysis.distributed", "torch", "tabulate"]
     code = f"NAMES = {names!r}\n" + _PROBE
     done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -31,7 +31,7 @@ def _imported(*argv: str) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("command", ["analyze", "report"])
-def test_a_view_imports_neither_the_diff_nor_the_exporters(tmp_path, command: str) -> None:
+def test_a_view_imports_neither_the_diff_nor_the_exporters_nor_tabulate(tmp_path, command: str) -> None:
     path = tmp_path / "p.json"
     small_profile().save(str(path))
     imported = _imported(command, str(path))
@@ -41,7 +41,8 @@ def test_a_view_imports_neither_the_diff_nor_the_exporters(tmp_path, command: st
 def test_diff_and_export_import_their_own_modules(tmp_path) -> None:
     path = tmp_path / "p.json"
     small_profile().save(str(path))
-    assert _imported("diff", str(path), str(path))["graphprof.analysis.diff"]
+    diff = _imported("diff", str(path), str(path))
+    assert diff["graphprof.analysis.diff"] and not diff["tabulate"]  # its simple tables are made without tabulate
     assert _imported("export", str(path), "-o", str(tmp_path / "p.folded"))["graphprof.render.exporters"]
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.frame import NodeFrame
-from graphprof.analysis.node_arrays import CODED_COLUMNS, codes, column_codes, exact_sum, int_array
+from graphprof.analysis.node_arrays import CODED_COLUMNS, codes, column_codes, exact_sum, group_order, int_array
 from graphprof.analysis.options import TableOptions
 
 _MEASURED = ("flops", "bytes_read", "bytes_written", "bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes")
@@ -207,7 +207,7 @@ def aggregate(frame: NodeFrame, times: Sequence[float], indices: Sequence[int], 
     each group's time is reduced at once, its other columns when first read.
     """
     group, keys, label_of = _group_codes(frame, indices, options.aggregate_by, options.module_depth)
-    order = np.argsort(group, kind="stable")
+    order = group_order(group, len(keys))
     member_array = order if _is_everything(frame, indices) else np.asarray(indices, dtype=np.intp)[order]
     members_of = member_array.tolist()
     ends = np.cumsum(np.bincount(group, minlength=len(keys))).tolist()

@@ -165,7 +165,7 @@ def diff(before: Profile | str | os.PathLike[str], after: Profile | str | os.Pat
     if options.filtered:
         keep_a = np.asarray(select(frames[0], options, ta), dtype=np.int64)  # the frame: filters read columns
         keep_b = np.asarray(select(frames[1], options, tb), dtype=np.int64)
-    columns = ColumnCodes(frames[0].column, frames[1].column)  # shared by the matching and the groupings
+    columns = ColumnCodes.of_frames(*frames)  # shared by the matching and the groupings
     pairs, counts, names, shared = pair_nodes(a, b, frames, columns, ta, tb, keep_a, keep_b)
     rows = order_nodes(pairs, order) if shared else np.zeros(0, dtype=np.int64)
     groupings = list(DEFAULT_AGGREGATES)

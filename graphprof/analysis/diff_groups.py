@@ -22,7 +22,7 @@ from graphprof.analysis.diff_rows import (TIME_KEYS, DiffOrder, LazyRows, flops_
 from graphprof.analysis.entries import ratio
 from graphprof.analysis.frame import NodeFrame
 from graphprof.analysis.match import ColumnCodes
-from graphprof.analysis.node_arrays import paired_codes
+from graphprof.analysis.node_arrays import group_order, paired_codes
 from graphprof.analysis.options import TableOptionError
 from graphprof.profile.model import GraphRecord, NodeRecord
 
@@ -177,7 +177,7 @@ def _group_sums(codes: np.ndarray, groups: int, times: np.ndarray,
     ``flops_objects``) and come back as Python ints.
     """
     counts = np.bincount(codes, minlength=groups)
-    order = np.argsort(codes, kind="stable")
+    order = group_order(codes, groups)
     ends = np.cumsum(counts)
     starts = ends - counts
     t = times[order]
@@ -201,7 +201,7 @@ def _fold_groups(codes: np.ndarray, groups: int, times: np.ndarray, flops: np.nd
     Nodes are visited in execution order within each group, as a loop over the nodes would.
     """
     counts = np.bincount(codes, minlength=groups).tolist() if len(codes) else [0] * groups
-    order = np.argsort(codes, kind="stable")
+    order = group_order(codes, groups)
     t = times[order].tolist()
     f = flops[order].tolist()
     bounds = [0, *itertools.accumulate(counts)]
@@ -232,7 +232,7 @@ def aggregate_diff(by: str, frame_a: NodeFrame, frame_b: NodeFrame, ta: Sequence
     """
     group_key_fn(by, module_depth)  # an unsupported grouping fails here, with its sentence
     frames = (frame_a, frame_b)
-    columns = columns or ColumnCodes(frame_a.column, frame_b.column)
+    columns = columns or ColumnCodes.of_frames(frame_a, frame_b)
     codes_a, codes_b, keys = _group_codes(by, module_depth, frames, columns, (keep_a, keep_b))
     sides: list[tuple[list[int], list[float], list[Any]]] = []
     for codes, frame, times, keep in ((codes_a, frame_a, ta, keep_a), (codes_b, frame_b, tb, keep_b)):

@@ -13,6 +13,7 @@ from typing import Any, Iterator, Sequence, TypeVar, overload
 import numpy as np
 
 from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import int_array
 from graphprof.analysis.options import TableOptionError
 
 #: ``--order-by`` keys of a diff and their aliases. ``time`` and ``flops`` order by absolute change.
@@ -111,11 +112,12 @@ def flops_objects(frame: NodeFrame) -> tuple[np.ndarray, np.ndarray | None]:
     def compute() -> tuple[np.ndarray, np.ndarray | None]:
         flops = frame.column("flops")
         exact: np.ndarray | None = None
-        if set(map(type, flops)) <= {int}:
-            try:
-                exact = np.array(flops, dtype=np.int64)
-            except OverflowError:
-                exact = None
+        try:
+            values, known = int_array(frame, "flops")  # the loader's array where the file gave one
+        except ValueError:  # not all integers (or beyond int64)
+            pass
+        else:
+            exact = values if known.all() else None
             if exact is not None and len(exact) and int(np.abs(exact).max()) * len(exact) >= 1 << 62:
                 exact = None
         return objects(flops), exact

@@ -113,17 +113,19 @@ def _column_masks(frame: NodeFrame, options: TableOptions) -> list[list[bool]]:
     return masks
 
 
-def select(nodes: NodeFrame | NodePairs, options: TableOptions, times: Sequence[float]) -> list[int]:
+def select(nodes: NodeFrame | NodePairs, options: TableOptions, times: Sequence[float]) -> Sequence[int]:
     """Indices into ``nodes`` (a frame, or its pairs) of the nodes that pass every filter, in execution order.
 
-    Given the frame, the filters read its columns and no NodeRecord is built.
+    Given the frame, the filters read its columns and no NodeRecord is built;
+    without filters its indices are ``range(len(frame))``, which the
+    aggregation recognises as every node (no array of the indices is made).
     """
     lo = options.min_time_s
     hi = options.max_time_s
     if isinstance(nodes, NodeFrame):
         masks = _column_masks(nodes, options)
         if not masks and lo is None and hi is None:
-            return list(range(len(nodes)))
+            return range(len(nodes))
         keep = [all(flags) for flags in zip(*masks)] if masks else None
         out: list[int] = []
         for i, t in enumerate(times):

@@ -57,6 +57,15 @@ def _moved_column(read: list[Any], written: list[Any]) -> list[Any]:
     return [w if r is None else r if w is None else r + w for r, w in zip(read, written)]
 
 
+def _moved_of_columns(columns: NodeColumns) -> list[Any]:
+    """``_moved_column`` of a loaded graph: one array sum where both columns are the loader's int64
+    arrays (counts, so no sum below 2**63 can wrap), else the list comprehension."""
+    read, written = columns.int_column("bytes_read"), columns.int_column("bytes_written")
+    if read is not None and written is not None and (not len(read) or int(read.max()) + int(written.max()) < 2**63):
+        return (read + written).tolist()  # type: ignore[no-any-return]
+    return _moved_column(columns.column("bytes_read"), columns.column("bytes_written"))
+
+
 #: Columns that are not a plain NodeRecord attribute: how to read them from a node (records),
 #: and how to make them from a loaded graph's columns.
 _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
@@ -71,7 +80,7 @@ _DERIVED: dict[str, Callable[[NodeRecord], Any]] = {
 }
 _DERIVED_FROM_COLUMNS: dict[str, Callable[[NodeColumns], list[Any]]] = {
     "phase": NodeColumns.phase_values,
-    "bytes_moved": lambda c: _moved_column(c.column("bytes_read"), c.column("bytes_written")),
+    "bytes_moved": lambda c: _moved_of_columns(c),
     "allocated_bytes": lambda c: c.memory_field("allocated_bytes"),
     "freed_bytes": lambda c: c.memory_field("freed_bytes"),
     "live_bytes": lambda c: c.memory_field("live_bytes"),

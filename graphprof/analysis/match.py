@@ -42,7 +42,8 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 
 from graphprof.analysis.frame import NodeFrame
-from graphprof.analysis.node_arrays import paired_codes
+from graphprof.analysis.node_arrays import codes as value_codes
+from graphprof.analysis.node_arrays import column_codes, merged_codes
 from graphprof.profile.model import GraphRecord, NodeRecord
 
 
@@ -97,15 +98,29 @@ class ColumnCodes:
     would first meet each value.
     """
 
-    def __init__(self, columns_a: Callable[[str], Sequence[Any]], columns_b: Callable[[str], Sequence[Any]]) -> None:
-        self._columns = (columns_a, columns_b)
+    def __init__(self, codes_a: Callable[[str], tuple[np.ndarray, list[Any]]],
+                 codes_b: Callable[[str], tuple[np.ndarray, list[Any]]]) -> None:
+        """``codes_*(name)``: one side's ``node_arrays.codes`` of column ``name``."""
+        self._sides = (codes_a, codes_b)
         self._codes: dict[str, tuple[np.ndarray, np.ndarray, list[Any]]] = {}
+
+    @classmethod
+    def of_frames(cls, frame_a: NodeFrame, frame_b: NodeFrame) -> ColumnCodes:
+        """The columns of two node frames, each side coded once per column (``column_codes``: from a
+        loaded file's index columns, without a pass over the values)."""
+        return cls(lambda name: column_codes(frame_a, name), lambda name: column_codes(frame_b, name))
+
+    @classmethod
+    def of_records(cls, before: Sequence[NodeRecord], after: Sequence[NodeRecord]) -> ColumnCodes:
+        """The columns of two sequences of records."""
+        column_a, column_b = _record_column(before), _record_column(after)
+        return cls(lambda name: value_codes(column_a(name)), lambda name: value_codes(column_b(name)))
 
     def __call__(self, name: str) -> tuple[np.ndarray, np.ndarray, list[Any]]:
         """(codes of the before nodes, codes of the after nodes, the distinct values in code order)."""
         cached = self._codes.get(name)
         if cached is None:
-            cached = self._codes[name] = paired_codes(self._columns[0](name), self._columns[1](name))
+            cached = self._codes[name] = merged_codes(self._sides[0](name), self._sides[1](name))
         return cached
 
     def key(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +241,7 @@ def _record_column(nodes: Sequence[NodeRecord]) -> Callable[[str], list[Any]]:
 
 def match_nodes(before: GraphRecord, after: GraphRecord) -> list[NodePair]:
     """Every node of both graphs, paired by the rule of this module's docstring, in execution order."""
-    codes = ColumnCodes(_record_column(before.nodes), _record_column(after.nodes))
+    codes = ColumnCodes.of_records(before.nodes, after.nodes)
     return _as_pairs(*match_codes(codes.key(EXACT_KEY), lambda: [codes.key(k) for k in _GAP_KEYS]))
 
 
@@ -297,7 +312,7 @@ def match_frames(before: Sequence[GraphRecord], after: Sequence[GraphRecord], fr
     ``columns``: the frames' ColumnCodes, when the caller shares them with other views of the same pair.
     """
     graph_pairs = match_graphs(before, after)
-    columns = columns or ColumnCodes(frame_a.column, frame_b.column)
+    columns = columns or ColumnCodes.of_frames(frame_a, frame_b)
     exact = columns.key(EXACT_KEY)
     gap_codes: list[tuple[np.ndarray, np.ndarray]] = []
 

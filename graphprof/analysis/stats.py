@@ -7,7 +7,6 @@ view's choice (median by default: robust to one slow step).
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Callable, Sequence
 
 StatFn = Callable[[Sequence[float]], float]
@@ -40,7 +39,11 @@ def _max(xs: Sequence[float]) -> float:
 
 
 def _stdev(xs: Sequence[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+    if len(xs) <= 1:
+        return 0.0
+    import statistics  # here: its import (fractions, decimal) was a part of every command's start
+
+    return statistics.stdev(xs)
 
 
 #: The one median of the package (same result as ``statistics.median``).

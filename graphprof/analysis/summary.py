@@ -18,8 +18,11 @@ from itertools import compress
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from graphprof.analysis.entries import ratio
 from graphprof.analysis.frame import NodeFrame
+from graphprof.analysis.node_arrays import column_codes
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import Phase, Profile
 
@@ -73,9 +76,10 @@ def summarize(profile: Profile, frame: NodeFrame, times: Sequence[float], stat: 
     moved_values = [v for v in frame.column("bytes_moved") if v is not None]
     moved_known = bool(moved_values)
     moved = sum(moved_values)
-    phase_column = frame.column("phase")
-    phase_times = {phase: list(compress(times, [p == phase for p in phase_column]))
-                   for phase in dict.fromkeys(phase_column)}  # a few phases: one C-level pass each
+    # each phase's times, from the phase codes (a file's index column): one array mask per phase
+    phase_codes, phase_values = column_codes(frame, "phase")
+    time_array = np.asarray(times, dtype=np.float64)
+    phase_times = {phase: time_array[phase_codes == code].tolist() for code, phase in enumerate(phase_values)}
     live_column = frame.column("live_bytes")
     known_live = [v for v in live_column if v is not None]
     peak: int | None = max(known_live) if known_live else None

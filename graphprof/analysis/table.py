@@ -16,7 +16,7 @@ import heapq
 import math
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Sequence
 
 from graphprof.analysis.aggregate import aggregate
 from graphprof.analysis.columns import (MEMORY_KEYS, SHAPES, OrderBy, order_entries, parse_order_by, resolve_columns,
@@ -109,13 +109,13 @@ def _row(entry: Any, rank: int, cumulative_percent: float) -> Row:
     return Row(rank=rank, cumulative_percent=cumulative_percent, **values)
 
 
-def _node_entries(frame: NodeFrame, times: list[float], indices: list[int], total: float) -> list[NodeEntry]:
+def _node_entries(frame: NodeFrame, times: list[float], indices: Sequence[int], total: float) -> list[NodeEntry]:
     """Entries of the nodes ``indices``: only these nodes' records are needed (``frame.pair``)."""
     pair = frame.pair if len(indices) < len(frame) else frame.pairs.__getitem__
     return [NodeEntry(*pair(i), times[i], total, i) for i in indices]
 
 
-def _ordered(frame: NodeFrame, times: list[float], indices: list[int], options: TableOptions,
+def _ordered(frame: NodeFrame, times: list[float], indices: Sequence[int], options: TableOptions,
              order: OrderBy, total: float) -> tuple[list[Any], int]:
     """The entries to print, in order, and how many rows there were before the ``top`` cut."""
     if options.aggregated:
@@ -152,7 +152,7 @@ def _sort_values(frame: NodeFrame, times: list[float], key: str) -> list[Any]:
     return frame.column(key)
 
 
-def _order_indices(frame: NodeFrame, times: list[float], indices: list[int], order: OrderBy) -> list[int]:
+def _order_indices(frame: NodeFrame, times: list[float], indices: Sequence[int], order: OrderBy) -> list[int]:
     """``indices`` as ``order_entries`` orders their node entries (unknown values last, ties in the
     given order), reading only the ordered column: no entry or record is made for a node not shown."""
     column = order.column
@@ -191,6 +191,9 @@ def build_table(profile: Profile, options: TableOptions | None = None, **kwargs:
         rows.append(_row(entry, rank, 100.0 * cumulative / total if total > 0 else 0.0))
     return TableResult(
         options=options, summary=summary, rows=tuple(rows), order=order, clock=clock, total_time_s=total,
-        matched_nodes=len(indices), matched_time_s=math.fsum(times) if len(indices) == len(times) else math.fsum(map(times.__getitem__, indices)), total_rows=total_rows,
+        matched_nodes=len(indices),
+        # every node selected: the summary's total is this same fsum of the same times
+        matched_time_s=total if len(indices) == len(times) else math.fsum(map(times.__getitem__, indices)),
+        total_rows=total_rows,
         has_memory=summary.peak_live_bytes is not None, note=note,
     )

@@ -37,6 +37,8 @@ def load_frozen(path: str) -> "Profile":
     from graphprof.progress import stage
 
     global _frozen
+    if _held is not None:  # this process ends with the command
+        _keep_freed_memory()
     enabled = gc.isenabled()
     gc.disable()  # no collection at the end of the load either (the loader pauses it only while it reads)
     try:
@@ -50,6 +52,32 @@ def load_frozen(path: str) -> "Profile":
     if _held is not None:
         _held.append(profile)
     return profile
+
+
+#: glibc's ``mallopt`` parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _keep_freed_memory() -> None:
+    """Let the C allocator keep the memory freed while a profile loads, for the allocations after it.
+
+    Why: a load parses hundreds of MB of JSON objects, converts them to arrays
+    and drops them; glibc gives large freed blocks back to the system (each
+    block above its mmap threshold, and the top of its heap), and every later
+    allocation then faults fresh zeroed pages in again. Keeping them saves a
+    quarter of a 100,000-node diff's page faults (117,000 to 88,000; 8% at a
+    million nodes) for about a tenth more peak memory. Only a process that
+    ends with its command does this (``keep_until_exit``); where the C library
+    has no ``mallopt`` (not glibc) nothing changes.
+    """
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+        mallopt(_M_MMAP_THRESHOLD, 256 << 20)
+        mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def load_for_analysis(path: str) -> "Profile":

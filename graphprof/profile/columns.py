@@ -238,12 +238,13 @@ def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
             flat = list(itertools.chain.from_iterable(rows))
             _check(set(map(len, rows)) <= {len(keys)} and set(map(type, flat)) <= {int},
                    f"{what}.{f.name}.values holds a malformed entry")
-            schema.ints(flat, schema.BYTES, f"{what}.{f.name}.values")
+            # the types are checked: schema.ints's range check alone (its sentence), without its type pass
+            schema.in_range(flat, schema.BYTES.lo, schema.BYTES.hi, f"{what}.{f.name}.values must hold {schema.BYTES.what}")
             per_field[f.name] = SparseMaps(keys, values)
         else:
-            per_field[f.name] = Kept(schema.ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
+            kept = per_field[f.name] = Kept(*schema.checked_ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
             if present is None:
-                present = [v is not None for v in col]
+                present = [True] * n if kept.ints is not None else [v is not None for v in col]  # ints: no null
                 present_from = f.name
     _check(present is not None, f"{what} has no field to tell which nodes have a record")
     assert present is not None
@@ -349,7 +350,7 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
         makers["attrs"] = Kept(schema.pairs(cols["attrs"], "columns.attrs", n))
     for name in INT_FIELDS:
         if name in cols:
-            makers[name] = Kept(schema.ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
+            makers[name] = Kept(*schema.checked_ints(cols[name], schema.COUNT, f"columns.{name}", n, nullable=True))
     memory = _memory_from_json(cols["memory"], n, "columns.memory") if "memory" in cols else None
     for name, column in TIME_FIELDS.items():
         if column in cols:

@@ -80,12 +80,16 @@ class Column:
 
 
 class Kept(Column):
-    """A column whose validated list is already each node's value."""
+    """A column whose validated list is already each node's value; ``ints``: the same values as an
+    int64 array, for a column of integers that the loader converted while checking them (else None)."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "ints")
 
-    def __init__(self, data: list[Any]) -> None:
+    def __init__(self, data: list[Any], ints: np.ndarray | None = None) -> None:
         self.data = data
+        self.ints = ints
+        if ints is not None:
+            ints.flags.writeable = False  # shared by every reader
 
     def values(self) -> list[Any]:
         return self.data
@@ -240,10 +244,21 @@ class MemoryColumns(Column):
         col = self.per_field.get(name)
         if col is None:
             return [default if has else None for has in self.present]
+        if isinstance(col, Kept) and col.ints is not None and all(self.present):
+            return col.values()  # no null and every node a record: the values as they are
         return [(default if v is None else v) if has else None for has, v in zip(self.present, col.values())]
 
     def values(self) -> list[Any]:
         return self.records()
+
+    def int_field(self, name: str) -> np.ndarray | None:
+        """``field_values(name)`` as the loader's int64 array, when every node has a record and an int there."""
+        column = self.per_field.get(name)
+        if not isinstance(column, Kept) or column.ints is None:
+            return None
+        if name != self.present_from and not all(self.present):  # the present_from field has no null: all present
+            return None
+        return column.ints
 
     def at(self, i: int) -> Any:
         if not self.present[i]:
@@ -331,6 +346,15 @@ class NodeColumns(NodeSource):
         offsets = np.zeros(self.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
+
+    def int_column(self, name: str) -> np.ndarray | None:
+        """Integer field ``name`` (a NodeRecord field, or a memory record's) of every node as the int64
+        array the loader checked it as; None unless every node has an integer there (then read ``column``
+        or ``memory_field``). Read-only."""
+        if name in MEMORY_FIELDS:
+            return self.memory.int_field(name) if self.memory is not None else None
+        column = self._columns.get(name)
+        return column.ints if isinstance(column, Kept) else None
 
     def memory_field(self, name: str) -> list[Any]:
         """``node.memory.name`` for every node, None where a node has no memory record."""

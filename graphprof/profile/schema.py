@@ -93,6 +93,16 @@ def check(cond: bool, what: str) -> None:
 
 def ints(values: Any, spec: IntSpec, what: str, n: int | None = None, nullable: bool = False) -> list[Any]:
     """``values`` when it is a list (of ``n`` items) of integers meeting ``spec`` (or null)."""
+    return checked_ints(values, spec, what, n, nullable)[0]
+
+
+def checked_ints(values: Any, spec: IntSpec, what: str, n: int | None = None,
+                 nullable: bool = False) -> tuple[list[Any], np.ndarray | None]:
+    """``ints``, and the values as the int64 array the range check made of them (None when one is null).
+
+    Why: the analyses want integer columns as arrays (``int_array``); the
+    check converts them anyway, so a loaded column keeps its array.
+    """
     check(isinstance(values, list) and (n is None or len(values) == n),
           f"{what} must be a list" + (f" of {n} values" if n is not None else ""))
     types = set(map(type, values))
@@ -102,9 +112,8 @@ def ints(values: Any, spec: IntSpec, what: str, n: int | None = None, nullable: 
         nums = [v for v in values if v is not None]
         if nums:
             check(min(nums) >= spec.lo and max(nums) <= spec.hi, f"{what} must hold {spec.what}")
-    else:
-        in_range(values, spec.lo, spec.hi, f"{what} must hold {spec.what}")
-    return values
+        return values, None
+    return values, in_range(values, spec.lo, spec.hi, f"{what} must hold {spec.what}")
 
 
 def in_range(values: list[int], lo: int, hi: int, failure: str) -> np.ndarray:
@@ -113,9 +122,11 @@ def in_range(values: list[int], lo: int, hi: int, failure: str) -> np.ndarray:
 
     One conversion and two array reductions: about half the time of Python's
     ``min`` and ``max`` over the list, and the caller may keep the array.
+    ``np.fromiter`` converts a list of known ints about a fifth faster than
+    ``np.array`` (which first looks at every item to find the array's shape).
     """
     try:
-        array = np.array(values, dtype=np.int64)
+        array = np.fromiter(values, dtype=np.int64, count=len(values))
     except OverflowError:  # beyond 64 bits, so beyond every bound
         raise SchemaError(failure) from None
     if len(array):

@@ -23,7 +23,9 @@ from graphprof.analysis.columns import BY_KEY, resolve_columns
 from graphprof.analysis.options import DATA_FORMATS, TableOptionError, TableOptions
 from graphprof.analysis.table import Row, TableResult
 from graphprof.render.escape import terminal_line
-from graphprof.render.fit import FitColumn, fit_widths, format_overhead, header_padding, terminal_width
+from graphprof.render.fit import (
+    SIMPLE, FitColumn, fit_widths, format_overhead, header_padding, terminal_width, text_table,
+)
 from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
@@ -63,8 +65,11 @@ def table_formats() -> list[str]:
 
 
 def check_format(fmt: str) -> None:
-    """Raise TableOptionError unless ``fmt`` is a known output format."""
-    if fmt not in table_formats():
+    """Raise TableOptionError unless ``fmt`` is a known output format.
+
+    ``simple`` (the default) and the data formats are known without importing tabulate (``text_table``).
+    """
+    if fmt != SIMPLE and fmt not in DATA_FORMATS and fmt not in table_formats():
         raise TableOptionError(f"--format {fmt!r} is unknown; choose csv, json or a tabulate format such as simple, github, grid")
 
 
@@ -203,9 +208,7 @@ def render_rows(result: TableResult, fmt: str = "simple") -> str:
         return f"no rows: {result.note}" if result.note else "no rows: the profile has no nodes"
     cols, widths = _layout(result)
     body = [[str(row.rank), *(c.cell(row, widths[c.key]) for c in cols)] for row in result.rows]
-    from tabulate import tabulate
-
-    table = tabulate(body, headers=["#", *(c.header for c in cols)], tablefmt=fmt, disable_numparse=True)
+    table = text_table(body, ["#", *(c.header for c in cols)], fmt)
     title = _title(result)
     if _fitted(result.options):
         title = textwrap.fill(title, result.options.width or terminal_width(), break_on_hyphens=False)
@@ -251,14 +254,12 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
     """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
-    from tabulate import tabulate
-
     items = summary_items(result)
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)
         room = max((result.options.width or terminal_width()) - label - format_overhead(fmt, 2), 20)
         items = [(k, textwrap.fill(v, room, break_on_hyphens=False)) for k, v in items]
-    return tabulate(items, tablefmt=fmt, disable_numparse=True)
+    return text_table(items, (), fmt)
 
 
 def render_table(result: TableResult) -> str:

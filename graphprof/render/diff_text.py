@@ -20,6 +20,7 @@ from graphprof.analysis.match import MatchKind
 from graphprof.analysis.options import DATA_FORMATS
 from graphprof.render.console import check_format
 from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json
+from graphprof.render.fit import text_table
 from graphprof.render.units import format_count, format_shapes, format_time
 
 _ORDER_TITLES = {"time": "|time change|", "flops": "|FLOPs change|", "delta_time": "time change",
@@ -94,10 +95,7 @@ def _matching_line(result: DiffResult) -> str:
 
 def render_diff_summary(result: DiffResult, fmt: str = "simple") -> str:
     """Both profiles side by side, the matching, and the gate's verdict."""
-    from tabulate import tabulate
-
-    text = tabulate(_summary_rows(result), headers=["", "before", "after", "change"], tablefmt=fmt,
-                    disable_numparse=True)
+    text = text_table(_summary_rows(result), ["", "before", "after", "change"], fmt)
     lines = [text, "nodes: " + _matching_line(result)]
     if result.gate is not None:
         lines.append(f"regression gate: {'FAIL' if result.gate.regressed else 'pass'}: {result.gate.reason}")
@@ -145,10 +143,8 @@ def _group_columns(by: str) -> list[tuple[str, Callable[[GroupDiff], str]]]:
 
 
 def _table(items: Sequence[Any], cols: list[tuple[str, Callable[[Any], str]]], fmt: str) -> str:
-    from tabulate import tabulate
-
     body = [[str(rank)] + [cell(x) for _, cell in cols] for rank, x in enumerate(items, start=1)]
-    return tabulate(body, headers=["#"] + [h for h, _ in cols], tablefmt=fmt, disable_numparse=True)
+    return text_table(body, ["#"] + [h for h, _ in cols], fmt)
 
 
 def _order_text(result: DiffResult) -> str:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 
 from graphprof.analysis.frame import node_frame
-from graphprof.analysis.node_arrays import codes, exact_sum, graph_spans, int_array
+from graphprof.analysis.node_arrays import (
+    codes, exact_sum, graph_spans, group_order, int_array, merged_codes, paired_codes,
+)
 from graphprof.analysis.report import top_indices
 from graphprof.analysis.roofline import BOUNDS, Peaks, classify, roofline_bounds
-from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Profile, StepRecord
+from graphprof.profile.model import (
+    GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase, Profile, StepRecord, node_source, profile_from_document,
+)
 
 
 def _random_profile(seed: int) -> Profile:
@@ -73,3 +78,73 @@ def test_integer_columns_stay_exact() -> None:
     column = node_frame(profile).column("flops")
     assert known.tolist() == [v is not None for v in column]
     assert values.tolist() == [v or 0 for v in column]
+
+
+def test_merged_codes_are_paired_codes_of_the_values() -> None:
+    rng = random.Random(3)
+    pool = ["a", "b", "c", None, ("x",), (1, 2), "", 1, 1.0, True]  # 1, 1.0 and True are one dict key
+    for _ in range(200):
+        a = [rng.choice(pool) for _ in range(rng.randint(0, 12))]
+        b = [rng.choice(pool) for _ in range(rng.randint(0, 12))]
+        merged = merged_codes(codes(a), codes(b))
+        expected = paired_codes(a, b)
+        assert [x.tolist() for x in merged[:2]] == [x.tolist() for x in expected[:2]]
+        assert merged[2] == expected[2]
+    # sides whose values repeat (as a caller's own coding may give them) are coded again
+    repeated = (np.array([0, 1, 2]), ["a", "b", "a"]), (np.array([1, 0]), ["c", "a"])
+    assert [x.tolist() for x in merged_codes(*repeated)[:2]] == [[0, 1, 0], [0, 2]]
+
+
+def _counted_profile(seed: int) -> Profile:
+    """Every node with FLOPs and a memory record (the loader keeps those columns as arrays)."""
+    rng = random.Random(seed)
+    graphs = tuple(GraphRecord(g, f"g{g}", GraphKind.STEP, tuple(NodeRecord(
+        id=i, name=f"n{i}", op="aten.mm", type="mm", flops=rng.choice([0, 7, 3 * 10**12]),
+        bytes_read=rng.choice([None, 8]), memory=MemoryRecord(allocated_bytes=rng.choice([0, -8, 2**40]), live_bytes=i),
+        host_time_ns=(i,)) for i in range(rng.randint(1, 30)))) for g in range(2))
+    return Profile(steps=(StepRecord(0, 1.0),), graphs=graphs)
+
+
+def test_loaded_integer_columns_are_the_files_arrays() -> None:
+    loaded = profile_from_document(json.loads(json.dumps(_counted_profile(0).to_dict())))
+    source = node_source(loaded.graphs[0])
+    assert source is not None and source.int_column("flops") is not None  # type: ignore[attr-defined]
+    assert source.int_column("live_bytes") is not None  # type: ignore[attr-defined]
+    for seed in range(20):
+        profile = _random_profile(seed) if seed % 2 else _counted_profile(seed)
+        loaded = profile_from_document(json.loads(json.dumps(profile.to_dict())))
+        for name in ("flops", "bytes_read", "bytes_written", "allocated_bytes", "live_bytes"):
+            try:
+                expected = int_array(node_frame(profile), name)
+            except ValueError:
+                continue
+            found = int_array(node_frame(loaded), name)
+            assert [x.tolist() for x in found] == [x.tolist() for x in expected]
+            assert not found[0].flags.writeable and not found[1].flags.writeable
+
+
+def test_group_order_is_the_stable_argsort() -> None:
+    rng = np.random.default_rng(0)
+    for groups in (1, 3, 1000, 1 << 16, (1 << 16) + 5):
+        found = rng.integers(0, groups, 5000)
+        assert group_order(found, groups).tolist() == np.argsort(found, kind="stable").tolist()
+    assert group_order(np.zeros(0, dtype=np.intp), 0).tolist() == []
+
+
+def test_loaded_derived_columns_and_summary_equal_the_records() -> None:
+    from graphprof.analysis.table import build_table
+
+    rng = random.Random(7)
+    nodes = tuple(NodeRecord(
+        id=i, name=f"n{i}", op="aten.mm", type=rng.choice(["mm", "add"]), phase=rng.choice(list(Phase)),
+        bytes_read=rng.choice([0, 8, 2**40]), bytes_written=rng.choice([0, 4096]),
+        memory=MemoryRecord(allocated_bytes=rng.choice([0, 64]), freed_bytes=rng.choice([0, -8]), live_bytes=i),
+        host_time_ns=(rng.randint(1, 10**6), rng.randint(1, 10**6))) for i in range(50))
+    profile = Profile(steps=(StepRecord(0, 1.0), StepRecord(1, 1.0)), graphs=(GraphRecord(0, "g", GraphKind.STEP, nodes),))
+    loaded = profile_from_document(json.loads(json.dumps(profile.to_dict())))
+    for name in ("bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes", "phase"):
+        assert node_frame(loaded).column(name) == node_frame(profile).column(name)
+    for name in ("bytes_moved", "allocated_bytes", "freed_bytes"):
+        assert [x.tolist() for x in int_array(node_frame(loaded), name)] == \
+            [x.tolist() for x in int_array(node_frame(profile), name)]
+    assert build_table(loaded).summary == build_table(profile).summary
