@@ -16,7 +16,14 @@ since a child's peak counts its parent's resident memory at the fork). Targets: 
 at most 1.5 s at 100,000 nodes; analyze, report and diff at 1,000,000 nodes
 at most 15 s and 4 GiB.
 
-Usage: python -m benchmarks.cli_scale [--nodes 10000 100000] [--repeat 3] [--no-exports] [--steps 5]
+Each export writes a new file (the last run's output is removed first, outside
+the timing), as a first export does. ``--overwrite`` times replacing the
+existing file instead: on ext4 the atomic writer's rename over an existing
+file makes the kernel write the new file's data out first (``auto_da_alloc``),
+which adds up to half a second at 100,000 nodes; that is the price of never
+leaving a half-written file after a crash, and is reported apart.
+
+Usage: python -m benchmarks.cli_scale [--nodes 10000 100000] [--repeat 3] [--no-exports] [--steps 5] [--overwrite]
 """
 
 from __future__ import annotations
@@ -49,8 +56,11 @@ class CommandResult:
     peak_rss_bytes: int
 
 
-def run_once(argv: list[str]) -> tuple[float, float, int]:
-    """Wall time, CPU time (user + sys) and peak RSS in bytes of one child process."""
+def run_once(argv: list[str], fresh: str | None = None) -> tuple[float, float, int]:
+    """Wall time, CPU time (user + sys) and peak RSS in bytes of one child process (``fresh``: a file
+    removed before it starts, so that the command writes it anew)."""
+    if fresh is not None and os.path.exists(fresh):
+        os.remove(fresh)
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -79,7 +89,7 @@ def write_profiles(nodes: int, steps: int, paths: tuple[str, ...]) -> None:
 
 
 def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps: int = 5,
-            commands: tuple[str, ...] | None = None) -> list[CommandResult]:
+            commands: tuple[str, ...] | None = None, overwrite: bool = False) -> list[CommandResult]:
     """Write the two profiles of ``nodes`` nodes and time each command ``repeat`` times."""
     first, second = os.path.join(directory, f"cli_{nodes}_a.json"), os.path.join(directory, f"cli_{nodes}_b.json")
     write_profiles(nodes, steps, (first, second))
@@ -89,14 +99,19 @@ def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps
         "report": [*gp, "report", first],
         "diff": [*gp, "diff", first, second],
     }
+    outputs: dict[str, str] = {}
     if exports:
         for name, filename in EXPORTS:
-            plan[f"export {name}"] = [*gp, "export", first, "-o", os.path.join(directory, filename)]
+            outputs[f"export {name}"] = os.path.join(directory, filename)
+            plan[f"export {name}"] = [*gp, "export", first, "-o", outputs[f"export {name}"]]
     results = []
     for name, argv in plan.items():
         if commands is not None and name not in commands:
             continue
-        runs = [run_once(argv) for _ in range(repeat)]
+        fresh = None if overwrite else outputs.get(name)
+        if overwrite and name in outputs:
+            run_once(argv)  # the file every timed run replaces
+        runs = [run_once(argv, fresh) for _ in range(repeat)]
         results.append(CommandResult(nodes, name, statistics.median(r[0] for r in runs),
                                      statistics.median(r[1] for r in runs), max(r[2] for r in runs)))
     for path in (first, second):
@@ -129,13 +144,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each command (default 3)")
     parser.add_argument("--no-exports", action="store_true", help="only analyze, report and diff")
     parser.add_argument("--only", nargs="+", metavar="COMMAND", help="only these commands ('export chrome' ...)")
+    parser.add_argument("--overwrite", action="store_true", help="exports replace an existing file (see above)")
     args = parser.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     results: list[CommandResult] = []
     with tempfile.TemporaryDirectory() as directory:
         for nodes in args.nodes:
             rows = measure(nodes, directory, args.repeat, exports=not args.no_exports, steps=args.steps,
-                           commands=tuple(args.only) if args.only else None)
+                           commands=tuple(args.only) if args.only else None, overwrite=args.overwrite)
             results += rows
             print(markdown(rows), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

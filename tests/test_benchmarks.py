@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 import torch
 
 import graphprof
@@ -19,6 +21,27 @@ def test_cli_rows_cover_every_command_with_time_and_peak_memory(tmp_path: Path) 
     assert all(r.wall_median_s > 0 and r.cpu_median_s > 0 and r.peak_rss_bytes > 2**20 for r in rows)
     assert "| 300 | export graphml |" in cli_scale.markdown(rows)
     assert CLI_NODES == (10_000, 100_000, 1_000_000)
+
+
+def test_exports_are_timed_writing_a_new_file_unless_overwrite_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first export and a replacing one differ by the filesystem's flush on rename: each is timed as asked."""
+    existed: list[bool] = []
+    real = cli_scale.run_once
+
+    def spy(argv: list[str], fresh: str | None = None) -> tuple[float, float, int]:
+        out = argv[argv.index("-o") + 1]
+        if fresh is not None and os.path.exists(fresh):
+            os.remove(fresh)
+        existed.append(os.path.exists(out))
+        return real(argv)
+
+    monkeypatch.setattr(cli_scale, "run_once", spy)
+    cli_scale.measure(200, str(tmp_path), repeat=2, steps=2, commands=("export dot",))
+    assert existed == [False, False]
+    existed.clear()
+    (tmp_path / "second").mkdir()
+    cli_scale.measure(200, str(tmp_path / "second"), repeat=2, steps=2, commands=("export dot",), overwrite=True)
+    assert existed == [False, True, True]  # one untimed run makes the file the two timed runs replace
 
 
 def test_hugging_face_workloads_are_benchmarked_and_profiling_keeps_their_losses() -> None:
