@@ -137,10 +137,10 @@ class TracedFunction:
             key, leaves = last.key, list(args)
         else:
             key, leaves = signature(args, kwargs)
-            self._last_signature = LastSignature.of(key, args, kwargs)
+            last = self._last_signature = LastSignature.of(key, args, kwargs)
         if self._storm is not None or self._segmented is not None or self.capture == "dynamo":
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-        runner, reason = self._select(key, leaves)
+        runner, reason = self._select(key, leaves, last)
         if runner is not None:
             self._captures_in_a_row = 0
             return self._run(runner, call, start, args, kwargs, leaves, key)
@@ -165,9 +165,19 @@ class TracedFunction:
         self._runner = runner
         return runner.captured.result
 
-    def _select(self, key: Hashable, leaves: list[Any]) -> tuple[WholeStepRunner | None, str]:
-        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)."""
-        paths = self._graphs.get(key)
+    def _select(self, key: Hashable, leaves: list[Any],
+                last: LastSignature | None) -> tuple[WholeStepRunner | None, str]:
+        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value).
+
+        ``last`` is the record of this call's key when it has one: it keeps the
+        key's paths between calls (``_capture`` and ``reset`` drop them).
+        """
+        if last is not None and last.paths is not None:
+            paths = last.paths
+        else:
+            paths = self._graphs.get(key)
+            if last is not None:
+                last.paths = paths
         if not paths:
             if not self._graphs:
                 return None, "it runs for the first time"
@@ -226,6 +236,8 @@ class TracedFunction:
     def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
             log.info("graphprof: %s: capturing again because %s", self.__name__, reason)
+        if self._last_signature is not None:
+            self._last_signature.paths = None  # the graphs change: looked up again on the next call
         runner = WholeStepRunner.capture(
             self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
             profiling=self.profiling, sample_rate=self.sample_rate,

@@ -134,3 +134,17 @@ def test_a_learning_rate_that_changes_value_and_type_is_read_at_run_time() -> No
         opt.param_groups[0]["lr"] = 0.05 / (i + 1) if i % 3 else 1  # floats, and sometimes an int
 
     assert _run(change, _sgd).captures == 1
+
+
+def test_signatures_alternating_beyond_the_cache_capture_again_and_stay_eager() -> None:
+    model = nn.Sequential(nn.Linear(8, 4), nn.Tanh())
+
+    def infer(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x)
+
+    fn = graphprof.trace(infer, cache_size=1)
+    for i, batch in enumerate([2, 2, 2, 3, 3, 2, 2, 3]):  # each switch evicts the other shape's graph
+        x = torch.randn(batch, 8, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(fn(x), infer(x))
+    assert fn.captures == 4 and len(fn._graphs) == 1

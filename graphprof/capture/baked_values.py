@@ -22,7 +22,7 @@ as before; the cheaper test never says "unchanged" where it would not.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,8 +30,7 @@ from graphprof.capture.state import StateIndex
 
 RUNTIME = "read at run time"
 _TRAINING = operator.attrgetter("training")
-#: Types whose baked value is the value itself and whose ``==`` is plain equality.
-_PLAIN_VALUES = frozenset({bool, type(None), str})
+_MIXED = object()  # BakedValues._same_mode where the modules' modes differ
 #: Types whose every value bakes as ``RUNTIME``.
 _NUMBERS = frozenset({float, int})
 
@@ -74,66 +73,68 @@ def what_changed(old: tuple, new: tuple, state: StateIndex) -> str:
     return "optimizer settings or module modes changed"
 
 
-class _Group:
-    """One param_groups dict as it was at capture, and an exact test that it still bakes the same.
+def _group_test(group: dict) -> Callable[[dict], bool]:
+    """An exact test that a param_groups dict still bakes as ``group`` does now, as generated code.
 
-    The same dict object with the identical keys in the same order and
-    values of the identical types bakes the same wherever the type alone
-    decides: an exact ``float`` or ``int`` is always ``RUNTIME``. Exact
-    bools, None and strings bake as themselves and are compared in one tuple
-    comparison, as the descriptive tuples' comparison compares them. Every
-    other value (a tensor, a tuple, a subclass of a number or of str) goes
-    through ``baked`` itself, compared as a tuple too.
+    It passes only for the same dict object with the identical keys in the
+    same order and values of the identical types. The type alone then decides
+    ``baked`` for an exact ``float`` or ``int`` (always ``RUNTIME``); exact
+    bools and None are compared by identity (they are singletons) and exact
+    strings with ``==``, as the descriptive tuples compare them; every other
+    value (a tensor, a tuple, a subclass of a number or of str) goes through
+    ``baked`` itself and is compared as a tuple, as those tuples are. The
+    test is straight-line code with no loop and no call but ``len``, ``type``
+    and ``baked``: on a step of tiny ops it runs right after the graph, when
+    little of graphprof's code is still in the processor's caches.
     """
-
-    __slots__ = ("group", "keys", "types", "plain", "plain_values", "other", "other_values")
-
-    def __init__(self, group: dict) -> None:
-        self.group = group
-        self.keys = tuple(group)
-        self.types = tuple(map(type, group.values()))
-        entries = [(k, t) for k, t in zip(self.keys, self.types) if k != "params"]
-        self.plain = _getter(tuple(k for k, t in entries if t in _PLAIN_VALUES))
-        self.plain_values = self.plain(group)
-        self.other = tuple(k for k, t in entries if t not in _PLAIN_VALUES and t not in _NUMBERS)
-        self.other_values = tuple(baked(group[k]) for k in self.other)
-
-    def same(self, group: dict) -> bool:
-        """Whether ``group`` (the current one at this position) bakes as the captured one did."""
-        if group is not self.group or len(group) != len(self.keys):
-            return False
-        if not all(map(operator.is_, group, self.keys)):
-            return False
-        if not all(map(operator.is_, map(type, group.values()), self.types)):
-            return False
-        if self.plain(group) != self.plain_values:
-            return False
-        return not self.other or tuple(baked(group[k]) for k in self.other) == self.other_values
-
-
-def _getter(keys: tuple) -> Any:
-    """A function of a dict returning the tuple of its values at ``keys`` (itemgetter returns a bare
-    value for one key)."""
-    if len(keys) > 1:
-        return operator.itemgetter(*keys)
+    names: dict[str, Any] = {"_group": group, "baked": baked}
+    keys, values = list(group), list(group.values())
+    lines = ["def same(group):", f"    if group is not _group or len(group) != {len(keys)}:", "        return False"]
     if keys:
-        key = keys[0]
-        return lambda group: (group[key],)
-    return lambda group: ()
+        k = [f"k{i}" for i in range(len(keys))]
+        v = [f"v{i}" for i in range(len(keys))]
+        names.update({f"_K{i}": key for i, key in enumerate(keys)})
+        names.update({f"_T{i}": type(value) for i, value in enumerate(values)})
+        lines += [f"    {', '.join(k)}, = group",
+                  f"    if {' or '.join(f'{k[i]} is not _K{i}' for i in range(len(keys)))}:", "        return False",
+                  f"    {', '.join(v)}, = group.values()",
+                  f"    if {' or '.join(f'type({v[i]}) is not _T{i}' for i in range(len(keys)))}:", "        return False"]
+        plain, other = [], []
+        for i, (key, value) in enumerate(zip(keys, values)):
+            if key == "params" or type(value) in _NUMBERS:
+                continue
+            if type(value) is bool or value is None:
+                names[f"_V{i}"] = value
+                plain.append(f"{v[i]} is not _V{i}")
+            elif type(value) is str:
+                names[f"_V{i}"] = value
+                plain.append(f"{v[i]} != _V{i}")
+            else:
+                other.append(i)
+        if plain:
+            lines += [f"    if {' or '.join(plain)}:", "        return False"]
+        if other:
+            names["_other"] = tuple(baked(values[i]) for i in other)
+            lines += [f"    if ({''.join(f'baked({v[i]}), ' for i in other)}) != _other:", "        return False"]
+    lines.append("    return True")
+    exec(compile("\n".join(lines), "<graphprof baked values>", "exec"), names)  # noqa: S102 - our own generated text
+    return names["same"]  # type: ignore[no-any-return]
 
 
 class BakedValues:
     """The values baked into one captured graph, and whether this call's differ."""
 
-    __slots__ = ("state", "values", "_groups", "_modes")
+    __slots__ = ("state", "values", "_groups", "_modes", "_same_mode")
 
     def __init__(self, state: StateIndex) -> None:
         self.state = state
         self.values = guard_values(state)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().
-        self._groups = tuple(_Group(g) for g in groups) if all(type(g) is dict for g in groups) else None
+        self._groups = tuple(map(_group_test, groups)) if all(type(g) is dict for g in groups) else None
         self._modes = self.values[1]
+        first = self._modes[0] if self._modes else _MIXED
+        self._same_mode = first if all(m is first for m in self._modes) else _MIXED
 
     def changed(self) -> str | None:
         """None when every baked value is as it was at capture, else the phrase naming the first change."""
@@ -154,10 +155,22 @@ class BakedValues:
         i = 0
         for opt in self.state.optimizers:
             for group in opt.param_groups:
-                if i == len(checks) or not checks[i].same(group):
+                if i == len(checks) or not checks[i](group):
                     return False
                 i += 1
         if i != len(checks):
             return False
         objects = self.state.module_objects()
-        return len(objects) == len(self._modes) and all(map(operator.is_, map(_TRAINING, objects), self._modes))
+        if len(objects) != len(self._modes):
+            return False
+        # A plain loop: fewer of the interpreter's paths than map and all, right after the graph ran.
+        same = self._same_mode
+        if same is not _MIXED:  # every module was in one mode (the usual case): compared with that
+            for module in objects:
+                if module.training is not same:
+                    return False
+            return True
+        for module, mode in zip(objects, self._modes):
+            if module.training is not mode:
+                return False
+        return True

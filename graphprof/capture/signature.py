@@ -64,10 +64,13 @@ class LastSignature:
     the call finds the same graphs the key would.
     """
 
-    __slots__ = ("key", "_count", "_grad", "_tensors")
+    __slots__ = ("key", "paths", "_count", "_grad", "_tensors")
 
     def __init__(self, key: tuple, count: int) -> None:
         self.key = key
+        #: The graphs captured for ``key`` (tracing keeps them here between calls, and drops them
+        #: whenever its graphs change).
+        self.paths: Any = None
         self._count = count
         self._grad = key[1]
         self._tensors = key[2:]

@@ -146,3 +146,17 @@ def test_random_sequences_of_changes_agree_with_the_full_comparison() -> None:
             groups[i][key] = rng.choice(values) if rng.random() < 0.4 else captured[i][key]
         answers.add(_agrees(baked) is None)
     assert answers == {True, False}
+
+
+def test_modes_mixed_at_capture_are_compared_module_by_module() -> None:
+    s = _Setup()
+    s.model[1][1][0].eval()  # a frozen submodule: the captured modes differ between modules
+    baked = BakedValues(s.state)
+    assert _agrees(baked) is None and baked._unchanged()
+    s.model[1][1][0].train()
+    assert _agrees(baked) is not None
+    s.model[1][1][0].eval()
+    s.model[2].eval()
+    assert _agrees(baked) is not None
+    s.model.eval()
+    assert _agrees(baked) is not None
