@@ -97,7 +97,7 @@ class CapturedStep:
             if present != expected:
                 return ("parameters' gradients exist where they did not at capture, or the reverse "
                         "(accumulation)")
-        if tuple(map(len, map(_STATE, self.state.optimizers))) != self.optimizer_states_at_entry:
+        if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
             return OPTIMIZER_STATE_CREATED
         return None
 
@@ -110,7 +110,6 @@ class CapturedStep:
 
 
 _GRAD = operator.attrgetter("grad")
-_STATE = operator.attrgetter("state")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
 
 
