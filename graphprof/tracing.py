@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import time
 import types
 import warnings
@@ -25,14 +24,13 @@ from typing import Any, Callable, Hashable
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
-from graphprof.capture.inputs import guards_hold
-from graphprof.capture.state import StateIndex
-from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED, is_number_input
+from graphprof.capture.baked_values import BakedValues
+from graphprof.capture.signature import LastSignature, signature, signature_change
+from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
@@ -47,97 +45,6 @@ _CAPTURE_MODES = ("auto", "fx", "dynamo")
 #: Without a schedule every call after capture is recorded; only the newest
 #: steps are kept so that memory stays bounded on long runs.
 DEFAULT_MAX_STEPS = 100
-
-
-def _signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
-    """What a captured graph is specialised to (tensor metadata, other values by
-    equality), and the flattened inputs, so a replay flattens them only once."""
-    spec: Hashable
-    if not kwargs and all(type(a) in _FLAT_LEAVES for a in args):
-        # The common call, step(x, y): pytree's leaves are the arguments themselves.
-        leaves, spec = list(args), len(args)
-    else:
-        leaves, spec = pytree.tree_flatten((args, kwargs))
-    parts: list[Hashable] = [spec, torch.is_grad_enabled()]  # TreeSpec hashes by structure
-    for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
-        elif is_number_input(leaf):
-            parts.append(type(leaf))  # type: ignore[arg-type]  # an input of the graph: its value is guarded only where a branch reads it
-        else:
-            try:
-                hash(leaf)
-                parts.append((type(leaf), leaf))
-            except TypeError:
-                parts.append((type(leaf), id(leaf)))
-    return tuple(parts), leaves
-
-
-#: Argument types pytree treats as leaves, for which flattening a flat call is the identity.
-_FLAT_LEAVES = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, str})
-
-
-def _signature_change(old: Hashable, new: Hashable) -> str:
-    """One phrase naming the first argument whose shape, type or value differs from the last signature."""
-    if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new)):
-            if a == b:
-                continue
-            if i == 1:
-                return f"grad mode changed to {'enabled' if b else 'disabled'}"
-            if i > 1:
-                return f"argument {i - 2} (flattened) changed from {_short(a)} to {_short(b)}"
-            break
-    return "the arguments' structure changed"
-
-
-def _short(part: Any) -> str:
-    text = repr(part)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _baked(value: Any) -> Any:
-    """How a param_groups value is held by a graph: numbers are read at run time, the rest baked."""
-    if type(value) is float or type(value) is int:  # the common case first: this runs on every call
-        return _RUNTIME
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) or (isinstance(value, tuple) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
-        return _RUNTIME
-    if isinstance(value, torch.Tensor):
-        return ("tensor", id(value))  # a tensor lr: updated in place is fine, replaced is not
-    return ("object", type(value).__name__)
-
-
-_RUNTIME = "read at run time"
-
-
-def _guard_values(state: StateIndex) -> tuple:
-    """Python values baked into a graph: optimizer flags (foreach, amsgrad, ...), module modes."""
-    hyper = tuple(
-        tuple((k, _baked(v)) for k, v in group.items() if k != "params")
-        for opt in state.optimizers for group in opt.param_groups
-    )
-    modes = tuple(map(_TRAINING, state.module_objects()))
-    return hyper, modes
-
-
-_TRAINING = operator.attrgetter("training")
-
-
-def _what_changed(old: tuple, new: tuple, state: StateIndex) -> str:
-    """One phrase naming the first baked value that differs."""
-    (old_hyper, old_modes), (new_hyper, new_modes) = old, new
-    for g, (a, b) in enumerate(zip(old_hyper, new_hyper)):
-        for (k, va), (_, vb) in zip(a, b):
-            if va != vb:
-                return f"optimizer param_groups[{g}]['{k}'] changed from {va!r} to {vb!r}"
-    names = [name for name, _ in state.modules.values()]
-    for name, a, b in zip(names, old_modes, new_modes):
-        if a != b:
-            return f"module '{name or 'model'}' switched to {'train' if b else 'eval'} mode"
-    return "optimizer settings or module modes changed"
 
 
 #: Captures in a row (no replay between them) after which the step is profiled as segments.
@@ -190,7 +97,7 @@ class TracedFunction:
         self._clock = clock
         self._calls = 0
         #: Per input signature, the graphs of the paths taken so far, each with its baked values.
-        self._graphs: OrderedDict[Hashable, list[tuple[WholeStepRunner, tuple]]] = OrderedDict()
+        self._graphs: OrderedDict[Hashable, list[tuple[WholeStepRunner, BakedValues]]] = OrderedDict()
         #: Whole-step captures so far (each path of each signature counts once).
         self.captures = 0
         self._captures_in_a_row = 0
@@ -201,6 +108,8 @@ class TracedFunction:
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
         self.eager_calls = eager_calls
         self._eager_s: list[float] = []
+        #: The key of the last call of positional tensors: a call with equal ones reuses it.
+        self._last_signature: LastSignature | None = None
 
     def _action(self, call: int) -> Action:
         if not self.profiling:
@@ -222,10 +131,16 @@ class TracedFunction:
             result = self._fn(*args, **kwargs)
             self._eager_s.append((self._clock() - start) * 1e-9)
             return result
-        key, leaves = _signature(args, kwargs)
+        last = self._last_signature
+        key: Hashable
+        if last is not None and last.matches(args, kwargs):
+            key, leaves = last.key, list(args)
+        else:
+            key, leaves = signature(args, kwargs)
+            last = self._last_signature = LastSignature.of(key, args, kwargs)
         if self._storm is not None or self._segmented is not None or self.capture == "dynamo":
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-        runner, reason = self._select(key, leaves)
+        runner, reason = self._select(key, leaves, last)
         if runner is not None:
             self._captures_in_a_row = 0
             return self._run(runner, call, start, args, kwargs, leaves, key)
@@ -250,18 +165,28 @@ class TracedFunction:
         self._runner = runner
         return runner.captured.result
 
-    def _select(self, key: Hashable, leaves: list[Any]) -> tuple[WholeStepRunner | None, str]:
-        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)."""
-        paths = self._graphs.get(key)
+    def _select(self, key: Hashable, leaves: list[Any],
+                last: LastSignature | None) -> tuple[WholeStepRunner | None, str]:
+        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value).
+
+        ``last`` is the record of this call's key when it has one: it keeps the
+        key's paths between calls (``_capture`` and ``reset`` drop them).
+        """
+        if last is not None and last.paths is not None:
+            paths = last.paths
+        else:
+            paths = self._graphs.get(key)
+            if last is not None:
+                last.paths = paths
         if not paths:
             if not self._graphs:
                 return None, "it runs for the first time"
-            return None, _signature_change(next(reversed(self._graphs)), key)
+            return None, signature_change(next(reversed(self._graphs)), key)
         reason = ""
         for runner, baked in list(paths):
-            now = _guard_values(runner.captured.state)
-            if baked != now:  # kept: a loop that switches train/eval modes comes back to it
-                reason = _what_changed(baked, now, runner.captured.state)
+            changed = baked.changed()
+            if changed is not None:  # kept: a loop that switches train/eval modes comes back to it
+                reason = changed
                 continue
             mismatch = runner.captured.entry_mismatch()
             if mismatch is not None:
@@ -269,7 +194,7 @@ class TracedFunction:
                 if mismatch == OPTIMIZER_STATE_CREATED:  # it never goes away: neither will this graph run
                     paths.remove((runner, baked))
                 continue
-            broken = guards_hold(list(runner.captured.guards), leaves, runner.captured.scalar_positions)
+            broken = runner.captured.broken_guard(leaves)
             if broken is None:
                 return runner, ""
             reason = f"a branch took another way ({broken.describe()})"
@@ -311,13 +236,15 @@ class TracedFunction:
     def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
             log.info("graphprof: %s: capturing again because %s", self.__name__, reason)
+        if self._last_signature is not None:
+            self._last_signature.paths = None  # the graphs change: looked up again on the next call
         runner = WholeStepRunner.capture(
             self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
             profiling=self.profiling, sample_rate=self.sample_rate,
             timing=self.timing, device_clock=self._device_clock)
         self.captures += 1
         paths = self._graphs.setdefault(key, [])
-        paths.append((runner, _guard_values(runner.captured.state)))
+        paths.append((runner, BakedValues(runner.captured.state)))
         self._graphs.move_to_end(key)
         while len(paths) > self.cache_size:
             paths.pop(0)
@@ -377,6 +304,7 @@ class TracedFunction:
         self.captures = 0
         self._captures_in_a_row = 0
         self._storm = None
+        self._last_signature = None
 
     @property
     def capture_mode(self) -> str | None:

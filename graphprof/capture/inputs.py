@@ -9,8 +9,8 @@ must therefore be (see DESIGN.md, section 2):
   a closure or global counter). During the capture call these are
   ``TracedScalar`` inputs whose reads are graph nodes;
 * a **guard** on inputs (``if self.micro % accum == 0``), checked before a
-  replay touches any state (``guards_hold``); a different outcome selects or
-  captures another graph;
+  replay touches any state (capture/guard_check.py); a different outcome
+  selects or captures another graph;
 * an **effect** the graph repeats at its end: a number or attribute the step
   assigns, values it appends to a list or writes into a dict, built from the
   graph's values (``history.append(loss.item())``) or constants;
@@ -36,9 +36,8 @@ import torch
 import torch.fx
 from torch import nn
 
-from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
-from graphprof.capture.value_guards import VALUE_PREFIX
 
 _SCALAR = "graphprof_scalar"
 _READER = "graphprof_input_reader"
@@ -177,31 +176,6 @@ def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], nam
     return TracedScalar(value, reader_node(graph, read, name, record), graph, where, is_input=True)
 
 
-def evaluate(operand: Any, leaves: list[Any], positions: dict[torch.fx.Node, int]) -> Any:
-    """The value of a guard operand for this call: reads and arithmetic, never a tensor op."""
-    if not isinstance(operand, torch.fx.Node):
-        return operand
-    if operand in positions:
-        return leaves[positions[operand]]
-    prefix = operand.meta.get(VALUE_PREFIX)  # .item() of a tensor computed from inputs
-    if prefix is not None:
-        return prefix(*(evaluate(p, leaves, positions) for p in prefix.placeholders))
-    args = [evaluate(a, leaves, positions) for a in operand.args]
-    return operand.target(*args)  # type: ignore[operator]  # call_function nodes
-
-
-def guards_hold(guards: list[Guard], leaves: list[Any], positions: dict[torch.fx.Node, int]) -> Guard | None:
-    """The first guard this call's values break, or None when the graph's path is this call's."""
-    for guard in guards:
-        try:
-            outcome = guard.op(*(evaluate(o, leaves, positions) for o in guard.operands))
-        except Exception:
-            return guard
-        if type(outcome) is not type(guard.expected) or outcome != guard.expected:
-            return guard
-    return None
-
-
 # -- optimizer hyperparameters ------------------------------------------------------
 class HyperparameterInputs:
     """While ``Optimizer.step`` runs under capture, float hyperparameters are input scalars."""
@@ -238,6 +212,12 @@ class HyperparameterInputs:
     def exit(self) -> None:
         for group, key, value in self._saved.pop() if self._saved else ():
             group[key] = value
+
+    def restore(self) -> None:
+        """Put back every value still replaced: a capture that failed inside ``Optimizer.step`` never
+        reached its exit, and an eager fallback must read the user's numbers, not the capture's scalars."""
+        while self._saved:
+            self.exit()
 
 
 # -- Python state: inputs, effects, undo --------------------------------------------

@@ -37,9 +37,9 @@ class StateIndex:
     def module_objects(self) -> tuple[nn.Module, ...]:
         """The modules, in ``modules`` order, without their names.
 
-        Their ``training`` flags are read before every replay (tracing.py's
-        ``_guard_values``); a list kept between calls saves unpacking each
-        (name, module) pair every time.
+        Their ``training`` flags are read before every replay
+        (capture/baked_values.py); a tuple kept between calls saves unpacking
+        each (name, module) pair every time.
         """
         if len(self._objects) != len(self.modules):  # modules were added since it was built
             self._objects = tuple(m for _, m in self.modules.values())

@@ -27,6 +27,7 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
+from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.inputs import PythonState, assignment_source, reader_node
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
@@ -65,6 +66,11 @@ class CapturedStep:
 
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     _entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
+    #: The guards' compiled check, made on first use (after the passes, which may touch the graph).
+    _guard_check: GuardCheck | None = field(default=None, init=False, repr=False)
+    #: Whether the user's result is the graph's one output as it is (``return loss``): a replay then
+    #: skips ``tree_unflatten``, which would return that element itself.
+    _single_output: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # A gradient the step drops first (``zero_grad(set_to_none=True)`` inside it: the parameter
@@ -74,6 +80,7 @@ class CapturedStep:
         kept = [i for i, p in enumerate(self.grad_params) if id(p) not in cleared]
         self._entry_checked = ([self.grad_params[i] for i in kept],
                                tuple(self.grads_at_entry[i] for i in kept) if self.grads_at_entry else ())
+        self._single_output = self.out_spec.is_leaf()
 
     def entry_mismatch(self) -> str | None:
         """Why this call's gradients or optimizer state differ from the capture call's, or None.
@@ -93,6 +100,13 @@ class CapturedStep:
         if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
             return OPTIMIZER_STATE_CREATED
         return None
+
+    def broken_guard(self, leaves: list[Any]) -> Guard | None:
+        """The first guard this call's values break (``leaves``: its flattened arguments), or None."""
+        check = self._guard_check
+        if check is None:
+            check = self._guard_check = GuardCheck(self.guards, self.scalar_positions)
+        return check.broken(leaves)
 
 
 _GRAD = operator.attrgetter("grad")
@@ -190,6 +204,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice.
         if "recorder" in holder:
+            holder["recorder"].hyperparameters.restore()
             holder["recorder"].write_log.restore()
         if "python" in holder:
             holder["python"].restore()
@@ -278,4 +293,6 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
         if not same_gradient(p.grad, g):
             p.grad = g
     host = (started, clock()) if instrumented and clock is not None else None
+    if step._single_output and len(out_flat) == 1:
+        return out_flat[0], stamps, host
     return pytree.tree_unflatten(out_flat, step.out_spec), stamps, host

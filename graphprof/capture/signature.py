@@ -1,0 +1,116 @@
+"""What a captured graph is specialised to: the call's input signature.
+
+A graph holds the shapes, dtypes, devices and ``requires_grad`` of its tensor
+arguments, the structure of the arguments, the grad mode, and any other
+argument by value (ints and floats are inputs read at run time, so only
+their type counts). ``signature`` builds that key for a call; ``tracing``
+keeps one set of graphs per key, like ``torch.compile``'s recompiles.
+
+Every call needs its key, and on a step of tiny ops building and hashing it
+is a visible share of the step. Most training loops call the step with the
+same tensor shapes every time, so ``LastSignature`` keeps the key of the last
+call of the common form ``step(x, y)`` (positional tensors only) and compares
+this call's tensors with it field by field, with the comparisons the key's
+own equality would make; only when one differs is the key built again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import torch
+import torch.utils._pytree as pytree
+
+from graphprof.capture.whole_step import is_number_input
+
+
+def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
+    """What a captured graph is specialised to (tensor metadata, other values by
+    equality), and the flattened inputs, so a replay flattens them only once."""
+    spec: Hashable
+    if not kwargs and all(type(a) in FLAT_LEAVES for a in args):
+        # The common call, step(x, y): pytree's leaves are the arguments themselves.
+        leaves, spec = list(args), len(args)
+    else:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+    parts: list[Hashable] = [spec, torch.is_grad_enabled()]  # TreeSpec hashes by structure
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
+        elif is_number_input(leaf):
+            parts.append(type(leaf))  # type: ignore[arg-type]  # an input of the graph: its value is guarded only where a branch reads it
+        else:
+            try:
+                hash(leaf)
+                parts.append((type(leaf), leaf))
+            except TypeError:
+                parts.append((type(leaf), id(leaf)))
+    return tuple(parts), leaves
+
+
+#: Argument types pytree treats as leaves, for which flattening a flat call is the identity.
+FLAT_LEAVES = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, str})
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+class LastSignature:
+    """The key of a call of positional tensors, and an exact test that a later call's key equals it.
+
+    The key's tensor part is ``(tuple(shape), dtype, device, requires_grad)``;
+    ``matches`` compares each field with what the tuples' equality compares
+    it with: the shape as a tuple (``torch.Size`` is one), the dtype and the
+    bools by identity (a dtype has no other equality, the bools are
+    singletons), the device with ``==``. Equal fields give an equal key, so
+    the call finds the same graphs the key would.
+    """
+
+    __slots__ = ("key", "paths", "_count", "_grad", "_tensors")
+
+    def __init__(self, key: tuple, count: int) -> None:
+        self.key = key
+        #: The graphs captured for ``key`` (tracing keeps them here between calls, and drops them
+        #: whenever its graphs change).
+        self.paths: Any = None
+        self._count = count
+        self._grad = key[1]
+        self._tensors = key[2:]
+
+    @classmethod
+    def of(cls, key: Hashable, args: tuple, kwargs: dict) -> "LastSignature | None":
+        """The last-call record of ``key`` (built by ``signature(args, kwargs)``), or None when the
+        call is not one of positional tensors only."""
+        if kwargs or not isinstance(key, tuple) or not all(type(a) in _TENSORS for a in args):
+            return None
+        return cls(key, len(args))
+
+    def matches(self, args: tuple, kwargs: dict) -> bool:
+        """Whether ``signature(args, kwargs)`` would equal ``key`` (never True where it would not)."""
+        if kwargs or len(args) != self._count or torch.is_grad_enabled() is not self._grad:
+            return False
+        for arg, (shape, dtype, device, requires_grad) in zip(args, self._tensors):
+            kind = type(arg)
+            if kind is not torch.Tensor and kind is not torch.nn.Parameter:
+                return False
+            if (arg.shape != shape or arg.dtype is not dtype or arg.requires_grad is not requires_grad
+                    or arg.device != device):
+                return False
+        return True
+
+
+def signature_change(old: Hashable, new: Hashable) -> str:
+    """One phrase naming the first argument whose shape, type or value differs from the last signature."""
+    if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a == b:
+                continue
+            if i == 1:
+                return f"grad mode changed to {'enabled' if b else 'disabled'}"
+            if i > 1:
+                return f"argument {i - 2} (flattened) changed from {_short(a)} to {_short(b)}"
+            break
+    return "the arguments' structure changed"
+
+
+def _short(part: Any) -> str:
+    text = repr(part)
+    return text if len(text) <= 60 else text[:57] + "..."
