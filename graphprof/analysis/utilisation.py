@@ -63,19 +63,10 @@ BACKWARD_FACTOR = 2
 PHASES = tuple(Phase)
 
 
-def is_model_op(node: NodeRecord) -> bool:
-    """A forward matmul, convolution or attention kernel."""
-    return _model_type(node.type)
-
-
-def is_matmul_class(node: NodeRecord) -> bool:
-    """A matmul, convolution or attention kernel, forward or backward."""
-    return _matmul_type(node.type)
-
-
 @functools.lru_cache(maxsize=4096)
 def _model_type(t: str) -> bool:
-    """Judged once per op type: a profile has millions of nodes and a few hundred types."""
+    """A forward matmul, convolution or attention kernel (judged once per op type: a profile has
+    millions of nodes and a few hundred types)."""
     if t.startswith("_scaled_dot_product"):
         return not t.endswith("_backward")
     return t in MODEL_OP_TYPES
@@ -83,6 +74,7 @@ def _model_type(t: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _matmul_type(t: str) -> bool:
+    """A matmul, convolution or attention kernel, forward or backward."""
     return _model_type(t) or t in BACKWARD_OP_TYPES or (t.startswith("_scaled_dot_product") and t.endswith("_backward"))
 
 
