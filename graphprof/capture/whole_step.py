@@ -66,7 +66,7 @@ class CapturedStep:
 
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     _entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
-    #: The guards' compiled check, made on first use (after the passes, which may touch the graph).
+    #: The guards' compiled check (``compile_guards``: after the passes, which may touch the graph).
     _guard_check: GuardCheck | None = field(default=None, init=False, repr=False)
     #: Whether the user's result is the graph's one output as it is (``return loss``): a replay then
     #: skips ``tree_unflatten``, which would return that element itself.
@@ -101,12 +101,17 @@ class CapturedStep:
             return OPTIMIZER_STATE_CREATED
         return None
 
-    def broken_guard(self, leaves: list[Any]) -> Guard | None:
-        """The first guard this call's values break (``leaves``: its flattened arguments), or None."""
+    def compile_guards(self) -> GuardCheck:
+        """The guards' compiled check, generated on the first call of this (the runner calls it in the
+        capture call, after the passes, so that no recorded step pays for generating code)."""
         check = self._guard_check
         if check is None:
             check = self._guard_check = GuardCheck(self.guards, self.scalar_positions)
-        return check.broken(leaves)
+        return check
+
+    def broken_guard(self, leaves: list[Any]) -> Guard | None:
+        """The first guard this call's values break (``leaves``: its flattened arguments), or None."""
+        return self.compile_guards().broken(leaves)
 
 
 _GRAD = operator.attrgetter("grad")

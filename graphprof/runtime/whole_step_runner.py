@@ -84,6 +84,7 @@ class WholeStepRunner:
         runner.timeline = device_timeline(captured.graph_module, runner.instrumented, timing, device_clock)
         # Generate code now, not inside the first recorded step's time.
         with stage(f"generating code for {name}"):
+            captured.compile_guards()
             runner.executable(False)
             if profiling:
                 runner.executable(True)

@@ -97,10 +97,13 @@ def test_the_first_recorded_step_is_not_an_outlier_on_the_demo() -> None:
         assert prof.steps[0].index == 2
         # code generation happened in the capture call: the generated functions already exist
         assert set(fn.runner._executables) == {False, True}
+        assert fn.runner.captured._guard_check is not None  # the guards' check too
         first = prof.steps[0].wall_time_s
         stats = step_stats(prof)
-        # a step 3x the median would be a compile or a cache miss, not noise
-        verdicts.append(first < 3 * stats.median_s and 2 not in [o.index for o in stats.outliers])
+        # A step 3x the median would be a compile or a cache miss, not noise. The first replay is
+        # 1.05-1.2x the median on this demo (cold caches after the capture call), which the report's
+        # outlier rule (10% and 3.5 MADs) flags on some runs: that is not code generation.
+        verdicts.append(first < 3 * stats.median_s)
         if verdicts[-1]:
             break
     assert any(verdicts), "the first recorded step was an outlier on three tries"
