@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from graphprof.analysis.diff_rows import (TIME_KEYS, DiffOrder, LazyRows, flops_objects, ordered_positions,
+from graphprof.analysis.diff_rows import (TIME_KEYS, DiffOrder, LazyRows, flops_delta, flops_objects, ordered_positions,
                                           ordered_times)
 from graphprof.analysis.entries import ratio
 from graphprof.analysis.frame import NodeFrame
@@ -143,8 +143,7 @@ class Pairs:
                 self.frames[1].column("flops")[j] if j >= 0 else 0)
 
     def delta_flops(self, k: int) -> float | None:
-        fa, fb = self.flops(k)
-        return None if fa is None or fb is None else fb - fa
+        return flops_delta(*self.flops(k))
 
     def changed(self) -> np.ndarray:
         """Per pair: unmatched, or its time or FLOPs differ at all (computed once)."""

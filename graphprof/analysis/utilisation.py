@@ -46,7 +46,7 @@ from graphprof.analysis.node_arrays import column_codes, column_mask, exact_sum,
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks
-from graphprof.profile.model import GraphKind, NodeRecord, Phase, Profile
+from graphprof.profile.model import GraphKind, Phase, Profile
 from graphprof.profile.step_facts import Workload, workload as recorded_workload
 
 #: Forward matmul-class ops: the work a model's FLOP count is made of.
@@ -191,20 +191,6 @@ class _FlopSums:
     hardware: int
     hardware_matmul: int
 
-    @classmethod
-    def of(cls, nodes: list[NodeRecord]) -> "_FlopSums":
-        forward_model = hardware = matmul = 0
-        for n in nodes:
-            flops = n.flops
-            if not flops:
-                continue
-            hardware += flops
-            if _matmul_type(n.type):
-                matmul += flops
-                if _model_type(n.type) and n.phase in (Phase.FORWARD, Phase.OTHER):
-                    forward_model += flops
-        return cls(forward_model, hardware, matmul)
-
 
 @dataclass(frozen=True)
 class _NodeFlops:
@@ -234,7 +220,7 @@ class _NodeFlops:
         return cls(flops, model, matmul, phase, probed)
 
     def sums(self, mask: np.ndarray) -> _FlopSums:
-        """``_FlopSums.of`` the nodes of ``mask``."""
+        """The FLOP sums of the nodes of ``mask``."""
         forward_like = (self.phase == PHASES.index(Phase.FORWARD)) | (self.phase == PHASES.index(Phase.OTHER))
         return _FlopSums(_int_sum(self.flops, mask & self.model & forward_like), _int_sum(self.flops, mask),
                          _int_sum(self.flops, mask & self.matmul))
