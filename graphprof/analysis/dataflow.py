@@ -39,13 +39,12 @@ hand-edited profile has them) are dropped, so the result is always a DAG.
 from __future__ import annotations
 
 import enum
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame, graph_column
+from graphprof.analysis.frame import NodeFrame, graph_column, graph_input_arrays
 from graphprof.analysis.node_arrays import column_codes, column_mask
 from graphprof.analysis.node_time import node_time_s
 from graphprof.analysis.stats import stat_fn
@@ -182,19 +181,6 @@ def _alias_classes(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return label
 
 
-def edge_index(ids: Sequence[int], inputs: Sequence[Sequence[int]], writes: Sequence[bool] | np.ndarray,
-               aliases: Sequence[bool] | np.ndarray) -> EdgeIndex:
-    """DATA and ORDER edges (rules 1 to 3 above) of one graph's nodes, given as columns.
-
-    ``writes``: ``is_inplace_write`` per node; ``aliases``: whether the node
-    shares storage with its inputs (a view, a ``getitem`` or a writer).
-    """
-    n = len(ids)
-    lens = np.fromiter(map(len, inputs), dtype=np.intp, count=n)
-    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
-    return edge_index_arrays(np.fromiter(ids, dtype=np.int64, count=n), flat, lens, writes, aliases)
-
-
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """The distinct values of an integer array, ascending.
 
@@ -217,8 +203,10 @@ def sorted_isin(values: np.ndarray, ordered: np.ndarray) -> np.ndarray:
 
 def edge_index_arrays(id_arr: np.ndarray, flat: np.ndarray, lens: np.ndarray, writes: Sequence[bool] | np.ndarray,
                       aliases: Sequence[bool] | np.ndarray) -> EdgeIndex:
-    """``edge_index`` of columns as arrays: node ids (int64), every node's input ids in one int64
-    array, and how many inputs each node has.
+    """DATA and ORDER edges (rules 1 to 3 above) of one graph's nodes, given as arrays: node ids
+    (int64), every node's input ids in one int64 array, and how many inputs each node has.
+    ``writes``: ``is_inplace_write`` per node; ``aliases``: whether the node shares storage with its
+    inputs (a view, a ``getitem`` or a writer).
 
     Data edges and the alias classes are array operations; the ORDER edges
     walk only the readers of classes that are written.
@@ -294,11 +282,13 @@ def _order_edges(n: int, id_arr: np.ndarray, src: np.ndarray, dst: np.ndarray, w
 
 
 def graph_edge_index(graph: GraphRecord) -> EdgeIndex:
-    """``edge_index`` of a graph record's nodes."""
+    """``edge_index_arrays`` of a graph record's nodes."""
     types = graph_column(graph, "type")  # columns: a loaded graph builds no record
     writes = inplace_writes(graph_column(graph, "is_inplace"), types)
     aliases = [w or view or t == "getitem" for w, view, t in zip(writes, graph_column(graph, "is_view"), types)]
-    return edge_index(graph_column(graph, "id"), graph_column(graph, "inputs"), writes, aliases)
+    ids = graph_column(graph, "id")
+    flat, offsets = graph_input_arrays(graph)  # not the inputs column: no tuple per node
+    return edge_index_arrays(np.fromiter(ids, dtype=np.int64, count=len(ids)), flat, np.diff(offsets), writes, aliases)
 
 
 def edge_arrays(graph: GraphRecord) -> EdgeArrays:

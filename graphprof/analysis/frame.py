@@ -32,7 +32,7 @@ import numpy as np
 
 from graphprof.analysis.node_time import graph_times_s
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile, graph_size, node_source
-from graphprof.profile.node_columns import NodeColumns
+from graphprof.profile.node_columns import NodeColumns, flat_rows
 
 NodePairs = list[tuple[GraphRecord, NodeRecord]]
 
@@ -243,10 +243,7 @@ def graph_input_arrays(graph: GraphRecord) -> tuple[np.ndarray, np.ndarray]:
     source = node_source(graph)
     if isinstance(source, NodeColumns):
         return source.input_arrays()
-    rows = [n.inputs for n in graph.nodes]
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
-    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
+    return flat_rows([n.inputs for n in graph.nodes])
 
 
 def graph_indexed(graph: GraphRecord, name: str) -> tuple[list[Any], np.ndarray] | None:

@@ -20,7 +20,7 @@ import gc
 import itertools
 from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -65,6 +65,20 @@ def build_all(cls: type, names: tuple[str, ...], rows: Any) -> list[Any]:
         obj.__dict__.update(zip(names, row))
         append(obj)
     return out
+
+
+def flat_rows(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of integers (each node's input ids) as one int64 array and where each row starts in it
+    (``len(rows) + 1`` offsets): the shape of a file's input edges, for rows given as tuples."""
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
+
+
+def used_entries(table: Sequence[Any], index: np.ndarray) -> np.ndarray:
+    """The positions in ``table`` that ``index`` (one per node) refers to, ascending: the entries of a
+    stored table the nodes use, for a reader that judges or writes each entry once."""
+    return np.flatnonzero(np.bincount(index, minlength=len(table)))
 
 
 class Column:
@@ -341,11 +355,7 @@ class NodeColumns(NodeSource):
         column = self._columns["inputs"]
         if isinstance(column, Edges):
             return column.ids, column.offsets
-        rows = column.values()  # no inputs column (every node has none), or one a caller built
-        counts = np.fromiter(map(len, rows), dtype=np.int64, count=self.size)
-        offsets = np.zeros(self.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1])), offsets
+        return flat_rows(column.values())  # no inputs column (every node has none), or one a caller built
 
     def int_column(self, name: str) -> np.ndarray | None:
         """Integer field ``name`` (a NodeRecord field, or a memory record's) of every node as the int64
