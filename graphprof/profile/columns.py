@@ -38,7 +38,7 @@ import numpy as np
 
 from graphprof.profile import schema
 from graphprof.profile.node_columns import (
-    Column, Edges, Flags, Indexed, Kept, MemoryColumns, NodeColumns, Positions, Samples, SparseMaps,
+    Column, Edges, Flags, Indexed, Kept, MemoryColumns, NodeColumns, Positions, Samples, SparseMaps, used_entries,
 )
 from graphprof.profile.records import (
     NS_PER_S, GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase,
@@ -322,7 +322,7 @@ def graph_from_json(raw: dict[str, Any], index: int) -> GraphRecord:
         if name in cols:
             index_col = _indices(cols[name], n, strings, f"columns.{name}")
             if name == "phase":
-                used = set(np.flatnonzero(np.bincount(index_col, minlength=len(strings))).tolist())
+                used = set(used_entries(strings, index_col).tolist())
                 try:
                     phases = [Phase(s) if i in used else None for i, s in enumerate(strings)]
                 except ValueError as exc:

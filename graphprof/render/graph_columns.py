@@ -24,7 +24,7 @@ import numpy as np
 
 from graphprof.analysis.frame import NodeFrame, graph_column, graph_indexed, graph_input_arrays
 from graphprof.profile.model import GraphRecord, node_source
-from graphprof.profile.node_columns import NodeColumns, SparseMaps
+from graphprof.profile.node_columns import NodeColumns, SparseMaps, used_entries
 from graphprof.render.column_text import Coded
 
 #: A node's bytes by category as its items, or None for a node without a memory record.
@@ -112,7 +112,7 @@ def indexed_texts(graph: GraphRecord, field: str, lo: int, hi: int,
         return None
     table, index = stored
     index = index[lo:hi]
-    used = np.flatnonzero(np.bincount(index, minlength=len(table))) if len(index) else np.zeros(0, dtype=np.intp)
+    used = used_entries(table, index)
     remap = np.zeros(len(table), dtype=np.intp)
     remap[used] = np.arange(len(used), dtype=np.intp)
     return Coded(texts_of([table[u] for u in used.tolist()]), remap[index])
@@ -124,6 +124,4 @@ def stored_text_types(graph: GraphRecord, field: str) -> set[type] | None:
     if stored is None:
         return None
     table, index = stored
-    if not len(index):
-        return set()
-    return {type(table[u]) for u in np.flatnonzero(np.bincount(index, minlength=len(table))).tolist()}
+    return {type(table[u]) for u in used_entries(table, index).tolist()}
