@@ -23,7 +23,8 @@ import numpy as np
 
 from graphprof.analysis.entries import GroupEntry
 from graphprof.analysis.frame import NodeFrame
-from graphprof.analysis.node_arrays import CODED_COLUMNS, codes, column_codes, exact_sum, group_order, int_array
+from graphprof.analysis.node_arrays import (CODED_COLUMNS, codes, column_codes, exact_sum, first_seen_codes, group_order,
+                                           int_array)
 from graphprof.analysis.options import TableOptions
 
 _MEASURED = ("flops", "bytes_read", "bytes_written", "bytes_moved", "allocated_bytes", "freed_bytes", "live_bytes")
@@ -54,20 +55,6 @@ def truncate_module(path: str, depth: int | None) -> str:
     return ".".join(path.split(".", depth)[:depth])  # no more splits than the parts kept
 
 
-def _first_seen(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Renumber value codes so that groups count from 0 in order of their first selected node.
-
-    ``selected``: a code per selected node; ``labels``: the value of each code.
-    """
-    if not len(selected):
-        return selected, []
-    present, first = np.unique(selected, return_index=True)
-    order = np.argsort(first, kind="stable")
-    remap = np.empty(int(present[-1]) + 1, dtype=np.intp)
-    remap[present[order]] = np.arange(len(present))
-    return remap[selected], [labels[c] for c in present[order].tolist()]
-
-
 def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
                  module_depth: int | None) -> tuple[np.ndarray, list[Any], Callable[[Any, int], str]]:
     """Each selected node's group (numbered in order of first appearance), the group keys, and a
@@ -82,21 +69,27 @@ def _group_codes(frame: NodeFrame, indices: Sequence[int], by: str | None,
     if by == "graph":
         raw, values = column_codes(frame, "graph_id")
         names = frame.column("graph")
-        group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
+        group, keys = first_seen_codes(raw if chosen is None else raw[chosen], values)
         return group, keys, lambda key, first: names[first]
     if by == "module":
         raw, values = frame.memo(("module_codes", module_depth), lambda: _module_codes(frame, module_depth))
     else:
         raw, values = column_codes(frame, by)  # phase is its value, like every other text column
-    group, keys = _first_seen(raw if chosen is None else raw[chosen], values)
+    group, keys = first_seen_codes(raw if chosen is None else raw[chosen], values)
     return group, keys, lambda key, first: key
 
 
 def _module_codes(frame: NodeFrame, depth: int | None) -> tuple[np.ndarray, list[Any]]:
     """Codes of the module paths cut to ``depth`` (first-seen order), and those paths."""
     raw, paths = column_codes(frame, "module")
-    to_key, keys = codes([truncate_module(path, depth) for path in paths])  # type: ignore[arg-type]
+    to_key, keys = truncated_codes(paths, depth)  # type: ignore[arg-type]
     return to_key[raw], keys
+
+
+def truncated_codes(paths: Sequence[str], depth: int | None) -> tuple[np.ndarray, list[Any]]:
+    """Each of the distinct module ``paths``' code among the paths cut to ``depth`` (first-seen order),
+    and those cut paths: what module codes become when a table or diff groups by a module depth."""
+    return codes([truncate_module(path, depth) for path in paths])
 
 
 def _is_everything(frame: NodeFrame, indices: Sequence[int]) -> bool:

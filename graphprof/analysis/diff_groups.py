@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from graphprof.analysis.aggregate import truncate_module
+from graphprof.analysis.aggregate import truncate_module, truncated_codes
 from graphprof.analysis.diff_rows import (TIME_KEYS, DiffOrder, LazyRows, flops_delta, flops_objects, objects,
                                           ordered_positions, ordered_times)
 from graphprof.analysis.entries import ratio
@@ -157,11 +157,8 @@ def _group_codes(by: str, module_depth: int | None, frames: tuple[NodeFrame, Nod
         codes_a, codes_b, values = columns(by)
         if by != "module" or not module_depth:
             return codes_a, codes_b, values
-        # labels of the distinct module paths, re-coded in code order (first-seen order is kept)
-        labels: dict[str, int] = {}
-        remap = np.fromiter((labels.setdefault(truncate_module(v, module_depth), len(labels)) for v in values),
-                            dtype=np.int64, count=len(values))
-        return remap[codes_a], remap[codes_b], list(labels)
+        remap, keys = truncated_codes(values, module_depth)  # first-seen order is kept
+        return remap[codes_a], remap[codes_b], keys
     va = _kept(_group_keys(by, module_depth, frames[0]), keep[0])
     vb = _kept(_group_keys(by, module_depth, frames[1]), keep[1])
     return paired_codes(va, vb)

@@ -16,6 +16,7 @@ import numpy as np
 
 from graphprof.analysis.frame import graph_column, graph_record, node_frame
 from graphprof.analysis.memory_columns import GraphMemory, graph_memory, last_index
+from graphprof.analysis.node_arrays import exact_sum
 from graphprof.profile.model import MEMORY_CATEGORIES, GraphRecord, NodeRecord, Profile
 
 
@@ -199,8 +200,8 @@ def memory_summary(profile: Profile, graph_id: int = 0) -> MemorySummary:
         start_bytes=peak.start_bytes,
         end_bytes=_scalar(fields["live_bytes"][-1]),
         # kernel workspace (measured, runtime/workspace.py) is allocated in the step too
-        allocated_bytes=sum((fields["allocated_bytes"] + workspace).tolist()),
-        freed_bytes=sum((fields["freed_bytes"] + workspace).tolist()),  # workspace is freed inside its op
+        allocated_bytes=exact_sum((fields["allocated_bytes"] + workspace)),
+        freed_bytes=exact_sum((fields["freed_bytes"] + workspace)),  # workspace is freed inside its op
         by_category_bytes=tuple(cats),
         largest=largest,
         device=_device_stats(graph),

@@ -120,6 +120,20 @@ def codes(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
     return out, distinct
 
 
+def first_seen_codes(selected: np.ndarray, labels: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Renumber value codes so that groups count from 0 in order of their first selected node.
+
+    ``selected``: a code per selected node; ``labels``: the value of each code.
+    """
+    if not len(selected):
+        return selected, []
+    present, first = np.unique(selected, return_index=True)
+    order = np.argsort(first, kind="stable")
+    remap = np.empty(int(present[-1]) + 1, dtype=np.intp)
+    remap[present[order]] = np.arange(len(present))
+    return remap[selected], [labels[c] for c in present[order].tolist()]
+
+
 def group_order(codes: np.ndarray, groups: int) -> np.ndarray:
     """``np.argsort(codes, kind="stable")`` of group codes in ``range(groups)``: the nodes by group,
     in execution order within each.
@@ -195,12 +209,8 @@ def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.nd
     index: dict[Any, int] = {}
     parts = []
     for table, idx in tables:
-        n = len(idx)
-        first = np.full(len(table), n, dtype=np.intp)
-        np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
-        used = np.flatnonzero(first < n)
         lut = np.zeros(len(table), dtype=np.intp)
-        for t in used[np.argsort(first[used], kind="stable")].tolist():
+        for t in _used_by_first_use(table, idx).tolist():
             lut[t] = index.setdefault(table[t], len(index))
         parts.append(lut[idx])
     found = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
@@ -210,17 +220,26 @@ def _codes_of_indices(tables: list[tuple[list[Any], np.ndarray]]) -> tuple[np.nd
 def _distinct_codes(table: list[Any], idx: np.ndarray) -> tuple[np.ndarray, list[Any]] | None:
     """``_codes_of_indices`` of one table whose used entries all differ (a file's tables do): the codes
     number the used entries by their first node, all in numpy; None when two used entries are equal."""
-    n = len(idx)
-    first = np.full(len(table), n, dtype=np.intp)
-    np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
-    used = np.flatnonzero(first < n)
-    used = used[np.argsort(first[used], kind="stable")]
+    used = _used_by_first_use(table, idx)
     values = [table[t] for t in used.tolist()]
     if len(set(values)) != len(values):
         return None
     lut = np.zeros(len(table), dtype=np.intp)
     lut[used] = np.arange(len(used), dtype=np.intp)
     return lut[idx], values
+
+
+def _used_by_first_use(table: list[Any], idx: np.ndarray) -> np.ndarray:
+    """The positions in ``table`` that ``idx`` (one per node) uses, in order of the first node using each.
+
+    Not ``used_entries`` (which entries, ascending): the pass that finds each entry's first node says
+    which entries are used as well.
+    """
+    n = len(idx)
+    first = np.full(len(table), n, dtype=np.intp)
+    np.minimum.at(first, idx, np.arange(n, dtype=np.intp))
+    used = np.flatnonzero(first < n)
+    return used[np.argsort(first[used], kind="stable")]
 
 
 def column_mask(frame: NodeFrame, name: str, test: Callable[[Any], bool]) -> np.ndarray:

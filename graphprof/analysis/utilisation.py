@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -42,7 +41,7 @@ import numpy as np
 
 from graphprof.analysis.eager import replay_step_times_s
 from graphprof.analysis.frame import NodeFrame, node_frame
-from graphprof.analysis.node_arrays import column_codes, column_mask, exact_sum, int_array, times_array
+from graphprof.analysis.node_arrays import column_codes, column_mask, exact_sum, first_seen_codes, int_array, times_array
 from graphprof.analysis.roofline import Peaks, peaks_from_meta
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.merge import graph_ranks
@@ -152,19 +151,14 @@ def _dtype_of_most(model_ops: Iterable[tuple[tuple[str | None, ...], int]]) -> s
     return max(by_dtype, key=by_dtype.__getitem__) if by_dtype else None
 
 
-def _frame_dtype_of_most(frame: NodeFrame, model_ops: np.ndarray) -> str | None:
-    """``_dtype_of_most`` of the frame's nodes ``model_ops``, summed per distinct ``in_dtypes`` value
-    (in order of its first node, so the first of equals is the same) instead of node by node."""
+def _frame_dtype_of_most(frame: NodeFrame, flops: np.ndarray, model_ops: np.ndarray) -> str | None:
+    """``_dtype_of_most`` of the frame's nodes ``model_ops`` (``flops``: every node's FLOPs), summed per
+    distinct ``in_dtypes`` value (in order of its first node, so the first of equals is the same)
+    instead of node by node."""
     dtype_codes, dtype_sets = column_codes(frame, "in_dtypes")
-    chosen = dtype_codes[model_ops]
-    flops = frame.column("flops")
-    present, first = np.unique(chosen, return_index=True)
-    parts = []
-    for code in present[np.argsort(first, kind="stable")].tolist():
-        members = model_ops[chosen == code].tolist()
-        total = sum(operator.itemgetter(*members)(flops)) if len(members) > 1 else flops[members[0]]
-        parts.append((dtype_sets[code], total))
-    return _dtype_of_most(parts)  # type: ignore[arg-type]
+    group, keys = first_seen_codes(dtype_codes[model_ops], dtype_sets)
+    chosen = flops[model_ops]
+    return _dtype_of_most([(key, exact_sum(chosen[group == g])) for g, key in enumerate(keys)])
 
 
 def peaks_used(profile: Profile, given_peak_flops_per_s: float | None, dtype: str | None) -> tuple[PeakUsed, ...]:
@@ -257,7 +251,7 @@ def utilisation(profile: Profile, given_peak_flops_per_s: float | None = None, s
     if not steps or step.model_flops <= 0:
         return None
     frame = node_frame(profile)
-    dtype = _frame_dtype_of_most(frame, np.flatnonzero(cols.probed & cols.model & (cols.flops != 0)))
+    dtype = _frame_dtype_of_most(frame, cols.flops, np.flatnonzero(cols.probed & cols.model & (cols.flops != 0)))
     phases = []
     times = times_array(frame, stat, "auto")  # node_time_s of every node, taken once per profile
     for code, phase in enumerate(PHASES):
