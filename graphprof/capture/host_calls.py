@@ -22,7 +22,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils._python_dispatch import _disable_current_modes
 
-from graphprof.capture.inputs import _effect_node, _real, _template, _build, input_scalar
+from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 
 
 def _scheduler_classes() -> list[type]:
@@ -69,20 +69,20 @@ class SchedulerCalls:
             if calls.depth:  # a scheduler inside SequentialLR / ChainedScheduler: the outer call replays it
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"
-            template, slots = _template((args, kwargs), calls.node_of, what, lambda _: "")
+            template, slots = template_of((args, kwargs), calls.node_of, what, lambda _: "")
             calls.depth += 1
             try:
                 with _disable_current_modes(), torch._C.DisableTorchFunction():
-                    real_args, real_kwargs = _real((args, kwargs))
+                    real_args, real_kwargs = real_values((args, kwargs))
                     result = original(sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
 
             def replay(values: tuple) -> None:
-                call_args, call_kwargs = _build(template, values)
+                call_args, call_kwargs = filled(template, values)
                 original(sched, *call_args, **call_kwargs)
 
-            _effect_node(calls.graph, what, replay, slots, calls.record())
+            effect_node(calls.graph, what, replay, slots, calls.record())
             return result
 
         return step

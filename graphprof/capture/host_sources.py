@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from graphprof.capture.inputs import _build, _effect_node, _real, _template, input_scalar
+from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.scalars import DataDependentError
 
 _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
@@ -124,17 +124,17 @@ class HostSources:
                 if not _from_user(skip_files, sources.library):
                     return original(*args, **kwargs)
                 where = sources.source()
-                template, slots = _template((args, kwargs), sources.node_of, what, lambda _: f" at {where}",
+                template, slots = template_of((args, kwargs), sources.node_of, what, lambda _: f" at {where}",
                                             opaque=_opaque)
-                real_args, real_kwargs = _real((args, kwargs))
+                real_args, real_kwargs = real_values((args, kwargs))
                 with _disable_current_modes(), torch._C.DisableTorchFunction():
                     result = original(*real_args, **real_kwargs)
 
                 def replay(values: tuple) -> None:
-                    call_args, call_kwargs = _build(template, values)
+                    call_args, call_kwargs = filled(template, values)
                     original(*call_args, **call_kwargs)
 
-                _effect_node(sources.graph, what, replay, slots, sources.record())
+                effect_node(sources.graph, what, replay, slots, sources.record())
                 return result
 
             return echo

@@ -22,6 +22,9 @@ Reachable means: the function's closure cells, the globals its code names,
 its bound ``self`` and defaults, attributes of those objects one level down,
 and every module under the models found there. State the step reaches only
 through other objects is not watched: the README says so.
+
+The reader and effect nodes themselves, and the templates that carry graph
+values into an effect, are made by capture/host_nodes.py.
 """
 
 from __future__ import annotations
@@ -36,25 +39,19 @@ import torch
 import torch.fx
 from torch import nn
 
-from graphprof.capture.scalars import DataDependentError, TracedScalar
+from graphprof.capture.host_nodes import effect_node, filled, input_scalar, reader_node, real_values, refusal, template_of
+from graphprof.capture.scalars import TracedScalar
 from graphprof.capture.sources import file_line
 
-_SCALAR = "graphprof_scalar"
-_READER = "graphprof_input_reader"
+#: reader_node and input_scalar (capture/host_nodes.py) were defined here first: importing them from here still works.
+__all__ = ["HyperparameterInputs", "Location", "PythonState", "assignment_source", "input_scalar", "reachable_locations",
+           "reader_node"]
+
 _Numbers = (int, float)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, _Numbers) and not isinstance(value, bool)
-
-
-def _host_function(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """Name a host callable for the profile: op ``host.<name>``."""
-    if not isinstance(fn, types.FunctionType):  # a builtin (time.perf_counter): names are read-only
-        fn = (lambda call: lambda *args: call(*args))(fn)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__module__ = "host"
-    return fn
 
 
 # -- locations -------------------------------------------------------------------
@@ -156,24 +153,6 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
                     if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
                         continue
                     yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
-
-
-# -- inputs ------------------------------------------------------------------------
-def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, record: Any,
-                scalar: bool = True) -> torch.fx.Node:
-    """A graph node (at the graph's insert point) that reads a Python value when the replay reaches it."""
-    node = graph.call_function(_host_function(read, f"read {name}"), ())
-    if scalar:
-        node.meta[_SCALAR] = True
-    node.meta[_READER] = True
-    if record is not None:
-        node.meta["graphprof.capture"] = record
-    return node
-
-
-def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], name: str, record: Any,
-                 where: str) -> TracedScalar:
-    return TracedScalar(value, reader_node(graph, read, name, record), graph, where, is_input=True)
 
 
 # -- optimizer hyperparameters ------------------------------------------------------
@@ -296,31 +275,31 @@ class PythonState:
                 location.set(entry.before)  # read, not written
                 continue
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
-                template, slots = _template(now, node_of, location.describe, source)
-                location.set(_real(now))
-                _effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
-                             loc.set(_build(t, vals)), slots, record)
+                template, slots = template_of(now, node_of, location.describe, source)
+                location.set(real_values(now))
+                effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
+                             loc.set(filled(t, vals)), slots, record)
                 continue
             before, snapshot = entry.before, entry.snapshot
             if type(before) is list and snapshot is not None and _changed_list(before, snapshot):
                 if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
-                    raise _refusal(location.describe, "changes existing items of", source)
+                    raise refusal(location.describe, "changes existing items of", source)
                 added = before[len(snapshot):]
-                template, slots = _template(added, node_of, location.describe, source)
-                before[len(snapshot):] = _real(added)
-                _effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:  # type: ignore[misc]  # binds by default arguments
-                             lst.extend(_build(t, vals)), slots, record)
+                template, slots = template_of(added, node_of, location.describe, source)
+                before[len(snapshot):] = real_values(added)
+                effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:  # type: ignore[misc]  # binds by default arguments
+                             lst.extend(filled(t, vals)), slots, record)
             elif type(before) is dict and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
-                    raise _refusal(location.describe, "removes keys from", source)
+                    raise refusal(location.describe, "removes keys from", source)
                 own = self.itemized.get(id(before), set())
                 new = {k: v for k, v in before.items() if k not in own and (k not in snapshot or v is not snapshot[k])}
                 if not new:
                     continue
-                template, slots = _template(new, node_of, location.describe, source)
-                before.update(_real(new))
-                _effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
-                             d.update(_build(t, vals)), slots, record)
+                template, slots = template_of(new, node_of, location.describe, source)
+                before.update(real_values(new))
+                effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
+                             d.update(filled(t, vals)), slots, record)
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -333,76 +312,6 @@ def _changed_list(now: list, snapshot: list) -> bool:
 
 def _changed_dict(now: dict, snapshot: dict) -> bool:
     return now.keys() != snapshot.keys() or any(now[k] is not snapshot[k] for k in snapshot)
-
-
-def _refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependentError:
-    return DataDependentError(f"the step {verb} {what}{source(what)}, which a replayed graph would not repeat")
-
-
-@dataclass(frozen=True)
-class _Slot:
-    index: int
-
-
-def _template(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
-              source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False) -> tuple[Any, list[Any]]:
-    """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
-
-    ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
-    """
-    slots: list[Any] = []
-
-    def walk(v: Any) -> Any:
-        if opaque(v):
-            return v
-        if isinstance(v, TracedScalar):
-            slots.append(v.node)
-            return _Slot(len(slots) - 1)
-        if isinstance(v, torch.Tensor):
-            node = node_of(v)
-            if isinstance(node, torch.fx.Node):
-                slots.append(node)
-                return _Slot(len(slots) - 1)
-            return v  # a tensor from before the step (a parameter): the same object every call
-        if isinstance(v, (list, tuple)):
-            return type(v)(walk(x) for x in v)
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if v is None or isinstance(v, (bool, str, int, float)):
-            return v
-        raise _refusal(what, f"stores a {type(v).__name__} in", source)
-
-    return walk(value), slots
-
-
-def _build(template: Any, values: tuple) -> Any:
-    if isinstance(template, _Slot):
-        return values[template.index]
-    if isinstance(template, (list, tuple)):
-        return type(template)(_build(x, values) for x in template)
-    if isinstance(template, dict):
-        return {k: _build(x, values) for k, x in template.items()}
-    return template
-
-
-def _real(value: Any) -> Any:
-    """``value`` with TracedScalars replaced by their numbers (what the user keeps)."""
-    if isinstance(value, TracedScalar):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_real(x) for x in value)
-    if isinstance(value, dict):
-        return {k: _real(x) for k, x in value.items()}
-    return value
-
-
-def _effect_node(graph: torch.fx.Graph, name: str, apply: Callable[[tuple], None], slots: list[Any],
-                 record: Any) -> None:
-    def effect(*values: Any) -> None:
-        apply(values)
-    node = graph.call_function(_host_function(effect, name), tuple(slots))
-    node.meta["graphprof.capture"] = record
-    node.meta[_SCALAR] = True
 
 
 def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:

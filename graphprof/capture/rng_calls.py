@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.fx
 
-from graphprof.capture.inputs import _effect_node, _host_function
+from graphprof.capture.host_nodes import effect_node, host_function
 from graphprof.capture.scalars import TracedScalar
 
 #: (owner, name) of the functions patched: the ``torch`` names and their home modules.
@@ -87,7 +87,7 @@ class RngStateCalls:
                 state = original(*args, **kwargs)
             finally:
                 calls._depth -= 1
-            node = calls.graph.call_function(_host_function(lambda: original(*args, **kwargs), name), ())
+            node = calls.graph.call_function(host_function(lambda: original(*args, **kwargs), name), ())
             node.meta["graphprof.capture"] = calls.record()
             calls._reads[id(state)] = (state, node)
             return state
@@ -121,7 +121,7 @@ class RngStateCalls:
             else:  # a number (a seed) or a state tensor from before the step: the same every call
                 def apply(values: tuple) -> None:
                     original(value, *args, **kwargs)
-            _effect_node(calls.graph, name, apply, slots, calls.record())
+            effect_node(calls.graph, name, apply, slots, calls.record())
             return result
 
         return write

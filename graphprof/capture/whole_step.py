@@ -28,7 +28,8 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
-from graphprof.capture.inputs import PythonState, assignment_source, reader_node
+from graphprof.capture.host_nodes import reader_node
+from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
 from graphprof.capture.state import StateIndex, discover_state

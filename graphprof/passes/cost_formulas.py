@@ -254,7 +254,7 @@ def lookup(target: Any) -> Formula | None:
         return _torch_formula
     if is_view_op(target):
         return _free
-    if getattr(target, "__module__", None) == "host":  # replayed Python (capture/inputs.py, host_calls.py): no tensor work
+    if getattr(target, "__module__", None) == "host":  # replayed Python (capture/host_nodes.py): no tensor work
         return _free
     return None
 

@@ -165,7 +165,7 @@ def _unsafe_to_rerun(gm: torch.fx.GraphModule) -> str:
 def _without_host_effects(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` as it may run once more: Python effects dropped, Python reads kept, gradients copied.
 
-    Host nodes (capture/inputs.py) read Python values (pure: kept), read a
+    Host nodes (capture/host_nodes.py) read Python values (pure: kept), read a
     parameter's ``.grad`` (a tensor the graph may write: a copy, as a
     constant), or act on the user's Python (a scheduler step, a counter, a
     list: dropped; nothing in the graph reads their result).

@@ -1,0 +1,131 @@
+"""Host nodes: graph nodes that run Python when a replay reaches them.
+
+A replayed graph does not run the step's Python, so what the step's Python
+did is put into the graph as calls of its own (the op ``host.<name>``):
+
+* a **reader** reads a Python value (an input: a hyperparameter, a counter,
+  a clock) when the replay reaches it, as eager code reads it then;
+* an **effect** repeats what the step did to Python state or outside it (an
+  assignment, ``history.append(loss.item())``, a scheduler's ``step()``, a
+  print, a seed) with the values of this replay. Its arguments are a
+  *template*: the values the step passed, with every graph value (a tensor
+  an op made, an input scalar) replaced by a slot that the replay fills.
+
+Why a module of its own: Python state (capture/inputs.py), schedulers
+(host_calls.py), clocks and prints (host_sources.py) and RNG calls
+(rng_calls.py) all make these nodes, one way.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from graphprof.capture.scalars import DataDependentError, TracedScalar
+
+_SCALAR = "graphprof_scalar"
+_READER = "graphprof_input_reader"
+
+
+def host_function(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Name a host callable for the profile: op ``host.<name>``."""
+    if not isinstance(fn, types.FunctionType):  # a builtin (time.perf_counter): names are read-only
+        fn = (lambda call: lambda *args: call(*args))(fn)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = "host"
+    return fn
+
+
+def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, record: Any,
+                scalar: bool = True) -> torch.fx.Node:
+    """A graph node (at the graph's insert point) that reads a Python value when the replay reaches it."""
+    node = graph.call_function(host_function(read, f"read {name}"), ())
+    if scalar:
+        node.meta[_SCALAR] = True
+    node.meta[_READER] = True
+    if record is not None:
+        node.meta["graphprof.capture"] = record
+    return node
+
+
+def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], name: str, record: Any,
+                 where: str) -> TracedScalar:
+    """``value`` as an input scalar of the capture, read by a reader node on every replay."""
+    return TracedScalar(value, reader_node(graph, read, name, record), graph, where, is_input=True)
+
+
+def refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependentError:
+    """The error for a change to Python state that a replay would not repeat."""
+    return DataDependentError(f"the step {verb} {what}{source(what)}, which a replayed graph would not repeat")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
+                source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False) -> tuple[Any, list[Any]]:
+    """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
+
+    ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
+    """
+    slots: list[Any] = []
+
+    def walk(v: Any) -> Any:
+        if opaque(v):
+            return v
+        if isinstance(v, TracedScalar):
+            slots.append(v.node)
+            return _Slot(len(slots) - 1)
+        if isinstance(v, torch.Tensor):
+            node = node_of(v)
+            if isinstance(node, torch.fx.Node):
+                slots.append(node)
+                return _Slot(len(slots) - 1)
+            return v  # a tensor from before the step (a parameter): the same object every call
+        if isinstance(v, (list, tuple)):
+            return type(v)(walk(x) for x in v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if v is None or isinstance(v, (bool, str, int, float)):
+            return v
+        raise refusal(what, f"stores a {type(v).__name__} in", source)
+
+    return walk(value), slots
+
+
+def filled(template: Any, values: tuple) -> Any:
+    """A ``template_of`` template with its slots filled by one replay's ``values``."""
+    if isinstance(template, _Slot):
+        return values[template.index]
+    if isinstance(template, (list, tuple)):
+        return type(template)(filled(x, values) for x in template)
+    if isinstance(template, dict):
+        return {k: filled(x, values) for k, x in template.items()}
+    return template
+
+
+def real_values(value: Any) -> Any:
+    """``value`` with TracedScalars replaced by their numbers (what the user keeps)."""
+    if isinstance(value, TracedScalar):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return type(value)(real_values(x) for x in value)
+    if isinstance(value, dict):
+        return {k: real_values(x) for k, x in value.items()}
+    return value
+
+
+def effect_node(graph: torch.fx.Graph, name: str, apply: Callable[[tuple], None], slots: list[Any],
+                record: Any) -> None:
+    """A host node (at the graph's insert point) that calls ``apply`` with the values of ``slots``."""
+    def effect(*values: Any) -> None:
+        apply(values)
+    node = graph.call_function(host_function(effect, name), tuple(slots))
+    node.meta["graphprof.capture"] = record
+    node.meta[_SCALAR] = True
