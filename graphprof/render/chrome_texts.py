@@ -160,7 +160,7 @@ def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
     matrix = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(len(at), width)  # the loader checked int64
     out = np.full(source.size, None, dtype=object)
     patterns = (matrix != 0).astype(np.int64) @ (1 << np.arange(width, dtype=np.int64))  # bit c: category c kept
-    for pattern in np.unique(patterns).tolist():
+    for pattern in sorted(set(patterns.tolist())):
         if not pattern:  # every category 0: the mapping is empty, and the text is live bytes'
             continue
         columns = [c for c in range(width) if pattern >> c & 1]
