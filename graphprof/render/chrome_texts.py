@@ -138,8 +138,9 @@ def _mapping_texts(keys: list[str], values: np.ndarray) -> list[str]:
 def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
     """``series_texts`` of a loaded graph's nodes, from its memory columns as the file holds them: the
     categories as one int64 matrix over the nodes with a row, grouped by which categories are non-zero
-    (what the node's mapping keeps), each group one ``%`` template of its values. None where the columns'
-    layout needs the mappings (a category named twice, which the mapping resolves).
+    (what the node's mapping keeps), each group's texts laid from one dump per category (``_mapping_texts``).
+    None where the columns' layout needs the mappings (a category named twice, which the mapping
+    resolves; more categories than ``_MOST_CATEGORIES``).
 
     Why: building a dict per node from the stored rows, only to write each as text, was a seventh of a
     100,000-node trace export."""
@@ -149,30 +150,34 @@ def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
     maps = memory.per_field.get("live_by_category_bytes")
     if not isinstance(maps, SparseMaps):
         return None
-    present, rows, width = memory.present, maps.rows, len(maps.keys)
+    present, width = memory.present, len(maps.keys)
     if width > _MOST_CATEGORIES or len(set(maps.keys)) != width:
         return None
-    if all(present) and None not in rows:
+    if all(present) and None not in maps.rows:
         at = np.arange(source.size)
+        rows: list[list[int]] = maps.rows  # type: ignore[assignment]  # no None, as just checked
     else:
-        at = np.array([i for i, (has, row) in enumerate(zip(present, rows)) if has and row is not None], dtype=np.intp)
-        rows = [rows[i] for i in at.tolist()]
+        at = np.array([i for i, (has, row) in enumerate(zip(present, maps.rows)) if has and row is not None],
+                      dtype=np.intp)
+        rows = [maps.rows[i] for i in at.tolist()]  # type: ignore[misc]  # the rows that are not None
     flat = list(itertools.chain.from_iterable(rows))
     if len(flat) != len(at) * width:
         return None
     matrix = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(len(at), width)  # the loader checked int64
     out = np.full(source.size, None, dtype=object)
+    made = np.zeros(source.size, dtype=bool)
     patterns = (matrix != 0).astype(np.int64) @ (1 << np.arange(width, dtype=np.int64))  # bit c: category c kept
     for pattern in sorted(set(patterns.tolist())):
         if not pattern:  # every category 0: the mapping is empty, and the text is live bytes'
             continue
         columns = [c for c in range(width) if pattern >> c & 1]
         members = np.flatnonzero(patterns == pattern)
+        made[at[members]] = True
         out[at[members]] = _mapping_texts([maps.keys[c] for c in columns],
                                           matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns])
     texts: list[str | None] = out.tolist()
     live: list[Any] | None = None
-    for i in np.flatnonzero(np.equal(out, None)).tolist():
+    for i in np.flatnonzero(~made).tolist():
         if present[i]:  # a record without categories (a null row, or only zeros): ``_series`` writes live bytes
             live = memory.field_values("live_bytes") if live is None else live
             texts[i] = _series(memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}, live[i])
