@@ -33,6 +33,7 @@ import numpy as np
 from graphprof.analysis.node_time import graph_times_s
 from graphprof.profile.model import GraphRecord, NodeRecord, Profile, graph_size, node_source
 from graphprof.profile.node_columns import NodeColumns, flat_rows
+from graphprof.profile.schema import INT64_MAX
 
 NodePairs = list[tuple[GraphRecord, NodeRecord]]
 
@@ -57,12 +58,21 @@ def _moved_column(read: list[Any], written: list[Any]) -> list[Any]:
     return [w if r is None else r if w is None else r + w for r, w in zip(read, written)]
 
 
-def _moved_of_columns(columns: NodeColumns) -> list[Any]:
-    """``_moved_column`` of a loaded graph: one array sum where both columns are the loader's int64
-    arrays (counts, so no sum below 2**63 can wrap), else the list comprehension."""
+def moved_ints(columns: NodeColumns) -> np.ndarray | None:
+    """A loaded graph's bytes moved (read + written) as one int64 array sum, where both columns are the
+    loader's int64 arrays and no sum leaves int64 (they are counts, so the largest sum is the sum of the
+    largest); None otherwise (then ``_moved_column`` adds them in Python)."""
     read, written = columns.int_column("bytes_read"), columns.int_column("bytes_written")
-    if read is not None and written is not None and (not len(read) or int(read.max()) + int(written.max()) < 2**63):
-        return (read + written).tolist()  # type: ignore[no-any-return]
+    if read is None or written is None or (len(read) and int(read.max()) + int(written.max()) > INT64_MAX):
+        return None
+    return read + written
+
+
+def _moved_of_columns(columns: NodeColumns) -> list[Any]:
+    """``_moved_column`` of a loaded graph, from ``moved_ints`` where it can."""
+    moved = moved_ints(columns)
+    if moved is not None:
+        return moved.tolist()  # type: ignore[no-any-return]
     return _moved_column(columns.column("bytes_read"), columns.column("bytes_written"))
 
 

@@ -67,7 +67,7 @@ def _array(values: Sequence[Any], checked: bool = True) -> np.ndarray:
         out = np.fromiter(values, dtype=np.int64, count=len(values))
     except (OverflowError, TypeError, ValueError):
         return np.array(list(values), dtype=object)
-    if out.size and max(-int(out.min()), int(out.max())) >= _SAFE_MAGNITUDE:
+    if not _safe(out):
         return np.array(list(values), dtype=object)
     return out
 
@@ -79,6 +79,24 @@ def _picker(kept: list[int], size: int) -> Any:
         return lambda column: []
     get = operator.itemgetter(*kept)
     return (lambda column: [get(column)]) if len(kept) == 1 else (lambda column: list(get(column)))
+
+
+def _safe(values: np.ndarray) -> bool:
+    """Whether int64 ``values`` stay below ``_SAFE_MAGNITUDE`` (so their sums cannot leave int64)."""
+    return not values.size or max(-int(values.min()), int(values.max())) < _SAFE_MAGNITUDE
+
+
+def _kept_ints(column: Kept, kept: list[int], pick: Any, default: Any) -> np.ndarray:
+    """A loaded memory field at the ``kept`` nodes, as ``_array`` makes it. The loader's int64 array
+    (``Kept.ints``, made when the field has no null) is taken as it is where its magnitudes are safe:
+    converting the list again was most of reading the field."""
+    ints = column.ints
+    if ints is not None:
+        picked = ints if len(kept) == len(ints) else ints[np.asarray(kept, dtype=np.intp)]
+        if _safe(picked):
+            return picked
+    values = pick(column.data)
+    return _array([default if v is None else v for v in values] if None in values else values)
 
 
 def _loaded(memory: MemoryColumns, size: int) -> GraphMemory | None:
@@ -93,8 +111,7 @@ def _loaded(memory: MemoryColumns, size: int) -> GraphMemory | None:
             continue
         if not isinstance(column, Kept) or default is None:
             return None
-        values = pick(column.data)
-        fields[name] = _array([default if v is None else v for v in values] if None in values else values)
+        fields[name] = _kept_ints(column, kept, pick, default)
     maps = memory.per_field.get("live_by_category_bytes")
     if maps is None:
         return GraphMemory(kept, fields, {})

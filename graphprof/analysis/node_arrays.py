@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from graphprof.analysis.frame import NodeFrame, graph_indexed
+from graphprof.analysis.frame import NodeFrame, graph_indexed, moved_ints
 from graphprof.profile.model import Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
 
@@ -85,15 +85,7 @@ def _loaded_ints(frame: NodeFrame, name: str) -> np.ndarray | None:
 def _graph_ints(source: NodeColumns, name: str) -> np.ndarray | None:
     """``NodeColumns.int_column``, and ``bytes_moved`` as the sum of the read and written arrays
     (None where that sum could leave int64, as the conversion of the column would fail)."""
-    if name != "bytes_moved":
-        return source.int_column(name)
-    read, written = source.int_column("bytes_read"), source.int_column("bytes_written")
-    if read is None or written is None or (len(read) and int(read.max()) + int(written.max()) > _INT64_MAX):
-        return None
-    return read + written
-
-
-_INT64_MAX = 2**63 - 1
+    return moved_ints(source) if name == "bytes_moved" else source.int_column(name)
 
 
 def exact_sum(values: np.ndarray) -> int:

@@ -26,7 +26,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
-from json.encoder import encode_basestring_ascii
 from typing import IO, Any
 
 import numpy as np
@@ -37,9 +36,11 @@ from graphprof.analysis.node_arrays import int_array
 from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
-from graphprof.render.chrome_texts import NodeTexts, bound_texts, json_text, node_texts, series_texts
+from graphprof.render.chrome_texts import (
+    NodeTexts, bound_texts, json_text, loaded_series_texts, node_texts, series_texts,
+)
 from graphprof.render.json_floats import float_texts
-from graphprof.render.node_columns import Encoded, graph_spans
+from graphprof.render.node_columns import graph_spans
 
 PID = 1
 STEP_TID = 0
@@ -212,6 +213,15 @@ def _counts_as_arrays(frame: NodeFrame) -> tuple[np.ndarray, ...] | None:
         return None
 
 
+def _series(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> list[str | None]:
+    """The live-memory counter's args of the graph's nodes ``[lo, hi)`` (``chrome_texts.series_texts``)."""
+    source = node_source(graph)
+    texts = loaded_series_texts(source) if isinstance(source, NodeColumns) else None
+    if texts is None:
+        texts = series_texts(frame.column("live_by_category_bytes")[lo:hi], frame.column("live_bytes")[lo:hi])
+    return texts
+
+
 def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
                        bounds: Mapping[Any, str] | None = None) -> None:
     """Write the trace of ``profile`` to ``f`` (the layout in ``render.chrome_trace``)."""
@@ -244,17 +254,15 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
 
     _finite(s.wall_time_s for s in profile.steps)
     allocator = {(g.id, r.step, r.node_id): r for g in profile.graphs for r in getattr(g, "device_memory", ())}
-    series = series_texts(frame.column("live_by_category_bytes"), frame.column("live_bytes"))
     ids, flops_of, moved_of = frame.column("id"), frame.column("flops"), frame.column("bytes_moved")
     counts = _counts_as_arrays(frame)
-    texts = Encoded(encode_basestring_ascii)  # what json.dumps writes for a str
     plan = []
     n_steps = len(profile.steps)
     for graph, lo, hi in spans:
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
-        static = node_texts(frame, lo, hi, json_text(graph.name), critical.get(graph.id, frozenset()), pid,
-                            track_of, texts, series[lo:hi], bound_texts(bounds, graph.id, ids[lo:hi]))
+        static = node_texts(frame, graph, lo, hi, critical.get(graph.id, frozenset()), pid, track_of,
+                            _series(graph, frame, lo, hi), bound_texts(bounds, graph.id, ids[lo:hi]))
         samples_ns, most = _samples_ns(graph, frame, lo, hi)
         n_steps = max(n_steps, most)
         blocks = None

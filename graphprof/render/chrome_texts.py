@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+import numpy as np
 import orjson
 
 from graphprof.analysis.frame import NodeFrame
+from graphprof.profile.model import GraphRecord
+from graphprof.profile.node_columns import NodeColumns, SparseMaps
+from graphprof.render.column_text import Coded, NodeText, combined, encoded, escaped
+from graphprof.render.graph_columns import indexed_texts
 from graphprof.render.labels import shapes_text
 from graphprof.render.node_columns import Encoded
 
@@ -109,6 +114,76 @@ def series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
     return out
 
 
+#: Most categories ``loaded_series_texts`` codes as the bits of an int64 (more: node by node).
+_MOST_CATEGORIES = 62
+
+
+def _mapping_texts(keys: list[str], values: np.ndarray) -> list[str]:
+    """``json_text`` of ``dict(zip(keys, row))`` for each row of the int64 matrix ``values``: each column's
+    numbers from one ``orjson.dumps`` (an int64's text is ``str``'s), laid between the keys' texts and
+    joined once; NUL, which ``encode_basestring_ascii`` always escapes, parts the rows."""
+    n, width = values.shape
+    if not n:
+        return []
+    step = 2 * width + 1
+    pieces = [""] * (n * step)
+    for j, key in enumerate(keys):
+        pieces[2 * j::step] = [("{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
+        pieces[2 * j + 1::step] = orjson.dumps(values[:, j], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode(
+            "ascii").split(",")
+    pieces[step - 1::step] = ["}\x00"] * n
+    return "".join(pieces).split("\x00")[:-1]
+
+
+def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
+    """``series_texts`` of a loaded graph's nodes, from its memory columns as the file holds them: the
+    categories as one int64 matrix over the nodes with a row, grouped by which categories are non-zero
+    (what the node's mapping keeps), each group's texts laid from one dump per category (``_mapping_texts``).
+    None where the columns' layout needs the mappings (a category named twice, which the mapping
+    resolves; more categories than ``_MOST_CATEGORIES``).
+
+    Why: building a dict per node from the stored rows, only to write each as text, was a seventh of a
+    100,000-node trace export."""
+    memory = source.memory
+    if memory is None:
+        return [None] * source.size
+    maps = memory.per_field.get("live_by_category_bytes")
+    if not isinstance(maps, SparseMaps):
+        return None
+    present, width = memory.present, len(maps.keys)
+    if width > _MOST_CATEGORIES or len(set(maps.keys)) != width:
+        return None
+    if all(present) and None not in maps.rows:
+        at = np.arange(source.size)
+        rows: list[list[int]] = maps.rows  # type: ignore[assignment]  # no None, as just checked
+    else:
+        at = np.array([i for i, (has, row) in enumerate(zip(present, maps.rows)) if has and row is not None],
+                      dtype=np.intp)
+        rows = [maps.rows[i] for i in at.tolist()]  # type: ignore[misc]  # the rows that are not None
+    flat = list(itertools.chain.from_iterable(rows))
+    if len(flat) != len(at) * width:
+        return None
+    matrix = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(len(at), width)  # the loader checked int64
+    out = np.full(source.size, None, dtype=object)
+    made = np.zeros(source.size, dtype=bool)
+    patterns = (matrix != 0).astype(np.int64) @ (1 << np.arange(width, dtype=np.int64))  # bit c: category c kept
+    for pattern in sorted(set(patterns.tolist())):
+        if not pattern:  # every category 0: the mapping is empty, and the text is live bytes'
+            continue
+        columns = [c for c in range(width) if pattern >> c & 1]
+        members = np.flatnonzero(patterns == pattern)
+        made[at[members]] = True
+        out[at[members]] = _mapping_texts([maps.keys[c] for c in columns],
+                                          matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns])
+    texts: list[str | None] = out.tolist()
+    live: list[Any] | None = None
+    for i in np.flatnonzero(~made).tolist():
+        if present[i]:  # a record without categories (a null row, or only zeros): ``_series`` writes live bytes
+            live = memory.field_values("live_bytes") if live is None else live
+            texts[i] = _series(memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}, live[i])
+    return texts
+
+
 @dataclass(frozen=True)
 class NodeTexts:
     """The parts of a graph's node events that no step changes, one string per node, in the documented key order."""
@@ -125,32 +200,66 @@ class NodeTexts:
     series: list[str | None]
 
 
-def node_texts(frame: NodeFrame, lo: int, hi: int, graph_name: str, critical: frozenset[int], pid: int,
-                track_of: dict[str, int], texts: Encoded, series: list[str | None], bounds: list[str]) -> NodeTexts:
-    """``NodeTexts`` of nodes ``[lo, hi)``. Each column's text is made once per distinct value."""
+def _node_strings(text: NodeText, size: int) -> list[str]:
+    """Each node's text of ``text`` as its own string: the parts laid side by side with a NUL after each
+    node (JSON text escapes every control character, so none holds one), one join, one split."""
+    parts = [p.texts() if isinstance(p, Coded) else p for p in combined(text.parts, size)]
+    if len(parts) == 1 and not isinstance(parts[0], str):
+        return list(parts[0])
+    width = len(parts) + 1
+    pieces = [""] * (size * width)
+    for j, part in enumerate(parts):
+        pieces[j::width] = [part] * size if isinstance(part, str) else part
+    pieces[width - 1::width] = ["\x00"] * size
+    return "".join(pieces).split("\x00")[:-1]
+
+
+def _json_inner(text: str) -> str:
+    """A string's JSON text without its quotes (``encode_basestring_ascii`` works character by character)."""
+    return encode_basestring_ascii(text)[1:-1]
+
+
+def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical: frozenset[int], pid: int,
+               track_of: dict[str, int], series: list[str | None], bounds: list[str]) -> NodeTexts:
+    """``NodeTexts`` of ``graph``'s nodes, ``[lo, hi)`` in ``frame``.
+
+    Each text and shape column's text is made once per distinct value (from the graph's stored table
+    where it has one) and a run of such columns once per combination that occurs (``column_text``);
+    names and counts, each node's own, are columns of their own.
+    """
+    size = hi - lo
     col = lambda name: frame.column(name)[lo:hi]  # noqa: E731
-    shapes = Encoded(lambda v: encode_basestring_ascii(shapes_text(v, limit=8)))
-    dtypes = Encoded(lambda v: encode_basestring_ascii(", ".join(d or "-" for d in v)))
-    string = texts.column
-    phase_values, ids = col("phase"), col("id")
-    phases = string(phase_values)
-    tracks = map({p: str(t) for p, t in track_of.items()}.__getitem__, phase_values)
-    on_path = list(map(critical.__contains__, ids))
-    return NodeTexts(
-        [f',{{"name":{t},"cat":{p},"ph":"X","ts":' for t, p in zip(string(col("type")), phases)],
-        [f',"pid":{pid},"tid":{track},"args":{{"graph":{graph_name},"node":{i},"name":{name},"op":{op},"step":'
-         for track, i, name, op in zip(tracks, _counts(ids), map(encode_basestring_ascii, col("name")),
-                                       string(col("op")))],  # names are each node's own: no table
-        [f',"module":{module},"module_type":{module_type},"source":{source},"phase":{phase},"scope":{scope},'
-         f'"in_shapes":{in_shapes},"out_shapes":{out_shapes},"in_dtypes":{in_dtypes},"flops":{flops},'
-         f'"bytes_read":{read},"bytes_written":{written},"critical_path":{"true" if on else "false"}'
-         for module, module_type, source, phase, scope, in_shapes, out_shapes, in_dtypes, flops, read, written, on
-         in zip(string(col("module")), string(col("module_type")), string(col("source")), phases,
-                string(col("scope")), shapes.column(col("in_shapes")), shapes.column(col("out_shapes")),
-                dtypes.column(col("in_dtypes")), _counts(col("flops")), _counts(col("bytes_read")),
-                _counts(col("bytes_written")), on_path)],
-        [b + _END[on] for b, on in zip(bounds, on_path)],
-        series)
+
+    def coded(field: str, encode: Callable[[Any], str]) -> Coded:
+        stored = indexed_texts(graph, field, 0, size, lambda entries: list(map(encode, entries)))
+        return stored if stored is not None else encoded(col(field), encode)
+
+    string = lambda field: coded(field, encode_basestring_ascii)  # noqa: E731
+    shapes = lambda field: coded(field, lambda v: encode_basestring_ascii(shapes_text(v, limit=8)))  # noqa: E731
+    dtypes = coded("in_dtypes", lambda v: encode_basestring_ascii(", ".join(d or "-" for d in v)))
+    tracks = coded("phase", {p: str(t) for p, t in track_of.items()}.__getitem__)
+    on_path = Coded(["false", "true"], np.fromiter(map(critical.__contains__, col("id")), dtype=np.intp, count=size))
+    names = col("name")
+    plain = escaped(names, _json_inner)  # usually no name needs escaping: the names as they are, in quotes
+    lead = NodeText().text(',{"name":').column(string("type")).text(',"cat":').column(string("phase")).text(
+        ',"ph":"X","ts":')
+    middle = NodeText().text(f',"pid":{pid},"tid":').column(tracks).text(
+        f',"args":{{"graph":{json_text(graph.name)},"node":').column(_counts(col("id")))
+    if plain is not None:
+        middle.between(',"name":"', plain, '","op":')
+    else:
+        middle.between(',"name":', list(map(encode_basestring_ascii, names)), ',"op":')
+    middle.column(string("op")).text(',"step":')
+    tail = NodeText()
+    for key in ("module", "module_type", "source", "phase", "scope"):
+        tail.text(f',"{key}":').column(string(key))
+    tail.between(',"in_shapes":', shapes("in_shapes"), ',"out_shapes":').column(shapes("out_shapes"))
+    tail.between(',"in_dtypes":', dtypes, ',"flops":').column(_counts(col("flops")))
+    tail.between(',"bytes_read":', _counts(col("bytes_read")), ',"bytes_written":').column(_counts(col("bytes_written")))
+    tail.between(',"critical_path":', on_path, "")
+    close = NodeText().column(encoded(bounds, str)).column(Coded(list(_END), on_path.codes))
+    return NodeTexts(_node_strings(lead, size), _node_strings(middle, size), _node_strings(tail, size),
+                     _node_strings(close, size), series)
 
 
 def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:

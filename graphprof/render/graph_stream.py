@@ -35,7 +35,7 @@ from graphprof.analysis.dataflow import is_inplace_write
 from graphprof.analysis.frame import NodeFrame, graph_column, node_frame
 from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
-from graphprof.profile.node_columns import NodeColumns
+from graphprof.profile.node_columns import Kept, NodeColumns, SparseMaps
 from graphprof.render.column_text import Coded, NodeText, encoded, escaped, int_lists, seconds_columns
 from graphprof.render.escape import strip_control
 from graphprof.render.graph_columns import (
@@ -59,6 +59,8 @@ _GRAPHML_HEAD = (
 _XML_TYPE = {str: "string", int: "long", float: "double", bool: "boolean"}
 _TEXT_FIELDS = ("name", "op", "type", "module", "module_type", "source", "scope")
 COUNT_FIELDS = ("flops", "bytes_read", "bytes_written")
+#: The memory record's byte counts the writers read.
+_MEMORY_COUNTS = ("allocated_bytes", "freed_bytes", "live_bytes")
 #: Node attributes in ``analysis.dataflow``'s order, GraphML's flattened memory keys in place of ``memory``.
 _GRAPHML_NODE_KEYS = (
     ("graph_id", int), ("position", int), ("node_id", int), *((f, str) for f in _TEXT_FIELDS[:3]),
@@ -91,14 +93,31 @@ def _types(values: Sequence[Any]) -> set[type]:
     return set(map(type, values))
 
 
+def _checked_by_the_loader(graph: GraphRecord) -> bool:
+    """Whether a graph's columns have the model's types by the loader's checks alone: loaded columns
+    (ids, flags, text tables and counts are checked as such), whose memory, if any, stores the byte
+    counts as integer columns and the categories as rows (a file may store a field otherwise)."""
+    source = node_source(graph)
+    if not isinstance(source, NodeColumns):
+        return False
+    if source.memory is None:
+        return True
+    stored = source.memory.per_field
+    return isinstance(stored.get("live_by_category_bytes"), (SparseMaps, type(None))) and all(
+        isinstance(stored.get(f), (Kept, type(None))) for f in _MEMORY_COUNTS)
+
+
 def model_typed(profile: Profile) -> bool:
     """True when every field the writers read has the model's type (always, for a loaded profile).
 
-    Read from the node frame's columns: a node has memory when its
-    ``live_by_category_bytes`` is not None, and then all three byte counts are ints.
+    Trusted from the loader's checks where they settle it (``_checked_by_the_loader``); else read
+    from the node frame's columns: a node has memory when its ``live_by_category_bytes`` is not None,
+    and then all three byte counts are ints.
     """
     if any(not isinstance(g.id, int) or not isinstance(g.name, (str, type(None))) for g in profile.graphs):
         return False
+    if all(map(_checked_by_the_loader, profile.graphs)):
+        return True
     frame = node_frame(profile)
     if not len(frame):
         return True
@@ -112,8 +131,7 @@ def model_typed(profile: Profile) -> bool:
     if not maps_typed(frame):
         return False
     without = category_column(frame).count(None)
-    return all(_types(col(f)) <= {int, type(None)} and col(f).count(None) == without
-               for f in ("allocated_bytes", "freed_bytes", "live_bytes"))
+    return all(_types(col(f)) <= {int, type(None)} and col(f).count(None) == without for f in _MEMORY_COUNTS)
 
 
 def _text_types(frame: NodeFrame, field: str) -> set[type]:

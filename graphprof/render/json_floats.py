@@ -30,8 +30,9 @@ def float_texts(values: np.ndarray) -> list[str]:
         return _distinct_reprs(values)
     texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
     where = np.flatnonzero(odd)
-    for i, text in zip(where.tolist(), _distinct_reprs(values[where])):
-        texts[i] = text
+    if len(where):
+        for i, text in zip(where.tolist(), _distinct_reprs(values[where])):
+            texts[i] = text
     return texts
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -87,19 +87,6 @@ def _distinct(frame: NodeFrame, name: str) -> Sequence[Any]:
         return frame.column(name)
     return [table[u] for table, index in tables
             for u in np.flatnonzero(np.bincount(index, minlength=len(table))).tolist()]
-
-
-def _values_at(frame: NodeFrame, name: str, rows: range) -> list[Any]:
-    """Column ``name`` at positions ``rows`` (read from stored tables where the graphs have them)."""
-    tables = _stored(frame, name)
-    if tables is None:
-        return frame.column(name)[rows.start:rows.stop:rows.step]
-    at = np.arange(rows.start, rows.stop, rows.step, dtype=np.intp)
-    out: list[Any] = []
-    for (table, index), (lo, hi) in zip(tables, frame.spans()):
-        picked = index[at[(at >= lo) & (at < hi)] - lo].tolist()
-        out += map(table.__getitem__, picked)
-    return out
 
 
 def _record_columns(nodes: Sequence[NodeRecord]) -> tuple[list[list[Any]], list[list[Any]]]:
@@ -175,21 +162,56 @@ def default_max_bytes(input_bytes: int) -> int:
     return max(LIMIT_FLOOR_BYTES, LIMIT_RATIO * input_bytes)
 
 
-def _node_texts(frame: NodeFrame, rows: range, raw_shapes: bool) -> list[int]:
-    """Characters of the text of nodes ``rows`` in an export (names clipped to ``EXPORT_TEXT_LIMIT``)."""
-    graphs = frame.column("graph")[rows.start:rows.stop:rows.step]
-    names = [_values_at(frame, f, rows) for f in _NODE_TEXT]
-    dtypes = zip(_values_at(frame, "in_dtypes", rows), _values_at(frame, "out_dtypes", rows))
-    shapes = zip(_values_at(frame, "in_shapes", rows), _values_at(frame, "out_shapes", rows))
-    out = []
-    for graph, texts, (in_dtypes, out_dtypes), (in_shapes, out_shapes) in zip(graphs, zip(*names), dtypes, shapes):
-        text = len(graph) + sum(min(len(t), EXPORT_TEXT_LIMIT) for t in texts)
-        text += sum(min(len(d), EXPORT_TEXT_LIMIT) for d in (*in_dtypes, *out_dtypes) if d is not None)
-        if raw_shapes:  # the whole shapes, about 3 characters a dimension
-            out.append(text + 3 * sum(len(s) for s in (*in_shapes, *out_shapes) if s is not None))
-        else:
-            out.append(text + len(shapes_text(in_shapes, limit=8)) + len(shapes_text(out_shapes, limit=8)))
-    return out
+def _measured(frame: NodeFrame, name: str, rows: range, measure: Callable[[Any], int]) -> np.ndarray:
+    """``measure`` of column ``name`` at positions ``rows``, as int64: once per table entry the rows use,
+    where every graph stores the field as a table, else once per row."""
+    tables = _stored(frame, name)
+    if tables is None:
+        values = frame.column(name)[rows.start:rows.stop:rows.step]
+        return np.fromiter(map(measure, values), dtype=np.int64, count=len(values))
+    at = np.arange(rows.start, rows.stop, rows.step, dtype=np.intp)
+    parts = []
+    for (table, index), (lo, hi) in zip(tables, frame.spans()):
+        picked = index[at[(at >= lo) & (at < hi)] - lo]
+        used = np.flatnonzero(np.bincount(picked, minlength=len(table)))
+        sizes = np.zeros(len(table), dtype=np.int64)
+        sizes[used] = [measure(table[u]) for u in used.tolist()]
+        parts.append(sizes[picked])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _text_size(text: str) -> int:
+    return min(len(text), EXPORT_TEXT_LIMIT)
+
+
+def _dtypes_size(dtypes: Sequence[str | None]) -> int:
+    return sum(min(len(d), EXPORT_TEXT_LIMIT) for d in dtypes if d is not None)
+
+
+def _raw_shapes_size(shapes: Sequence[Sequence[int] | None]) -> int:
+    return 3 * sum(len(s) for s in shapes if s is not None)  # the whole shapes, about 3 characters a dimension
+
+
+def _shapes_size(shapes: Sequence[Sequence[int] | None]) -> int:
+    return len(shapes_text(shapes, limit=8))
+
+
+def _node_texts(frame: NodeFrame, rows: range, raw_shapes: bool) -> np.ndarray:
+    """Characters of the text of nodes ``rows`` in an export (names clipped to ``EXPORT_TEXT_LIMIT``).
+
+    Each name, dtype list and shape list is measured once per stored table
+    entry (``_measured``): measuring the sampled nodes one by one was most of an export's guard.
+    """
+    graph_names = np.array([len(g.name) for g in frame.graphs] or [0], dtype=np.int64)
+    graph_index = np.repeat(np.arange(len(frame.graphs)), frame.sizes)[rows.start:rows.stop:rows.step]
+    chars = graph_names[graph_index]
+    for name in _NODE_TEXT:
+        chars += _measured(frame, name, rows, _text_size)
+    for name in ("in_dtypes", "out_dtypes"):
+        chars += _measured(frame, name, rows, _dtypes_size)
+    for name in ("in_shapes", "out_shapes"):
+        chars += _measured(frame, name, rows, _raw_shapes_size if raw_shapes else _shapes_size)
+    return chars
 
 
 def estimated_bytes(profile: Profile, format: str) -> int | None:
@@ -206,13 +228,11 @@ def estimated_bytes(profile: Profile, format: str) -> int | None:
     stride = max(1, len(frame) // ESTIMATE_SAMPLE_NODES)
     host, device = sample_counts(profile, frame)
     per_step = format.startswith("chrome")
-    total = 0
     rows = range(0, len(frame), stride)
-    for i, chars in zip(rows, _node_texts(frame, rows, raw_shapes=not per_step)):
-        text = per_char * chars
-        samples = max(host[i], device[i])
-        total += fixed + (text + per_sample) * samples if per_step else fixed + text + per_sample * samples
-    return total * stride
+    samples = np.maximum(np.array(host[::stride], dtype=np.int64), np.array(device[::stride], dtype=np.int64))
+    text = per_char * _node_texts(frame, rows, raw_shapes=not per_step)
+    sizes = fixed + (text + per_sample) * samples if per_step else fixed + text + per_sample * samples
+    return int(sizes.sum()) * stride
 
 
 def too_large(format: str, size_bytes: int, max_bytes: int, input_bytes: int, estimated: bool) -> str | None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
-from graphprof.analysis.frame import node_frame
+from graphprof.analysis.frame import moved_ints, node_frame
+from graphprof.analysis.node_arrays import int_array
 from graphprof.analysis.node_time import node_times_s, profile_clock
 from graphprof.analysis.table import build_table
 from graphprof.profile import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Phase, Profile, StepRecord
-from graphprof.profile.model import profile_from_document
+from graphprof.profile.model import node_source, profile_from_document
 
 STATS = ("median", "mean", "min", "max", "stdev")
 CLOCKS = ("auto", "host", "device")
@@ -80,3 +82,21 @@ def test_a_table_of_a_loaded_profile_builds_no_records_and_equals_the_built_one(
                     {"phase": "backward", "min_time": 1e-9}):
         assert build_table(loaded, top=3, **options).rows == build_table(built, top=3, **options).rows
     assert all(g.__dict__["nodes"] is None for g in loaded.graphs)
+
+
+@pytest.mark.parametrize("largest, summed", [(2**62, True), (2**62 + 1, False)])
+def test_bytes_moved_is_one_int64_sum_only_where_no_sum_leaves_int64(largest: int, summed: bool) -> None:
+    nodes = tuple(NodeRecord(id=i, name=f"n{i}", op="aten.mm.default", type="mm", bytes_read=r, bytes_written=w)
+                  for i, (r, w) in enumerate([(largest, 2**62 - 1), (3, 4)]))
+    built = Profile(steps=(StepRecord(0, 1.0),), graphs=(GraphRecord(0, "step", GraphKind.STEP, nodes),))
+    loaded = _loaded(built)
+    moved = moved_ints(node_source(loaded.graphs[0]))
+    assert (moved is not None) == summed
+    if moved is not None:
+        assert moved.dtype == np.int64 and moved.tolist() == [largest + 2**62 - 1, 7]
+    assert node_frame(loaded).column("bytes_moved") == node_frame(built).column("bytes_moved")
+    if summed:  # the same array is what the analyses' int64 column holds
+        assert int_array(node_frame(loaded), "bytes_moved")[0].tolist() == moved.tolist()
+    else:  # the column leaves int64: the analyses keep to Python's arithmetic
+        with pytest.raises(ValueError):
+            int_array(node_frame(loaded), "bytes_moved")

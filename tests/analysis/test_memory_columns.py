@@ -9,7 +9,7 @@ import graphprof
 from graphprof.analysis.memory import memory_summary, memory_timeline
 from graphprof.analysis.memory_columns import graph_memory, has_memory_records, last_index
 from graphprof.api import Profile
-from graphprof.profile.model import MemoryPeak, MemoryRecord, NodeRecord, Phase, PeakTensor
+from graphprof.profile.model import MemoryPeak, MemoryRecord, NodeRecord, PeakTensor, Phase, node_source
 from graphprof.render.memory_svg import memory_timeline_svg
 from tests.analysis.conftest import node, one_graph_profile
 
@@ -81,3 +81,14 @@ def test_last_index_is_what_a_dict_of_positions_gives() -> None:
     assert [last_index(values, v) for v in (3, 1, 2, 9)] == [{v: i for i, v in enumerate(values)}.get(v)
                                                              for v in (3, 1, 2, 9)]
     assert last_index(np.array([1, 1]).tolist(), 1) == 1
+
+
+@pytest.mark.parametrize("scale, kept_as_loaded", [(1, True), (2**55, False)])
+def test_a_loaded_field_without_nulls_is_the_loaders_array(tmp_path, scale: int, kept_as_loaded: bool) -> None:
+    """Where every node has a record, a field is the int64 array the loader checked, unless sums could leave int64."""
+    graph = _loaded(_profile(scale, with_gap=False), tmp_path).graphs[0]
+    fields = graph_memory(graph).fields
+    ints = node_source(graph).memory.per_field["live_bytes"].ints
+    assert (fields["live_bytes"] is ints) == kept_as_loaded
+    assert fields["live_bytes"].dtype == (np.int64 if kept_as_loaded else object)
+    assert fields["live_bytes"].tolist() == ints.tolist()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-from graphprof.render.chrome_texts import _counts, _series, series_texts
+from graphprof.analysis.frame import node_frame
+from graphprof.profile import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Profile, StepRecord
+from graphprof.profile.model import node_source, profile_from_document
+from graphprof.render.chrome_texts import _counts, _series, loaded_series_texts, series_texts
+from graphprof.render.chrome_trace import chrome_trace
 
 HOSTILE_KEYS = ["act\u00e9", 'a"b', "a\\b", "a\x01b", "},{", "\x7f", "\u2028", "%d"]
 
@@ -32,3 +36,63 @@ def test_series_texts_are_each_nodes_json(rows: list[Any]) -> None:
 @pytest.mark.parametrize("values", [[0, -1, 7, 2**63 - 1, -2**63, 2**64 - 1], [2**64, 3], [5], [1, None, 2.5, True], []])
 def test_counts_are_what_json_writes(values: list[Any]) -> None:
     assert _counts(values) == [json.dumps(v) for v in values]
+
+
+def _loaded(memory: list[MemoryRecord | None], edit: Callable[[dict[str, Any]], None] | None = None) -> Profile:
+    """One graph of nodes with these memory records, saved and loaded (``edit``: changes the saved memory column)."""
+    nodes = tuple(NodeRecord(id=i, name=f"n{i}", op="aten.add.Tensor", type="add", memory=m,
+                             host_time_ns=(1000,)) for i, m in enumerate(memory))
+    document = json.loads(json.dumps(Profile(steps=(StepRecord(0, 1.0),),
+                                             graphs=(GraphRecord(0, "step", GraphKind.STEP, nodes),)).to_dict()))
+    if edit is not None:
+        edit(document["graphs"][0]["columns"]["memory"])
+    return profile_from_document(document)
+
+
+def _by_the_mappings(profile: Profile) -> list[str | None]:
+    frame = node_frame(profile)
+    return series_texts(frame.column("live_by_category_bytes"), frame.column("live_bytes"))
+
+
+def _mem(live: int, categories: dict[str, int]) -> MemoryRecord:
+    return MemoryRecord(live_bytes=live, live_by_category_bytes=categories)
+
+
+def _null_row(column: dict[str, Any]) -> None:
+    column["live_by_category_bytes"]["values"][0] = None  # a record whose mapping the file leaves out
+
+
+@pytest.mark.parametrize("memory, edit", [
+    ([_mem(5, {"parameters": 5}), _mem(12, {"activations": 7, "parameters": 5}), _mem(9, {"parameters": 0}),
+      None, _mem(4, {}), _mem(3, {"activations": 3})], None),  # categories differ by node; zeros; no record
+    ([_mem(i, {k: i + 1, "b": -i}) for i, k in enumerate(HOSTILE_KEYS)], None),  # escaped as json.dumps does
+    ([_mem(0, {"a": 2**63 - 1, "b": -2**63}), _mem(1, {"b": 1})], None),  # int64's ends
+    ([_mem(1, {"a": 1}), _mem(2, {"a": 2})], _null_row),
+    ([_mem(1, {}), _mem(2, {})], None),  # records without categories
+])
+def test_loaded_series_texts_are_the_mappings_texts(memory: list[MemoryRecord | None], edit: Any) -> None:
+    loaded = _loaded(memory, edit)
+    texts = loaded_series_texts(node_source(loaded.graphs[0]))
+    assert texts == _by_the_mappings(loaded)
+
+
+def test_a_graph_without_a_memory_column_has_no_counter_args() -> None:
+    loaded = _loaded([None, None])  # the file then has no memory column
+    assert node_source(loaded.graphs[0]).memory is None
+    assert loaded_series_texts(node_source(loaded.graphs[0])) == _by_the_mappings(loaded) == [None, None]
+
+
+def _repeat_key(column: dict[str, Any]) -> None:
+    column["live_by_category_bytes"]["keys"] = ["a", "a"]
+
+
+@pytest.mark.parametrize("memory, edit", [
+    ([_mem(1, {"a": 1, "b": 2}), _mem(2, {"a": 0, "b": 3})], _repeat_key),  # the mapping keeps the later value
+    ([_mem(1, {f"c{i}": i + 1 for i in range(70)})], None),  # more categories than an int64 has bits
+])
+def test_layouts_the_columns_do_not_code_are_left_to_the_mappings(memory: list[MemoryRecord | None], edit: Any) -> None:
+    loaded = _loaded(memory, edit)
+    assert loaded_series_texts(node_source(loaded.graphs[0])) is None
+    trace = chrome_trace(loaded)
+    counters = [e["args"] for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert counters == [json.loads(t) for t in _by_the_mappings(loaded) if t is not None]

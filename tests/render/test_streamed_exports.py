@@ -11,6 +11,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from graphprof.analysis.frame import node_frame
 from graphprof.api import Profile
 from graphprof.profile.model import DeviceMemorySample
 from graphprof.render import exporters, streamed
@@ -163,3 +164,15 @@ def test_export_bounds_are_those_of_the_roofline_points(real: Profile) -> None:
         from_points = exporters.with_analysis(profile, dataclasses.replace(opts, findings=())).bounds
         assert exporters.analysed_options("chrome", profile, opts).bounds == from_points
     assert exporters.analysed_options("chrome", synthetic_profile(), exporters.ExportOptions()).bounds
+
+
+def test_a_loaded_profile_is_model_typed_by_the_loaders_checks_unless_its_memory_is_stored_otherwise() -> None:
+    document = json.loads(json.dumps(synthetic_profile().to_dict()))
+    loaded = Profile.from_dict(document)
+    assert model_typed(loaded)
+    assert not node_frame(loaded)._columns  # settled without reading a column
+    memory = document["graphs"][0]["columns"]["memory"]
+    memory["allocated_bytes"] = {"keys": ["a"], "values": [None if v is None else [v] for v in memory["allocated_bytes"]]}
+    odd = Profile.from_dict(document)  # a byte count stored as a mapping: the columns decide, and say no
+    assert not model_typed(odd)
+    assert graphml_text(odd) == graphml_via_networkx(odd)
