@@ -31,6 +31,7 @@ import numpy as np
 
 from graphprof.analysis.frame import NodeFrame, graph_indexed, node_frame
 from graphprof.profile.model import GraphRecord, NodeRecord, PeakTensor, Profile, ProfileMeta
+from graphprof.profile.node_columns import used_entries
 from graphprof.render.labels import shapes_text
 from graphprof.render.node_columns import sample_counts
 from graphprof.render.units import clip_middle, format_bytes
@@ -86,7 +87,7 @@ def _distinct(frame: NodeFrame, name: str) -> Sequence[Any]:
     if tables is None:
         return frame.column(name)
     return [table[u] for table, index in tables
-            for u in np.flatnonzero(np.bincount(index, minlength=len(table))).tolist()]
+            for u in used_entries(table, index).tolist()]
 
 
 def _record_columns(nodes: Sequence[NodeRecord]) -> tuple[list[list[Any]], list[list[Any]]]:
@@ -173,7 +174,7 @@ def _measured(frame: NodeFrame, name: str, rows: range, measure: Callable[[Any],
     parts = []
     for (table, index), (lo, hi) in zip(tables, frame.spans()):
         picked = index[at[(at >= lo) & (at < hi)] - lo]
-        used = np.flatnonzero(np.bincount(picked, minlength=len(table)))
+        used = used_entries(table, picked)
         sizes = np.zeros(len(table), dtype=np.int64)
         sizes[used] = [measure(table[u]) for u in used.tolist()]
         parts.append(sizes[picked])
