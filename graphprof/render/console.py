@@ -253,8 +253,12 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
-    """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
-    items = summary_items(result)
+    """The summary block as a two-column table in ``fmt``; long values wrap to the width.
+
+    Each value is one line of prose holding names from the profile (its function, device, peak node)
+    and the user's filters: ``terminal_line`` shows a newline or escape sequence in them as ``\\n``, ``\\x1b``.
+    """
+    items = [(label, terminal_line(text)) for label, text in summary_items(result)]
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)
         room = max((result.options.width or terminal_width()) - label - format_overhead(fmt, 2), 20)

@@ -7,7 +7,8 @@ absolute time change (``--top`` of them), and the changed groups by op type,
 module and phase; with ``--aggregate-by`` only that grouping. Unchanged
 nodes and groups are not printed: two identical profiles print "no change".
 Any tabulate format works; ``csv`` and ``json`` go through
-``graphprof.render.diff_data``.
+``graphprof.render.diff_data``. Names from the profiles (functions, devices,
+graphs, op types, modules) are shown as ``terminal_line`` shows them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from graphprof.analysis.match import MatchKind
 from graphprof.analysis.options import DATA_FORMATS
 from graphprof.render.console import check_format
 from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json
+from graphprof.render.escape import terminal_line
 from graphprof.render.fit import text_table
 from graphprof.render.units import format_count, format_shapes, format_time
 
@@ -64,7 +66,8 @@ def _percent(delta: float | None, base: float | None) -> str:
 def _summary_rows(result: DiffResult) -> list[list[str]]:
     a, b, s = result.before, result.after, result.steps
     rows = [
-        ["profile", f"{a.function or '?'} on {a.device}", f"{b.function or '?'} on {b.device}", ""],
+        ["profile", terminal_line(f"{a.function or '?'} on {a.device}"), terminal_line(f"{b.function or '?'} on {b.device}"),
+         ""],
         ["graphs / nodes", f"{a.graphs} / {a.nodes}", f"{b.graphs} / {b.nodes}", f"{b.nodes - a.nodes:+d} nodes"],
         ["profiled steps", str(a.steps), str(b.steps), ""],
         [f"total time (sum of node {result.options.stat}s)", format_time(a.total_time_s), format_time(b.total_time_s),
@@ -83,11 +86,11 @@ def _matching_line(result: DiffResult) -> str:
     c = result.counts
     only_a = [a for a, b in result.graph_pairs if b is None]
     only_b = [b for a, b in result.graph_pairs if a is None]
-    graphs = "".join(f"; graphs only in {side}: {', '.join(map(str, names))}"
+    graphs = "".join(f"; graphs only in {side}: {', '.join(map(terminal_line, names))}"
                      for side, names in (("before", only_a), ("after", only_b)) if names)
     if result.mode == "aggregate":
-        before = ", ".join(str(a) for a, _ in result.graph_pairs if a is not None) or "no graph"
-        after = ", ".join(str(b) for _, b in result.graph_pairs if b is not None) or "no graph"
+        before = ", ".join(terminal_line(a) for a, _ in result.graph_pairs if a is not None) or "no graph"
+        after = ", ".join(terminal_line(b) for _, b in result.graph_pairs if b is not None) or "no graph"
         return f"no shared graph structure (before: {before}; after: {after}): compared by op type and module"
     return (f"{c['matched']} matched, {c['modified']} modified (same op on other shapes or under another module path), "
             f"{c['added']} added, {c['removed']} removed{graphs}")
@@ -102,6 +105,11 @@ def render_diff_summary(result: DiffResult, fmt: str = "simple") -> str:
     return "\n".join(lines)
 
 
+def _name(value: object) -> str:
+    """A name from a profile for a cell (``terminal_line``); an unknown one is an empty cell, as tabulate shows None."""
+    return "" if value is None else terminal_line(value)
+
+
 def _shapes(n: NodeDiff) -> str:
     if n.status is MatchKind.MODIFIED and n.before_index is not None and n.after_index is not None:
         before, after = n.side("in_shapes", "before"), n.side("in_shapes", "after")
@@ -114,8 +122,8 @@ def _module(n: NodeDiff) -> str:
     if n.before_index is not None and n.after_index is not None:
         before, after = n.side("module", "before"), n.side("module", "after")
         if before != after:
-            return f"{before or '-'} -> {after or '-'}"
-    return n.value("module") or "-"
+            return terminal_line(f"{before or '-'} -> {after or '-'}")
+    return terminal_line(n.value("module") or "-")
 
 
 def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], str]]]:
@@ -125,8 +133,8 @@ def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], st
         ("after", lambda n: format_time(n.after_time_s)),
     ]
     if result.before.graphs > 1 or result.after.graphs > 1:
-        cols.append(("graph", lambda n: n.graph))
-    cols += [("op type", lambda n: n.value("type")), ("module", _module),
+        cols.append(("graph", lambda n: _name(n.graph)))
+    cols += [("op type", lambda n: _name(n.value("type"))), ("module", _module),
              ("phase", lambda n: n.value("phase")), ("FLOPs change", lambda n: signed_flops(n.delta_flops)),
              ("in shapes", _shapes)]
     return cols
@@ -136,7 +144,7 @@ def _group_columns(by: str) -> list[tuple[str, Callable[[GroupDiff], str]]]:
     def nodes(g: GroupDiff) -> str:
         return str(g.after_nodes) if g.before_nodes == g.after_nodes else f"{g.before_nodes} -> {g.after_nodes}"
 
-    return [(_BY_TITLES.get(by, by), lambda g: g.key or "-"), ("nodes", nodes),
+    return [(_BY_TITLES.get(by, by), lambda g: terminal_line(g.key) if g.key else "-"), ("nodes", nodes),
             ("time change", lambda g: signed_time(g.delta_time_s)), ("ratio", lambda g: format_ratio(g.ratio)),
             ("before", lambda g: format_time(g.before_time_s)), ("after", lambda g: format_time(g.after_time_s)),
             ("FLOPs change", lambda g: signed_flops(g.delta_flops))]

@@ -20,15 +20,22 @@ UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e
 HOSTILE = "evil\x1b]0;owned\x07\x1b[2J\x9b31m\x7f\u202egnp.exe\ud800\ufffe\uffff\nsecond line"
 
 
-def _hostile_profile(tmp_path, name: str = HOSTILE):
+def _hostile_profile(tmp_path, name: str = HOSTILE, slower: int = 1, file: str = "hostile.json"):
+    """The small profile with ``name`` in every name; ``slower`` multiplies its node times (a diff then changes)."""
     profile = small_profile()
     graph = profile.graphs[0]
-    nodes = tuple(replace(n, name=name + str(n.id), module=name, scope=name) for n in graph.nodes)
+    nodes = tuple(replace(n, name=name + str(n.id), module=name, scope=name, source=name, type=name + n.type,
+                          host_time_ns=tuple(t * slower for t in n.host_time_ns)) for n in graph.nodes)
     hostile = replace(profile, graphs=(replace(graph, name=name, nodes=nodes),),
                       meta=replace(profile.meta, function=name, device_name=name))
-    path = tmp_path / "hostile.json"
+    path = tmp_path / file
     hostile.save(str(path))
     return path
+
+
+def _fake_lines(text: str) -> list[str]:
+    """Lines a name's newline would have started (HOSTILE ends in ``\\nsecond line``)."""
+    return [line for line in text.splitlines() if line.lstrip(" |-+│").startswith("second line")]
 
 
 def test_terminal_escapes_show_every_control_character() -> None:
@@ -61,6 +68,32 @@ def test_commands_never_print_control_characters(tmp_path, capsys, command: list
     captured = capsys.readouterr()
     assert not UNSAFE.search(captured.out + captured.err)
     assert "\\x1b" in captured.out or command[0] == "diff"  # the names are shown, escaped
+
+
+@pytest.mark.parametrize("command", [["analyze", "--wide"], ["analyze", "--format", "github"], ["report"],
+                                     ["report", "--wide"], ["diff", "SLOWER"], ["diff", "SLOWER", "--aggregate-by", "module"]])
+def test_a_name_cannot_start_a_line_of_its_own(tmp_path, capsys, command: list[str]) -> None:
+    """Names are escaped where they enter text (table cells, prose lines), not only for control characters:
+    a name's newline shows as ``\\n`` in every table, summary and report line, however wide."""
+    path = str(_hostile_profile(tmp_path))
+    slower = str(_hostile_profile(tmp_path, slower=3, file="slower.json"))
+    args = [command[0], path, *(slower if a == "SLOWER" else a for a in command[1:])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "\\nsecond line" in out  # the names are shown, escaped
+    assert not _fake_lines(out) and not UNSAFE.search(out)
+
+
+def test_the_python_api_text_escapes_names_as_the_commands_do(tmp_path) -> None:
+    import graphprof
+
+    profile = graphprof.load(str(_hostile_profile(tmp_path)))
+    slower = graphprof.load(str(_hostile_profile(tmp_path, slower=3, file="slower.json")))
+    texts = {"report": profile.report(), "table": profile.table(wide=True), "diff": profile.diff(slower),
+             "module diff": profile.diff(slower, aggregate_by="module")}
+    for what, text in texts.items():
+        assert "\\nsecond line" in text, what
+        assert not _fake_lines(text) and not UNSAFE.search(text), what
 
 
 def test_xml_exports_of_hostile_names_parse(tmp_path) -> None:
