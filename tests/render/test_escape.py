@@ -171,6 +171,27 @@ def test_export_or_merge_onto_an_input_is_refused_and_the_input_kept(tmp_path, c
     assert path.read_bytes() == original
 
 
+@pytest.mark.parametrize("spacing", ["compact", "json.dump"])
+def test_an_export_never_replaces_another_profile(tmp_path, capsys, spacing: str) -> None:
+    """``.json`` is a Chrome trace's ending too: ``export a.json -o b.json`` must not turn the profile b into a trace."""
+    source, other = tmp_path / "a.json", tmp_path / "b.json"
+    small_profile().save(str(source))
+    if spacing == "compact":
+        small_profile().save(str(other))
+    else:
+        other.write_text(json.dumps(small_profile(), indent=2))
+    original = other.read_bytes()
+    for args in (["export", str(source), "-o", str(other)], ["export", str(source), "-o", str(other), "--format", "html"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds a graphprof profile" in err and "would replace it" in err
+    assert other.read_bytes() == original
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')  # an earlier export is replaced as before
+    assert main(["export", str(source), "-o", str(trace)]) == 0
+    assert "graphprof.profile" not in trace.read_text()[:100] and json.loads(trace.read_text())["traceEvents"]
+
+
 def test_writes_keep_links_and_get_ordinary_modes(tmp_path) -> None:
     import os
     import stat
