@@ -20,19 +20,15 @@ from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
 from graphprof.analysis.match import MatchKind
 from graphprof.analysis.options import DATA_FORMATS
 from graphprof.render.console import check_format
-from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json
+from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json, top_rows
 from graphprof.render.escape import terminal_line
 from graphprof.render.fit import text_table
-from graphprof.render.units import format_count, format_shapes, format_time
+from graphprof.render.units import format_count, format_shapes, format_time, plural
 
 _ORDER_TITLES = {"time": "|time change|", "flops": "|FLOPs change|", "delta_time": "time change",
                  "delta_flops": "FLOPs change", "before_time": "time before", "after_time": "time after"}
 _BY_TITLES = {"type": "op type", "module": "module", "phase": "phase", "source": "source line",
               "scope": "scope", "shape": "op type and input shapes", "graph": "graph", "all": "all selected nodes"}
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("s" if n != 1 else "")
 
 
 def signed_time(seconds: float | None) -> str:
@@ -160,10 +156,6 @@ def _order_text(result: DiffResult) -> str:
     return f"ordered by {_ORDER_TITLES.get(o.key, o.key)} {'ascending' if o.ascending else 'descending'}"
 
 
-def _cut(items: Sequence[Any], top: int) -> Sequence[Any]:
-    return items[:top] if top else items
-
-
 def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
     """The changed node pairs, or why there are none."""
     if result.mode == "aggregate":
@@ -172,10 +164,10 @@ def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
         return f"no nodes: {result.note}"
     changed = result.changed
     if not changed:
-        return f"no changed nodes: all {_plural(len(result.nodes), 'selected node pair')} have equal times and FLOPs"
-    shown = _cut(changed, result.options.top)
+        return f"no changed nodes: all {plural(len(result.nodes), 'selected node pair')} have equal times and FLOPs"
+    shown = top_rows(changed, result.options.top)
     what = f"top {len(shown)} of " if len(shown) < len(changed) else ""
-    title = (f"{what}{_plural(len(changed), 'changed node')} ({len(result.nodes)} selected), {_order_text(result)}; "
+    title = (f"{what}{plural(len(changed), 'changed node')} ({len(result.nodes)} selected), {_order_text(result)}; "
              f"time: {result.options.stat} over profiled steps, {clock_label(result.clock)}")
     return title + "\n" + _table(shown, _node_columns(result), fmt)
 
@@ -187,9 +179,9 @@ def render_group_table(result: DiffResult, by: str, fmt: str = "simple") -> str:
     how = f" ({fn} over nodes)" if fn != "sum" else ""
     if not groups:
         return f"by {_BY_TITLES.get(by, by)}: no change"
-    shown = _cut(groups, result.options.top)
+    shown = top_rows(groups, result.options.top)
     what = f"top {len(shown)} of " if len(shown) < len(groups) else ""
-    return (f"by {_BY_TITLES.get(by, by)}{how}: {what}{_plural(len(groups), 'changed group')}, {_order_text(result)}\n"
+    return (f"by {_BY_TITLES.get(by, by)}{how}: {what}{plural(len(groups), 'changed group')}, {_order_text(result)}\n"
             + _table(shown, _group_columns(by), fmt))
 
 

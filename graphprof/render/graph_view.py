@@ -30,6 +30,7 @@ import numpy as np
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import CriticalPath, critical_path, paths_and_edges
 from graphprof.analysis.dataflow import EdgeIndex, EdgeKind, dataflow_graph
+from graphprof.analysis.entries import bytes_moved
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import codes, column_codes
 from graphprof.profile.model import NodeRecord, Profile
@@ -109,7 +110,7 @@ def _node_tooltip(node: NodeRecord, time_s: float) -> str:
              f"source: {node.source or '-'}", f"in: {shapes_text(node.in_shapes, limit=6)}",
              f"out: {shapes_text(node.out_shapes, limit=6)}", f"time: {format_time(time_s)}",
              f"FLOPs: {format_count(node.flops, 'FLOP')}",
-             f"bytes: {format_bytes((node.bytes_read or 0) + (node.bytes_written or 0)) if node.bytes_read is not None else 'N/A'}"]
+             f"bytes: {format_bytes(bytes_moved(node.bytes_read, node.bytes_written))}"]
     if node.scope:
         lines.append(f"scope: {node.scope}")
     return "\n".join(lines)
