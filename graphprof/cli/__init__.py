@@ -69,18 +69,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.progress import stage
-    from graphprof.render.exporters import export_profile
+    from graphprof.render.exporters import check_target, export_profile, exporter_for
     from graphprof.render.size_guard import parse_size
 
-    if args.max_size is not None:
-        parse_size(args.max_size)  # ValueError: one sentence, before the profile is read
+    # Every mistake in the command line is one sentence before the profile is read (seconds at a million nodes).
+    max_bytes = None if args.max_size is None else parse_size(args.max_size)
+    exporter_for(args.output, args.format)
+    check_target(args.output)
     refuse_overwriting_input(args.output, [args.profile], "its export")
     refuse_replacing_a_profile(args.output, "an export")
     profile = load_frozen(args.profile)
     with stage(f"writing {terminal_line(args.output)}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                                  module_level=args.module_level, hide_views=args.hide_views,
-                                 max_bytes=None if args.max_size is None else parse_size(args.max_size))
+                                 max_bytes=max_bytes)
     size = ""
     if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
         from graphprof.render.chrome_trace import bytes_per_node_step
