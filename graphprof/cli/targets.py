@@ -39,10 +39,12 @@ def refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> N
 def refuse_replacing_a_profile(output: str, what: str) -> None:
     """UsageError when ``output`` holds a graphprof profile: ``.json`` is also a Chrome trace's ending, so
     ``graphprof export a.json -o b.json`` would otherwise turn the profile ``b.json`` into a trace."""
+    if not os.path.isfile(output):  # absent, a directory, or a pipe (whose open would wait for a writer)
+        return
     try:
         with open(output, "rb") as f:
             start = f.read(_SNIFF_BYTES)
-    except OSError:  # absent, a directory, unreadable: the writer says what is wrong with it
+    except OSError:  # unreadable: the writer says what is wrong with it
         return
     if _PROFILE_START.match(start):
         raise UsageError(f"{output} holds a graphprof profile; writing {what} there would replace it, "

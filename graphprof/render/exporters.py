@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.atomic import atomic_file
+from graphprof.profile.atomic import atomic_file, refuse_special_file
 from graphprof.profile.model import Profile
 from graphprof.profile.node_columns import gc_paused
 from graphprof.render.export_options import ExportError, ExportOptions
@@ -117,6 +117,10 @@ def check_target(path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ExportError(f"cannot write {path}: it is a directory")
+    try:
+        refuse_special_file(path)
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {exc.strerror}") from None
     if not os.path.isdir(directory):
         raise ExportError(f"cannot write {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):

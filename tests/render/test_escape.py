@@ -209,3 +209,32 @@ def test_writes_keep_links_and_get_ordinary_modes(tmp_path) -> None:
     for written in (real, profile_path):
         assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~mask, written
     assert not list(tmp_path.glob(".graphprof-*.tmp"))
+
+
+def test_a_pipe_or_device_at_the_output_is_never_replaced(tmp_path, capsys) -> None:
+    """``-o /dev/null`` used to rename a regular file over the device (with the rights to /dev: the system's);
+    a named pipe stands in for it here. Every writer refuses, in one sentence, and leaves it as it was."""
+    import os
+    import stat
+
+    from graphprof.profile.atomic import atomic_file
+    from graphprof.profile.serialize import ProfileError
+    from graphprof.render.exporters import export_profile
+
+    source = tmp_path / "p.json"
+    small_profile().save(str(source))
+    for name in ("out.html", "out.trace.json", "out.json"):
+        os.mkfifo(tmp_path / name)
+    for name in ("out.html", "out.trace.json"):  # a rendered and a streamed format
+        assert main(["export", str(source), "-o", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "device, pipe or socket" in err, err
+    with pytest.raises(ProfileError, match="device, pipe or socket"):
+        small_profile().save(str(tmp_path / "out.json"))
+    with pytest.raises(OSError, match="device, pipe or socket"), atomic_file(str(tmp_path / "out.html")) as f:
+        f.write("never")
+    with pytest.raises(ValueError, match="device, pipe or socket"):  # the library's export too
+        export_profile(small_profile(), tmp_path / "out.json", format="chrome")
+    for name in ("out.html", "out.trace.json", "out.json"):
+        assert stat.S_ISFIFO(os.stat(tmp_path / name).st_mode), name
+    assert not list(tmp_path.glob(".graphprof-*"))
