@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from graphprof.analysis.entries import bytes_moved
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import codes, column_codes
 from graphprof.profile.model import NodeRecord, Profile
+from graphprof.render.export_options import Bounds
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.node_columns import adjacency_arrays, graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
@@ -149,7 +150,7 @@ def draws_modules(profile: Profile, module_level: bool | None, max_nodes: int) -
 
 
 def build_view(profile: Profile, stat: str = "median", module_level: bool | None = None, hide_views: bool = False,
-               max_nodes: int = 600, bounds: Mapping[Any, str] | None = None) -> GraphView:
+               max_nodes: int = 600, bounds: Bounds | None = None) -> GraphView:
     """The picture's content under the options above (see the module docstring)."""
     op_nodes = profile.node_count
     collapse = draws_modules(profile, module_level, max_nodes)

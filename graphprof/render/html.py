@@ -41,7 +41,7 @@ from graphprof.render.html_tables import critical_section, num_cell, slowest_fir
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
-    from graphprof.render.export_options import ExportOptions
+    from graphprof.render.export_options import Bounds, ExportOptions
 
 TOP_NODES = 50
 #: How a breakdown labels ops outside any module.
@@ -153,7 +153,7 @@ def slowest_nodes(frame: NodeFrame, times: Sequence[float], count: int) -> list[
     return [(*frame.pair(i), times[i]) for i in slowest]
 
 
-def top_nodes_table(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
+def top_nodes_table(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Bounds | None) -> str:
     """The slowest nodes (``slowest``, slowest first); a ``bound`` column only when the caller knows bounds."""
     rows = []
     for g, n, t in slowest[:TOP_NODES]:
