@@ -51,6 +51,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path) -> None:
         assert "Traceback" not in proc.stderr
 
 
+def test_demo_with_an_output_it_cannot_write_stops_before_profiling(tmp_path, capsys, monkeypatch) -> None:
+    import graphprof.demo.run
+
+    def profiling(**kwargs):
+        raise AssertionError("the demo ran although its output cannot be written")
+
+    monkeypatch.setattr(graphprof.demo.run, "run_demo", profiling)
+    assert main(["demo", "--steps", "1", "-o", str(tmp_path / "missing" / "demo.json")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "does not exist" in captured.err
+
+
+def test_export_mistakes_are_said_before_the_profile_is_read(tmp_path, capsys) -> None:
+    """A bad output name, directory or size is one sentence before the (possibly long) load: here the
+    profile does not even exist, and the command line's own mistake is what is reported."""
+    missing = str(tmp_path / "missing.json")
+    for output, extra, phrase in (("x.unknown", [], "cannot tell the format"), ("no/dir/t.html", [], "does not exist"),
+                                  ("t.html", ["--max-size", "lots"], "--max-size takes a size")):
+        assert main(["export", missing, "-o", str(tmp_path / output), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and phrase in err, (output, err)
+
+
 def _bad_files(tmp_path) -> dict[str, tuple[object, str]]:
     """Each bad input of `graphprof analyze` and a phrase of its one-sentence error."""
     from graphprof.profile import Profile, StepRecord

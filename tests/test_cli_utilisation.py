@@ -37,7 +37,10 @@ def test_report_with_a_datasheet_peak_and_tokens(saved: Path, capsys: pytest.Cap
 @pytest.mark.parametrize("args, message", [
     (["--peak-gbs", "10"], "--peak-gbs needs --peak-gflops"),
     (["--peak-gflops", "-1"], "--peak-gflops must be positive"),
-    (["--tokens-per-step", "0"], "tokens_per_step must be a positive number"),
+    (["--peak-gflops", "inf"], "--peak-gflops must be positive, not inf"),
+    (["--peak-gflops", "40", "--peak-gbs", "nan"], "--peak-gbs must be positive, not nan"),
+    (["--tokens-per-step", "0"], "--tokens-per-step must be positive, not 0"),
+    (["--samples-per-step", "-8"], "--samples-per-step must be positive, not -8"),
 ])
 def test_bad_values_are_one_line_and_exit_2(saved: Path, args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "graphprof", "report", str(saved), *args],

@@ -8,6 +8,7 @@ and exits with status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -15,16 +16,13 @@ from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from graphprof.cli.loading import keep_until_exit, load_for_analysis, load_frozen, thaw
 from graphprof.cli.table_options import add_table_options, table_options_from_args
+from graphprof.cli.targets import UsageError, refuse_overwriting_input, refuse_replacing_a_profile
 from graphprof.profile.serialize import ProfileError
 from graphprof.render.escape import terminal_line, terminal_text
 
 if TYPE_CHECKING:
     from graphprof.analysis.roofline import Peaks
     from graphprof.profile.model import Profile
-
-
-class UsageError(Exception):
-    """A mistake the user can fix; printed as one line, exit status 2."""
 
 
 def emit(text: str) -> None:
@@ -46,7 +44,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from graphprof.demo.run import run_demo
+    from graphprof.render.exporters import check_target
 
+    if args.output is not None:
+        check_target(args.output)  # one sentence now, not after the demo has run
     emit(run_demo(model=args.model, steps=args.steps, top=args.top, output=args.output))
     return 0
 
@@ -66,31 +67,22 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_overwriting_input(output: str, inputs: Sequence[str], what: str) -> None:
-    """UsageError when ``output`` is (a link to) one of ``inputs``: the command would replace its own input."""
-    for path in inputs:
-        try:
-            same = os.path.samefile(path, output)
-        except OSError:  # either does not exist (yet): they cannot be the same file
-            continue
-        if same:
-            raise UsageError(f"{output} is the input profile {path}; writing {what} there would replace it, "
-                             "so choose another output file")
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
     from graphprof.progress import stage
-    from graphprof.render.exporters import export_profile
+    from graphprof.render.exporters import check_target, export_profile, exporter_for
     from graphprof.render.size_guard import parse_size
 
-    if args.max_size is not None:
-        parse_size(args.max_size)  # ValueError: one sentence, before the profile is read
-    _refuse_overwriting_input(args.output, [args.profile], "its export")
+    # Every mistake in the command line is one sentence before the profile is read (seconds at a million nodes).
+    max_bytes = None if args.max_size is None else parse_size(args.max_size)
+    exporter_for(args.output, args.format)
+    check_target(args.output)
+    refuse_overwriting_input(args.output, [args.profile], "its export")
+    refuse_replacing_a_profile(args.output, "an export")
     profile = load_frozen(args.profile)
     with stage(f"writing {terminal_line(args.output)}"):
         written = export_profile(profile, args.output, format=args.format, stat=args.stat,
                                  module_level=args.module_level, hide_views=args.hide_views,
-                                 max_bytes=None if args.max_size is None else parse_size(args.max_size))
+                                 max_bytes=max_bytes)
     size = ""
     if written.startswith("chrome"):  # traces grow with nodes x steps: say by how much
         from graphprof.render.chrome_trace import bytes_per_node_step
@@ -179,6 +171,13 @@ def _add_diff_parser(sub: argparse._SubParsersAction, detailed: bool = True) -> 
     parser.set_defaults(func=_cmd_diff)
 
 
+def _require_positive(*flags: tuple[str, float | None]) -> None:
+    """UsageError naming the first flag given a value that is not a positive finite number (nan, inf, 0, -1)."""
+    for flag, value in flags:
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise UsageError(f"{flag} must be positive, not {value:g}")
+
+
 def _peaks_from_args(args: argparse.Namespace, profile: "Profile") -> "Peaks | None":
     """Roofline peaks given on the command line (GFLOP/s, GB/s), or None for the profile's own.
 
@@ -188,9 +187,7 @@ def _peaks_from_args(args: argparse.Namespace, profile: "Profile") -> "Peaks | N
 
     if args.peak_gbs is not None and args.peak_gflops is None:
         raise UsageError("--peak-gbs needs --peak-gflops with it")
-    for flag, value in (("--peak-gflops", args.peak_gflops), ("--peak-gbs", args.peak_gbs)):
-        if value is not None and not value > 0:
-            raise UsageError(f"{flag} must be positive")
+    _require_positive(("--peak-gflops", args.peak_gflops), ("--peak-gbs", args.peak_gbs))
     scale = lambda v: None if v is None else v * 1e9  # noqa: E731
     return given_peaks(profile, scale(args.peak_gflops), scale(args.peak_gbs))
 
@@ -206,7 +203,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     width = resolve_width(args.width, args.wide)  # ValueError: one sentence
     from graphprof.progress import stage
 
-    workload = Workload(args.tokens_per_step, args.samples_per_step)  # ValueError: one sentence
+    _require_positive(("--tokens-per-step", args.tokens_per_step), ("--samples-per-step", args.samples_per_step))
+    workload = Workload(args.tokens_per_step, args.samples_per_step)
     profile = load_for_analysis(args.profile)
     peaks = _peaks_from_args(args, profile)
     with stage(f"analysing {profile.node_count} nodes"):
@@ -222,7 +220,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from graphprof.profile.merge import merge_profiles
     from graphprof.profile.model import load_profile
 
-    _refuse_overwriting_input(args.output, args.profiles, "the merged profile")
+    refuse_overwriting_input(args.output, args.profiles, "the merged profile")
     merged = merge_profiles([load_profile(p) for p in args.profiles], labels=args.profiles)
     merged.save(args.output)
     ranks = len(merged.meta.distributed.ranks) if merged.meta.distributed is not None else 0
@@ -254,11 +252,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         else:
             peaks, measured = calibrate(args.device, threads=threads), threads
         if args.device == "cpu" and measured:
-            print(f"with {measured} thread(s):")
+            emit(f"with {measured} thread(s):")
         for key, value in sorted(peaks.items()):
             unit = "B/s" if key.startswith("bytes") else "FLOP/s"
-            print(f"{key:24s} {value / 1e9:10.1f} G{unit}")
-    print(f"cached in {cache_path()}; profiles taken from now on record these peaks")
+            emit(f"{key:24s} {value / 1e9:10.1f} G{unit}")
+    emit(f"cached in {terminal_line(cache_path())}; profiles taken from now on record these peaks")
     return 0
 
 

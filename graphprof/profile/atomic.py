@@ -18,7 +18,11 @@ link and get the mode any new file of the user gets. How:
 * SIGKILL (or a power cut) cannot be caught, so the next write in the same
   directory removes temporary files that are clearly ours and dead: our
   name pattern, owned by this user, untouched for ``STALE_AFTER_S`` seconds,
-  and naming a process id that no longer runs on this machine.
+  and naming a process id that no longer runs on this machine;
+* only a regular file (or nothing) is ever replaced: a device, pipe or
+  socket at the target (``-o /dev/null``) is refused with an ``OSError``
+  before anything is written, since renaming over it would put a regular
+  file in its place (with the rights to ``/dev``, the system's ``/dev/null``).
 
 Errors are ``OSError``s naming the target, never the temporary file; each
 caller turns them into its own one-sentence error.
@@ -26,9 +30,11 @@ caller turns them into its own one-sentence error.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -129,6 +135,21 @@ def _signals_raise() -> Iterator[None]:
         raise SystemExit(128 + stopped)  # in case the signal is blocked in this thread
 
 
+def refuse_special_file(path: str | os.PathLike[str]) -> None:
+    """OSError when ``path`` (links followed) exists and is not a regular file or a directory.
+
+    A directory is left to the caller, whose own sentence says so; a device,
+    pipe or socket cannot be replaced whole and must not be replaced at all.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent (or unreadable): the write says what is wrong
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OSError(errno.EINVAL, "it is a device, pipe or socket, not a file graphprof can replace whole",
+                      os.fspath(path))
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike[str], binary: bool = False) -> Iterator[IO]:
     """A file object whose content replaces ``path`` when the ``with`` block ends without error.
@@ -138,6 +159,7 @@ def atomic_file(path: str | os.PathLike[str], binary: bool = False) -> Iterator[
     ``\\udXXXX`` escape instead of failing the write.
     """
     target = os.path.realpath(os.fspath(path))
+    refuse_special_file(target)
     directory = os.path.dirname(target)
     remove_stale_temporaries(directory)
     with _signals_raise():

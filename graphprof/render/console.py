@@ -26,7 +26,9 @@ from graphprof.render.escape import terminal_line
 from graphprof.render.fit import (
     SIMPLE, FitColumn, fit_widths, format_overhead, header_padding, terminal_width, text_table,
 )
-from graphprof.render.units import clip_middle, format_bytes, format_count, format_shapes, format_time, format_value
+from graphprof.render.units import (
+    clip_middle, format_bytes, format_count, format_shapes, format_time, format_value, plural,
+)
 
 #: Widest a text column prints by default (``--wide``: no limit), and the least it is clipped to.
 _WIDTH = {"name": 32, "module": 28, "module_type": 16, "source": 30, "scope": 24, "in_shapes": 36, "out_shapes": 24,
@@ -193,13 +195,13 @@ def _title(result: TableResult) -> str:
     if options.aggregated and options.aggregate_by is None:
         what = f"all selected nodes as one row ({options.aggregate_fn})"
     else:
-        noun = _plural(total, "node") if not options.aggregated else _plural(total, f"{options.aggregate_by} group")
+        noun = plural(total, "node") if not options.aggregated else plural(total, f"{options.aggregate_by} group")
         what = (f"top {n} of {noun}" if n < total else f"all {noun}" if total > 1 else noun)
         if options.aggregated:
             what += f" ({options.aggregate_fn} over nodes)"
     direction = "ascending" if result.order.ascending else "descending"
     return (f"{what}, ordered by {result.order.column.key} {direction}; "
-            f"time: {s.stat} of {_plural(s.steps, 'profiled step')}, {clock_label(result.clock)}")
+            f"time: {s.stat} of {plural(s.steps, 'profiled step')}, {clock_label(result.clock)}")
 
 
 def render_rows(result: TableResult, fmt: str = "simple") -> str:
@@ -215,23 +217,19 @@ def render_rows(result: TableResult, fmt: str = "simple") -> str:
     return title + "\n" + table
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("s" if n != 1 else "")
-
-
 def summary_items(result: TableResult) -> list[tuple[str, str]]:
     """The summary as (label, text) pairs, in print order."""
     s = result.summary
     device = s.device_type + (f" ({s.device_name})" if s.device_name else "")
     items = [
-        ("profile", f"{s.function or '?'} on {device}: {_plural(s.graphs, 'graph')}, "
-                    f"{_plural(s.nodes, 'node')}, {_plural(s.steps, 'profiled step')}"),
+        ("profile", f"{s.function or '?'} on {device}: {plural(s.graphs, 'graph')}, "
+                    f"{plural(s.nodes, 'node')}, {plural(s.steps, 'profiled step')}"),
         ("total time", f"{format_time(s.total_time_s)} per step (sum of node {s.stat}s, {clock_label(s.clock)})"),
     ]
     if s.step_wall_time_s is not None:
         items.append(("step wall time", f"{format_time(s.step_wall_time_s)} ({s.stat})"))
     for p in s.phases:
-        items.append((f"{p.phase} time", f"{format_time(p.time_s)} ({p.percent:.1f}%) in {_plural(p.nodes, 'node')}"))
+        items.append((f"{p.phase} time", f"{format_time(p.time_s)} ({p.percent:.1f}%) in {plural(p.nodes, 'node')}"))
     if s.total_flops is None:
         items.append(("FLOPs", "N/A (no node has a FLOP count)"))
     else:
@@ -253,8 +251,12 @@ def summary_items(result: TableResult) -> list[tuple[str, str]]:
 
 
 def render_summary(result: TableResult, fmt: str = "simple") -> str:
-    """The summary block as a two-column table in ``fmt``; long values wrap to the width."""
-    items = summary_items(result)
+    """The summary block as a two-column table in ``fmt``; long values wrap to the width.
+
+    Each value is one line of prose holding names from the profile (its function, device, peak node)
+    and the user's filters: ``terminal_line`` shows a newline or escape sequence in them as ``\\n``, ``\\x1b``.
+    """
+    items = [(label, terminal_line(text)) for label, text in summary_items(result)]
     if _fitted(result.options) and items:
         label = max(len(k) for k, _ in items)
         room = max((result.options.width or terminal_width()) - label - format_overhead(fmt, 2), 20)

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from graphprof.analysis.diff import DiffResult, GroupDiff, GroupDiffs, NodeDiff
-from graphprof.render.tabular import _csv_cell, _json_value
+from graphprof.render.tabular import csv_cell, json_value
 
 DIFF_SCHEMA = "graphprof.diff/1"
 NODE_COLUMNS = (
@@ -46,8 +46,8 @@ def node_dict(n: NodeDiff) -> dict[str, Any]:
         "before_id": n.side("id", "before"), "after_id": n.side("id", "after"),
         "name": value("name"), "op": value("op"), "type": value("type"), "module": value("module"),
         "module_type": value("module_type"), "phase": value("phase"), "source": value("source"),
-        "before_in_shapes": None if n.before_index is None else _json_value(before_shapes),
-        "after_in_shapes": None if n.after_index is None else _json_value(after_shapes),
+        "before_in_shapes": None if n.before_index is None else json_value(before_shapes),
+        "after_in_shapes": None if n.after_index is None else json_value(after_shapes),
         "before_time_s": n.before_time_s, "after_time_s": n.after_time_s, "delta_time_s": n.delta_time_s,
         "ratio": n.ratio, "before_flops": n.side("flops", "before"),
         "after_flops": n.side("flops", "after"), "delta_flops": n.delta_flops,
@@ -68,7 +68,8 @@ def changed_groups(groups: Sequence[GroupDiff]) -> Sequence[GroupDiff]:
             or g.before_flops != g.after_flops]
 
 
-def _top(items: Sequence[Any], top: int) -> Sequence[Any]:
+def top_rows(items: Sequence[Any], top: int) -> Sequence[Any]:
+    """The first ``top`` of ``items`` (0: all): the rows the text, JSON and CSV of a diff show."""
     return items[:top] if top else items
 
 
@@ -103,8 +104,8 @@ def render_diff_json(result: DiffResult) -> str:
     if o.print_only in (None, "table"):
         changed = result.changed
         doc["nodes"] = {"order_by": str(result.order), "top": o.top, "total_rows": len(changed),
-                        "columns": list(NODE_COLUMNS), "rows": [node_dict(n) for n in _top(changed, o.top)]}
-        doc["aggregates"] = {by: [group_dict(g) for g in _top(changed_groups(groups), o.top)]
+                        "columns": list(NODE_COLUMNS), "rows": [node_dict(n) for n in top_rows(changed, o.top)]}
+        doc["aggregates"] = {by: [group_dict(g) for g in top_rows(changed_groups(groups), o.top)]
                              for by, groups in result.aggregates.items()}
     return json.dumps(doc, indent=1, allow_nan=False)
 
@@ -121,17 +122,17 @@ def render_diff_csv(result: DiffResult) -> str:
             for key, value in flat.pop(side).items():
                 flat[f"{side}_{key}"] = value
         for key, value in {**flat, **{f"gate_{k}": v for k, v in (gate_dict(result) or {}).items()}}.items():
-            writer.writerow([key, _csv_cell(value)])
+            writer.writerow([key, csv_cell(value)])
         return buf.getvalue().rstrip("\n")
     if o.aggregated or result.mode == "aggregate":
         # No node-by-node diff: the op type and module groups, told apart by the "by" column.
         bys = [o.aggregate_by or "all"] if o.aggregated else ["type", "module"]
         writer.writerow(GROUP_COLUMNS)
         for by in bys:
-            for g in _top(changed_groups(result.aggregates[by]), o.top):
-                writer.writerow([_csv_cell(v) for v in group_dict(g).values()])
+            for g in top_rows(changed_groups(result.aggregates[by]), o.top):
+                writer.writerow([csv_cell(v) for v in group_dict(g).values()])
     else:
         writer.writerow(NODE_COLUMNS)
-        for n in _top(result.changed, o.top):
-            writer.writerow([_csv_cell(v) for v in node_dict(n).values()])
+        for n in top_rows(result.changed, o.top):
+            writer.writerow([csv_cell(v) for v in node_dict(n).values()])
     return buf.getvalue().rstrip("\n")

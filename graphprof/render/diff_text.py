@@ -7,7 +7,8 @@ absolute time change (``--top`` of them), and the changed groups by op type,
 module and phase; with ``--aggregate-by`` only that grouping. Unchanged
 nodes and groups are not printed: two identical profiles print "no change".
 Any tabulate format works; ``csv`` and ``json`` go through
-``graphprof.render.diff_data``.
+``graphprof.render.diff_data``. Names from the profiles (functions, devices,
+graphs, op types, modules) are shown as ``terminal_line`` shows them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,15 @@ from graphprof.analysis.diff import DiffResult, GroupDiff, NodeDiff
 from graphprof.analysis.match import MatchKind
 from graphprof.analysis.options import DATA_FORMATS
 from graphprof.render.console import check_format
-from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json
+from graphprof.render.diff_data import changed_groups, render_diff_csv, render_diff_json, top_rows
+from graphprof.render.escape import terminal_line
 from graphprof.render.fit import text_table
-from graphprof.render.units import format_count, format_shapes, format_time
+from graphprof.render.units import format_count, format_shapes, format_time, plural
 
 _ORDER_TITLES = {"time": "|time change|", "flops": "|FLOPs change|", "delta_time": "time change",
                  "delta_flops": "FLOPs change", "before_time": "time before", "after_time": "time after"}
 _BY_TITLES = {"type": "op type", "module": "module", "phase": "phase", "source": "source line",
               "scope": "scope", "shape": "op type and input shapes", "graph": "graph", "all": "all selected nodes"}
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("s" if n != 1 else "")
 
 
 def signed_time(seconds: float | None) -> str:
@@ -64,7 +62,8 @@ def _percent(delta: float | None, base: float | None) -> str:
 def _summary_rows(result: DiffResult) -> list[list[str]]:
     a, b, s = result.before, result.after, result.steps
     rows = [
-        ["profile", f"{a.function or '?'} on {a.device}", f"{b.function or '?'} on {b.device}", ""],
+        ["profile", terminal_line(f"{a.function or '?'} on {a.device}"), terminal_line(f"{b.function or '?'} on {b.device}"),
+         ""],
         ["graphs / nodes", f"{a.graphs} / {a.nodes}", f"{b.graphs} / {b.nodes}", f"{b.nodes - a.nodes:+d} nodes"],
         ["profiled steps", str(a.steps), str(b.steps), ""],
         [f"total time (sum of node {result.options.stat}s)", format_time(a.total_time_s), format_time(b.total_time_s),
@@ -83,11 +82,11 @@ def _matching_line(result: DiffResult) -> str:
     c = result.counts
     only_a = [a for a, b in result.graph_pairs if b is None]
     only_b = [b for a, b in result.graph_pairs if a is None]
-    graphs = "".join(f"; graphs only in {side}: {', '.join(map(str, names))}"
+    graphs = "".join(f"; graphs only in {side}: {', '.join(map(terminal_line, names))}"
                      for side, names in (("before", only_a), ("after", only_b)) if names)
     if result.mode == "aggregate":
-        before = ", ".join(str(a) for a, _ in result.graph_pairs if a is not None) or "no graph"
-        after = ", ".join(str(b) for _, b in result.graph_pairs if b is not None) or "no graph"
+        before = ", ".join(terminal_line(a) for a, _ in result.graph_pairs if a is not None) or "no graph"
+        after = ", ".join(terminal_line(b) for _, b in result.graph_pairs if b is not None) or "no graph"
         return f"no shared graph structure (before: {before}; after: {after}): compared by op type and module"
     return (f"{c['matched']} matched, {c['modified']} modified (same op on other shapes or under another module path), "
             f"{c['added']} added, {c['removed']} removed{graphs}")
@@ -102,6 +101,11 @@ def render_diff_summary(result: DiffResult, fmt: str = "simple") -> str:
     return "\n".join(lines)
 
 
+def _name(value: object) -> str:
+    """A name from a profile for a cell (``terminal_line``); an unknown one is an empty cell, as tabulate shows None."""
+    return "" if value is None else terminal_line(value)
+
+
 def _shapes(n: NodeDiff) -> str:
     if n.status is MatchKind.MODIFIED and n.before_index is not None and n.after_index is not None:
         before, after = n.side("in_shapes", "before"), n.side("in_shapes", "after")
@@ -114,8 +118,8 @@ def _module(n: NodeDiff) -> str:
     if n.before_index is not None and n.after_index is not None:
         before, after = n.side("module", "before"), n.side("module", "after")
         if before != after:
-            return f"{before or '-'} -> {after or '-'}"
-    return n.value("module") or "-"
+            return terminal_line(f"{before or '-'} -> {after or '-'}")
+    return terminal_line(n.value("module") or "-")
 
 
 def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], str]]]:
@@ -125,8 +129,8 @@ def _node_columns(result: DiffResult) -> list[tuple[str, Callable[[NodeDiff], st
         ("after", lambda n: format_time(n.after_time_s)),
     ]
     if result.before.graphs > 1 or result.after.graphs > 1:
-        cols.append(("graph", lambda n: n.graph))
-    cols += [("op type", lambda n: n.value("type")), ("module", _module),
+        cols.append(("graph", lambda n: _name(n.graph)))
+    cols += [("op type", lambda n: _name(n.value("type"))), ("module", _module),
              ("phase", lambda n: n.value("phase")), ("FLOPs change", lambda n: signed_flops(n.delta_flops)),
              ("in shapes", _shapes)]
     return cols
@@ -136,7 +140,7 @@ def _group_columns(by: str) -> list[tuple[str, Callable[[GroupDiff], str]]]:
     def nodes(g: GroupDiff) -> str:
         return str(g.after_nodes) if g.before_nodes == g.after_nodes else f"{g.before_nodes} -> {g.after_nodes}"
 
-    return [(_BY_TITLES.get(by, by), lambda g: g.key or "-"), ("nodes", nodes),
+    return [(_BY_TITLES.get(by, by), lambda g: terminal_line(g.key) if g.key else "-"), ("nodes", nodes),
             ("time change", lambda g: signed_time(g.delta_time_s)), ("ratio", lambda g: format_ratio(g.ratio)),
             ("before", lambda g: format_time(g.before_time_s)), ("after", lambda g: format_time(g.after_time_s)),
             ("FLOPs change", lambda g: signed_flops(g.delta_flops))]
@@ -152,10 +156,6 @@ def _order_text(result: DiffResult) -> str:
     return f"ordered by {_ORDER_TITLES.get(o.key, o.key)} {'ascending' if o.ascending else 'descending'}"
 
 
-def _cut(items: Sequence[Any], top: int) -> Sequence[Any]:
-    return items[:top] if top else items
-
-
 def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
     """The changed node pairs, or why there are none."""
     if result.mode == "aggregate":
@@ -164,10 +164,10 @@ def render_node_table(result: DiffResult, fmt: str = "simple") -> str:
         return f"no nodes: {result.note}"
     changed = result.changed
     if not changed:
-        return f"no changed nodes: all {_plural(len(result.nodes), 'selected node pair')} have equal times and FLOPs"
-    shown = _cut(changed, result.options.top)
+        return f"no changed nodes: all {plural(len(result.nodes), 'selected node pair')} have equal times and FLOPs"
+    shown = top_rows(changed, result.options.top)
     what = f"top {len(shown)} of " if len(shown) < len(changed) else ""
-    title = (f"{what}{_plural(len(changed), 'changed node')} ({len(result.nodes)} selected), {_order_text(result)}; "
+    title = (f"{what}{plural(len(changed), 'changed node')} ({len(result.nodes)} selected), {_order_text(result)}; "
              f"time: {result.options.stat} over profiled steps, {clock_label(result.clock)}")
     return title + "\n" + _table(shown, _node_columns(result), fmt)
 
@@ -179,9 +179,9 @@ def render_group_table(result: DiffResult, by: str, fmt: str = "simple") -> str:
     how = f" ({fn} over nodes)" if fn != "sum" else ""
     if not groups:
         return f"by {_BY_TITLES.get(by, by)}: no change"
-    shown = _cut(groups, result.options.top)
+    shown = top_rows(groups, result.options.top)
     what = f"top {len(shown)} of " if len(shown) < len(groups) else ""
-    return (f"by {_BY_TITLES.get(by, by)}{how}: {what}{_plural(len(groups), 'changed group')}, {_order_text(result)}\n"
+    return (f"by {_BY_TITLES.get(by, by)}{how}: {what}{plural(len(groups), 'changed group')}, {_order_text(result)}\n"
             + _table(shown, _group_columns(by), fmt))
 
 

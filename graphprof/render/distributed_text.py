@@ -12,6 +12,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from graphprof.analysis.distributed import DistributedAnalysis, NodeAcrossRanks
+from graphprof.render.escape import terminal_line
 from graphprof.render.sharding_text import render_sharding
 from graphprof.render.units import clip, share_of, format_bytes, format_time
 
@@ -19,7 +20,8 @@ _WIDTH = 34
 
 
 def _clipped(text: str | None, width: int = _WIDTH) -> str:
-    return clip(text, width, empty="-")
+    """A name from the profile for a cell: shown as ``terminal_line`` does, cut to ``width``."""
+    return clip(terminal_line(text) if text else text, width, empty="-")
 
 
 def _share(part: float, whole: float) -> str:
@@ -37,7 +39,7 @@ def _ranks(analysis: DistributedAnalysis) -> list[str]:
     headers = ["rank", "step", "compute", "host", "comm", "comm wait", "busy"]
     missing = (f"; no profile from rank(s) {', '.join(map(str, analysis.missing_ranks))}"
                if analysis.missing_ranks else "")
-    return [f"distributed: {len(analysis.ranks)} of {analysis.world_size} ranks ({analysis.backend or 'unknown backend'})"
+    return [f"distributed: {len(analysis.ranks)} of {analysis.world_size} ranks ({terminal_line(analysis.backend or 'unknown backend')})"
             f", {analysis.stat} over profiled steps{missing}",
             tabulate(rows, headers=headers, disable_numparse=True),
             "comm = collective nodes from launch to completion (DDP bucket allreduces overlap backward); "
@@ -52,7 +54,7 @@ def _straggler(analysis: DistributedAnalysis) -> list[str]:
     lines = [f"{verdict}: rank {s.rank}, busy {format_time(s.busy_s)} per step vs {format_time(s.others_busy_s)} "
              f"on the other ranks (median): {format_time(s.lag_s)} more, found from {s.basis}"]
     if s.nodes:
-        rows = [[n.node.graph, n.node.node_id, _clipped(n.node.type, 18), _where(n.node), format_time(n.time_s),
+        rows = [[terminal_line(n.node.graph), n.node.node_id, _clipped(n.node.type, 18), _where(n.node), format_time(n.time_s),
                  format_time(n.others_s), format_time(n.excess_s)] for n in s.nodes]
         lines.append(f"nodes that make rank {s.rank} slow (its time minus the other ranks' median)")
         lines.append(tabulate(rows, headers=["graph", "#", "op", "where", f"rank {s.rank}", "others", "excess"],
@@ -67,7 +69,7 @@ def _spread(analysis: DistributedAnalysis) -> list[str]:
     rows = []
     for n in analysis.spread:
         times = [n.time_on(r) for r in ranks]
-        rows.append([n.graph, n.node_id, _clipped(n.type, 18), _where(n), format_time(min(times)),
+        rows.append([terminal_line(n.graph), n.node_id, _clipped(n.type, 18), _where(n), format_time(min(times)),
                      format_time(max(times)), format_time(n.spread_s(ranks)), n.slowest_rank()])
     return [f"spread across ranks (top {len(rows)}; a node a rank does not run counts 0 s there)",
             tabulate(rows, headers=["graph", "#", "op", "where", "min", "max", "spread", "slowest"],
@@ -77,7 +79,7 @@ def _spread(analysis: DistributedAnalysis) -> list[str]:
 def _collectives(analysis: DistributedAnalysis) -> list[str]:
     if not analysis.collectives:
         return ["collectives: none recorded"]
-    rows = [[c.node.graph, c.node.node_id, _clipped(c.node.name, 24), c.collective, format_bytes(c.bytes), c.world_size,
+    rows = [[terminal_line(c.node.graph), c.node.node_id, _clipped(c.node.name, 24), terminal_line(c.collective), format_bytes(c.bytes), c.world_size,
              format_time(c.time_s), format_time(c.max_time_s), format_bytes(c.algbw_bytes_per_s, "B/s"),
              format_bytes(c.busbw_bytes_per_s, "B/s")] for c in analysis.collectives]
     return ["collectives (time: shortest over ranks; bus bandwidth as NCCL-tests: allreduce algbw x 2(n-1)/n)",

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 
+#: Roofline bound per node, keyed by ``(graph_id, node_id)`` or by node id: a string, or an enum whose
+#: ``value`` is shown (``labels.bound_of`` reads it; the analysis gives strings, a caller may give ``Bound``s).
+Bounds = Mapping[Any, Any]
+
+
 class ExportError(ValueError):
     """An export the user asked for cannot be done; the message is one sentence."""
 
@@ -36,6 +41,6 @@ class ExportOptions:
     hide_views: bool = False
     max_nodes: int = 600
     graph_id: int = 0
-    bounds: Mapping[Any, str] | None = None
+    bounds: Bounds | None = None
     findings: Sequence[Any] | None = None
     max_bytes: int | None = None

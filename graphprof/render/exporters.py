@@ -1,7 +1,9 @@
 """Writing a profile to a file whose format follows from its name.
 
 Each format is an ``ExportFormat`` record: a name, the file-name endings it
-claims, and ``render(profile, options)`` returning the file's content.
+claims, and ``render(profile, options)`` returning the file's content, or
+None for the formats ``streamed.STREAMED`` writes to the file as they are
+made (the trace, GraphML, node-link JSON: hundreds of MB at 100,000 nodes).
 ``EXPORTERS`` is the registry, by name; the longest
 matching ending wins, so ``step.trace.json`` is a Chrome trace,
 ``g.nodelink.json`` node-link JSON and ``step.memory.svg`` the memory
@@ -15,7 +17,6 @@ is one ``ExportError`` sentence.
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.atomic import atomic_file
+from graphprof.profile.atomic import atomic_file, refuse_special_file
 from graphprof.profile.model import Profile
 from graphprof.profile.node_columns import gc_paused
 from graphprof.render.export_options import ExportError, ExportOptions
@@ -39,27 +40,17 @@ class ExportFormat:
     """One output format: its name, the file-name endings it claims, and what renders it.
 
     ``render(profile, options)`` returns the file's content: text (written as
-    UTF-8) or bytes (a compressed format).
+    UTF-8) or bytes (a compressed format); None: the format is streamed, and
+    ``streamed.STREAMED[name]`` writes it.
     """
 
     name: str
     suffixes: tuple[str, ...]
     description: str
-    render: Callable[[Profile, ExportOptions], str | bytes]
+    render: Callable[[Profile, ExportOptions], str | bytes] | None
 
 
 # The renderers import their modules when called, so choosing a format imports none of them.
-def _chrome(profile: Profile, options: ExportOptions) -> str:
-    from graphprof.render.chrome_trace import chrome_trace_json
-
-    return chrome_trace_json(profile, stat=options.stat, bounds=options.bounds)
-
-
-def _chrome_gz(profile: Profile, options: ExportOptions) -> bytes:
-    # mtime=0: the same profile gives the same bytes (no timestamp in the gzip header).
-    return gzip.compress(_chrome(profile, options).encode("utf-8"), compresslevel=6, mtime=0)
-
-
 def _dot(profile: Profile, options: ExportOptions) -> str:
     from graphprof.render.dot import profile_dot
 
@@ -70,18 +61,6 @@ def _svg(profile: Profile, options: ExportOptions) -> str:
     from graphprof.render.dot import dot_to_svg, profile_dot
 
     return dot_to_svg(profile_dot(profile, options))
-
-
-def _graphml(profile: Profile, options: ExportOptions) -> str:
-    from graphprof.render.graphml import graphml_text
-
-    return graphml_text(profile, stat=options.stat)
-
-
-def _node_link(profile: Profile, options: ExportOptions) -> str:
-    from graphprof.render.graphml import node_link_json
-
-    return node_link_json(profile, stat=options.stat)
 
 
 def _folded(profile: Profile, options: ExportOptions) -> str:
@@ -104,13 +83,13 @@ def _memory_svg(profile: Profile, options: ExportOptions) -> str:
 
 #: The formats by name, in the order help texts list them; a new format is one entry here.
 EXPORTERS: dict[str, ExportFormat] = {f.name: f for f in (
-    ExportFormat("chrome", (".trace.json", ".json"), "Chrome/Perfetto trace (Trace Event Format)", _chrome),
+    ExportFormat("chrome", (".trace.json", ".json"), "Chrome/Perfetto trace (Trace Event Format)", None),
     ExportFormat("chrome-gz", (".trace.json.gz", ".json.gz"),
-                 "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)", _chrome_gz),
+                 "gzip-compressed Chrome/Perfetto trace (Perfetto and chrome://tracing open it as is)", None),
     ExportFormat("dot", (".dot", ".gv"), "annotated graph as Graphviz DOT", _dot),
     ExportFormat("svg", (".svg",), "annotated graph as SVG (runs Graphviz's dot)", _svg),
-    ExportFormat("graphml", (".graphml",), "dataflow graph as GraphML", _graphml),
-    ExportFormat("nodelink", (".nodelink.json",), "dataflow graph as networkx node-link JSON", _node_link),
+    ExportFormat("graphml", (".graphml",), "dataflow graph as GraphML", None),
+    ExportFormat("nodelink", (".nodelink.json",), "dataflow graph as networkx node-link JSON", None),
     ExportFormat("folded", (".folded",), "folded stacks for flamegraph.pl and speedscope", _folded),
     ExportFormat("html", (".html", ".htm"), "self-contained HTML report", _html),
     ExportFormat("memory-svg", ("memory.svg",), "memory timeline as SVG", _memory_svg),
@@ -138,6 +117,10 @@ def check_target(path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ExportError(f"cannot write {path}: it is a directory")
+    try:
+        refuse_special_file(path)
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {exc.strerror}") from None
     if not os.path.isdir(directory):
         raise ExportError(f"cannot write {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
@@ -238,7 +221,7 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
 
     with gc_paused():  # as in build_report: no cycles are made, so no full collection need walk the profile
         opts = analysed_options(exporter.name, profile, opts)
-        if exporter.name in STREAMED:
+        if exporter.render is None:
             write_streamed(path, exporter.name, STREAMED[exporter.name], profile, opts, limit, input_bytes)
             return exporter.name
         text = exporter.render(profile, opts)

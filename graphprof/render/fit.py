@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
+from graphprof.render.escape import terminal_line
 from graphprof.render.units import clip_middle
 
 #: tabulate's default table format, the one ``text_table`` lays out itself.
@@ -143,8 +144,11 @@ def fitted_table(columns: Sequence[TextColumn], rows: Sequence[Sequence[str]], w
                  fmt: str = "simple", core: int = 4) -> str:
     """``rows`` under ``columns`` as a tabulate table, fitted to ``width`` (None: as they are).
 
+    Cells are ``terminal_line``'d first (they hold op, module and source names from the profile: a
+    newline or escape sequence in one shows as ``\\n``, ``\\x1b``), so they are measured as printed.
     ``core``: as in ``fit_widths``, the priority up to which a column is clipped before it is dropped.
     """
+    rows = [list(map(terminal_line, row)) for row in rows]
     keys = [str(i) for i in range(len(columns))]
     if width is None:
         shown = dict.fromkeys(keys, 0)
@@ -164,9 +168,11 @@ def fitted_table(columns: Sequence[TextColumn], rows: Sequence[Sequence[str]], w
 
 
 def wrap_lines(lines: Sequence[str], width: int | None) -> list[str]:
-    """Each line wrapped at ``width``; a continuation is indented 2 more than its line."""
+    """Each line ``terminal_line``'d (a name in it cannot break it or send an escape sequence), then
+    wrapped at ``width``; a continuation is indented 2 more than its line."""
+    lines = list(map(terminal_line, lines))
     if width is None:
-        return list(lines)
+        return lines
     out: list[str] = []
     for line in lines:
         if len(line) <= width:

@@ -24,16 +24,12 @@ import numpy as np
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import codes, column_codes, times_array
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.model import NodeRecord, Profile
+from graphprof.profile.model import Profile
 from graphprof.render.escape import folded_frame
 
 
-def node_stack(node: NodeRecord) -> tuple[str, ...]:
-    """Frames of a node, root first: phase, module path prefixes, op type."""
-    return (node.phase.value, *_module_frames(node.module), node.type or node.op or "?")
-
-
 def _module_frames(module: str) -> tuple[str, ...]:
+    """The frames of a module path: each of its prefixes (``a``, ``a.b``, ``a.b.c``), empty parts left out."""
     parts = [p for p in module.split(".") if p] if module else []
     return tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
 

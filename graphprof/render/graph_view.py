@@ -23,16 +23,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import compress
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphprof.analysis.aggregate import truncate_module
 from graphprof.analysis.critical_path import CriticalPath, critical_path, paths_and_edges
 from graphprof.analysis.dataflow import EdgeIndex, EdgeKind, dataflow_graph
+from graphprof.analysis.entries import bytes_moved
 from graphprof.analysis.frame import node_frame
 from graphprof.analysis.node_arrays import codes, column_codes
 from graphprof.profile.model import NodeRecord, Profile
+from graphprof.render.export_options import Bounds
 from graphprof.render.labels import bound_of, shapes_text
 from graphprof.render.node_columns import adjacency_arrays, graph_spans
 from graphprof.render.units import format_bytes, format_count, format_time
@@ -109,7 +111,7 @@ def _node_tooltip(node: NodeRecord, time_s: float) -> str:
              f"source: {node.source or '-'}", f"in: {shapes_text(node.in_shapes, limit=6)}",
              f"out: {shapes_text(node.out_shapes, limit=6)}", f"time: {format_time(time_s)}",
              f"FLOPs: {format_count(node.flops, 'FLOP')}",
-             f"bytes: {format_bytes((node.bytes_read or 0) + (node.bytes_written or 0)) if node.bytes_read is not None else 'N/A'}"]
+             f"bytes: {format_bytes(bytes_moved(node.bytes_read, node.bytes_written))}"]
     if node.scope:
         lines.append(f"scope: {node.scope}")
     return "\n".join(lines)
@@ -148,7 +150,7 @@ def draws_modules(profile: Profile, module_level: bool | None, max_nodes: int) -
 
 
 def build_view(profile: Profile, stat: str = "median", module_level: bool | None = None, hide_views: bool = False,
-               max_nodes: int = 600, bounds: Mapping[Any, str] | None = None) -> GraphView:
+               max_nodes: int = 600, bounds: Bounds | None = None) -> GraphView:
     """The picture's content under the options above (see the module docstring)."""
     op_nodes = profile.node_count
     collapse = draws_modules(profile, module_level, max_nodes)
@@ -221,8 +223,25 @@ def _layout_edges(graph_id: int, order: list[int], work: nx.DiGraph) -> list[Vie
     return edges
 
 
+@dataclass(frozen=True)
+class _ModuleBox:
+    """One box of a module-level picture: a (graph, phase, module prefix) group of op nodes.
+
+    ``types``: the module types of the nodes whose module is the prefix itself, in first-seen order;
+    ``flops``: None when any node of the group has no FLOP count; ``cluster``: graph name (when several) and phase.
+    """
+
+    key: str
+    module: str
+    types: tuple[str, ...]
+    time_s: float
+    flops: int | None
+    count: int
+    cluster: tuple[str, ...]
+
+
 def _module_groups(profile: Profile, depth: int, multi: bool,
-                   times: list[float]) -> tuple[list[dict[str, Any]], np.ndarray]:
+                   times: list[float]) -> tuple[list[_ModuleBox], np.ndarray]:
     """The module boxes (one per graph, phase and module prefix at ``depth``, in order of their first
     node) and each node's box (an index into them), from the node frame's codes.
 
@@ -260,13 +279,13 @@ def _module_groups(profile: Profile, depth: int, multi: bool,
     for k, module_type in dict.fromkeys(zip(box[mine].tolist(), compress(col("module_type"), mine.tolist()))):
         types[k][module_type] = None
     graph_index = col("graph_index")
-    info = []
+    info: list[_ModuleBox] = []
     for k, i in enumerate(first):
         gid, phase = graph_ids[graph_codes[i]], phases[phase_codes[i]]
         graph = profile.graphs[graph_index[i]]
-        info.append({"key": f"g{gid}_{phase}_{k}", "module": shown[shown_codes[module_codes[i]]], "types": types[k],
-                     "time": time_s[k], "flops": int(flops[k]), "flops_known": not unknown[k], "count": count[k],
-                     "cluster": ((graph.name or f"graph {graph.id}",) if multi else ()) + (phase,)})
+        info.append(_ModuleBox(f"g{gid}_{phase}_{k}", shown[shown_codes[module_codes[i]]], tuple(types[k]), time_s[k],
+                               None if unknown[k] else int(flops[k]), count[k],
+                               ((graph.name or f"graph {graph.id}",) if multi else ()) + (phase,)))
     return info, box
 
 
@@ -296,7 +315,7 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
         paths[graph.id] = path
     total = sum(cp.serial_s for cp in paths.values())
     info, box = _module_groups(profile, depth, multi, times)
-    key_of = [entry["key"] for entry in info]
+    key_of = [entry.key for entry in info]
     crit_groups: set[str] = set()
     crit_edges: set[tuple[str, str]] = set()
     edges: dict[tuple[str, str], EdgeKind] = {}
@@ -314,17 +333,17 @@ def _module_view(profile: Profile, stat: str, max_nodes: int, multi: bool, op_no
             edges[(key_of[a], key_of[b])] = EdgeKind.DATA if data else EdgeKind.ORDER
     nodes = []
     for entry in info:
-        module = entry["module"] or TOP_LEVEL
-        types = ", ".join(t for t in entry["types"] if t)
-        flops = entry["flops"] if entry["flops_known"] else None
-        subtitle = f"{types + ' · ' if types else ''}{entry['count']} op{'s' if entry['count'] != 1 else ''}"
-        tooltip = (f"{module} ({entry['cluster'][-1]})\n{subtitle}\ntime: {format_time(entry['time'])}\n"
+        module = entry.module or TOP_LEVEL
+        types = ", ".join(t for t in entry.types if t)
+        flops = entry.flops
+        subtitle = f"{types + ' · ' if types else ''}{entry.count} op{'s' if entry.count != 1 else ''}"
+        tooltip = (f"{module} ({entry.cluster[-1]})\n{subtitle}\ntime: {format_time(entry.time_s)}\n"
                    f"FLOPs: {format_count(flops, 'FLOP')}")
-        nodes.append(ViewNode(key=entry["key"], title=module, subtitle=subtitle, time_s=entry["time"],
-                              share=entry["time"] / total if total > 0 else 0.0, flops=flops, bound=None,
-                              cluster=entry["cluster"], tooltip=tooltip, critical=entry["key"] in crit_groups,
-                              members=entry["count"]))
-    phase_of = {entry["key"]: entry["cluster"][-1] for entry in info}
+        nodes.append(ViewNode(key=entry.key, title=module, subtitle=subtitle, time_s=entry.time_s,
+                              share=entry.time_s / total if total > 0 else 0.0, flops=flops, bound=None,
+                              cluster=entry.cluster, tooltip=tooltip, critical=entry.key in crit_groups,
+                              members=entry.count))
+    phase_of = {entry.key: entry.cluster[-1] for entry in info}
     view_edges = tuple(ViewEdge(a, b, k, (a, b) in crit_edges, cross_phase=phase_of[a] != phase_of[b])
                        for (a, b), k in edges.items())
     return GraphView(tuple(nodes), view_edges, True, depth, total,

@@ -8,9 +8,11 @@ every fetch, so it opens with no network and cannot leak one. Every name is
 escaped (``render.escape``); the machine-readable summary embedded for
 tools is JSON escaped for a ``<script>`` element.
 
-The advisor and the roofline bounds come from the lead's analysis when the
-caller has them: ``options.findings`` (objects with ``severity``, ``title``,
-``time_s``, ``hint``, ``sources``) and ``options.bounds``.
+The advisor's findings and the roofline bounds are the caller's:
+``options.findings`` (objects with ``severity``, ``title``, ``time_s``,
+``hint``, ``sources``) and ``options.bounds``; an export gets both from
+``exporters.analysed_options``. Without them the report says there are no
+findings and leaves out the bound column.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 import numpy as np
 
 from graphprof.analysis.aggregate import aggregate
-from graphprof.analysis.entries import GroupEntry
+from graphprof.analysis.entries import GroupEntry, bytes_moved, ratio
 from graphprof.analysis.critical_path import CriticalPath, critical_paths
 from graphprof.analysis.eager import eager_overhead
 from graphprof.analysis.frame import NodeFrame, node_frame
@@ -39,7 +41,7 @@ from graphprof.render.html_tables import critical_section, num_cell, slowest_fir
 from graphprof.render.units import format_bytes, format_count, format_number, format_time
 
 if TYPE_CHECKING:
-    from graphprof.render.export_options import ExportOptions
+    from graphprof.render.export_options import Bounds, ExportOptions
 
 TOP_NODES = 50
 #: How a breakdown labels ops outside any module.
@@ -50,38 +52,29 @@ _SEVERITY_CLASSES = {"critical", "high", "error", "medium", "warning", "low", "i
 Timed = tuple[GraphRecord, NodeRecord, float]
 
 
-def _rate(amount: int | None, time_s: float) -> float | None:
-    return amount / time_s if amount is not None and time_s > 0 else None
-
-
-def _moved(node: NodeRecord) -> int | None:
-    if node.bytes_read is None and node.bytes_written is None:
-        return None
-    return (node.bytes_read or 0) + (node.bytes_written or 0)
-
-
 def _card(key: str, value: str, sub: str = "") -> str:
     return (f'<div class="card"><div class="k">{html_text(key)}</div><div class="v">{html_text(value)}</div>'
             f'<div class="s">{html_text(sub)}</div></div>')
 
 
-def _summary(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[CriticalPath], stat: str) -> str:
+def summary_cards(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[CriticalPath], stat: str) -> str:
+    """The summary's cards (step time, wall time, ops, FLOPs, bytes, critical path, memory peak): the report's and the notebook's."""
     steps = len(profile.steps)
     walls = [s.wall_time_s for s in profile.steps]
     flops, counted, moved = _totals(frame)
     cp_len = sum(p.length_s for p in paths)
-    ratio = cp_len / total if total > 0 else 0.0
+    path_share = cp_len / total if total > 0 else 0.0
     cards = [
         _card("time per step", format_time(total), f"sum of op times, {stat} of {steps} step{'s' * (steps != 1)}"),
         _card("wall time per step", format_time(median(walls)) if walls else "N/A", "median, whole call"),
         _card("ops", str(len(frame)), f"in {len(profile.graphs)} graph{'s' * (len(profile.graphs) != 1)}"),
         _card("FLOPs per step", format_count(flops, "FLOP"),
-              f"{format_count(_rate(flops, total), 'FLOP/s')}; {counted} of {len(frame)} ops counted"),
+              f"{format_count(ratio(flops, total), 'FLOP/s')}; {counted} of {len(frame)} ops counted"),
         _card("bytes moved", format_bytes(moved) if moved is not None else "N/A",
-              f"{format_bytes(_rate(moved, total), 'B/s')}" if moved is not None else "no byte counts"),
-        _card("critical path", format_time(cp_len), f"{ratio:.0%} of the serial sum" if total > 0 else ""),
+              f"{format_bytes(ratio(moved, total), 'B/s')}" if moved is not None else "no byte counts"),
+        _card("critical path", format_time(cp_len), f"{path_share:.0%} of the serial sum" if total > 0 else ""),
     ]
-    peaks = [p for g in profile.graphs if (p := getattr(g, "memory_peak", None)) is not None]
+    peaks = [g.memory_peak for g in profile.graphs if g.memory_peak is not None]
     if peaks:
         cards.append(_card("modelled memory peak", format_bytes(max(p.live_bytes for p in peaks)), "largest over graphs"))
     return '<div class="cards">' + "".join(cards) + "</div>"
@@ -89,7 +82,7 @@ def _summary(profile: Profile, frame: NodeFrame, total: float, paths: Sequence[C
 
 def _totals(frame: NodeFrame) -> tuple[int | None, int, int | None]:
     """The FLOPs of the nodes that count them (None: none does), how many do, and the bytes they move
-    (read + written, as ``_moved``; None: no node counts bytes), summed from the integer arrays."""
+    (read + written, as ``bytes_moved``; None: no node counts bytes), summed from the integer arrays."""
     try:
         flops, flops_known = int_array(frame, "flops")
         read, read_known = int_array(frame, "bytes_read")
@@ -127,7 +120,8 @@ def utilisation_cards(profile: Profile, stat: str) -> str:
     return '<div class="cards">' + "".join(cards) + "</div>" if cards else ""
 
 
-def _findings(findings: Sequence[Any]) -> str:
+def findings_html(findings: Sequence[Any]) -> str:
+    """The advisor's findings, each with its severity, title, time at stake, hint and up to 8 sources."""
     if not findings:
         return '<p class="note">No advisor findings.</p>'
     out = []
@@ -159,11 +153,11 @@ def slowest_nodes(frame: NodeFrame, times: Sequence[float], count: int) -> list[
     return [(*frame.pair(i), times[i]) for i in slowest]
 
 
-def _top_nodes(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Any) -> str:
+def top_nodes_table(slowest: list[Timed], total: float, critical: set[tuple[int, int]], bounds: Bounds | None) -> str:
     """The slowest nodes (``slowest``, slowest first); a ``bound`` column only when the caller knows bounds."""
     rows = []
     for g, n, t in slowest[:TOP_NODES]:
-        moved = _moved(n)
+        moved = bytes_moved(n.bytes_read, n.bytes_written)
         crit = (g.id, n.id) in critical
         intensity = n.flops / moved if n.flops is not None and moved else None
         bound_cell = f"<td>{html_text(bound_of(bounds, g.id, n.id) or '')}</td>" if bounds else ""
@@ -174,8 +168,8 @@ def _top_nodes(slowest: list[Timed], total: float, critical: set[tuple[int, int]
             f'{source_cell(n.source)}<td>{html_text(n.phase.value)}</td>'
             f'<td class="shapes" title="{html_text(shapes_text(n.in_shapes, limit=16))}">{html_text(shapes_text(n.in_shapes))}</td>'
             + num_cell(t, format_time(t)) + num_cell(100 * t / total if total else 0, f"{100 * t / total:.1f}" if total else "0")
-            + num_cell(n.flops, format_count(n.flops, "FLOP")) + num_cell(_rate(n.flops, t), format_count(_rate(n.flops, t), "FLOP/s"))
-            + num_cell(moved, format_bytes(moved)) + num_cell(_rate(moved, t), format_bytes(_rate(moved, t), "B/s"))
+            + num_cell(n.flops, format_count(n.flops, "FLOP")) + num_cell(ratio(n.flops, t), format_count(ratio(n.flops, t), "FLOP/s"))
+            + num_cell(moved, format_bytes(moved)) + num_cell(ratio(moved, t), format_bytes(ratio(moved, t), "B/s"))
             + num_cell(intensity, format_number(intensity))
             + f"{bound_cell}<td>{'&#10003;' if crit else ''}</td></tr>")
     numeric = ("#", "time", "%", "FLOPs", "FLOP/s", "bytes", "bandwidth", "FLOP/B")
@@ -237,11 +231,9 @@ def _first_by(frame: NodeFrame, key: str, value: str, skip_empty: bool) -> dict[
         ordered[first].tolist(), value_codes[at[order[first]]].tolist())}
 
 
-def _memory_section(profile: Profile, frame: NodeFrame, options: ExportOptions) -> str:
-    try:
-        from graphprof.render.memory_svg import memory_timeline_svg
-    except ImportError:
-        return '<p class="note">This graphprof has no memory timeline renderer.</p>'
+def _memory_section(profile: Profile, options: ExportOptions) -> str:
+    from graphprof.render.memory_svg import memory_timeline_svg
+
     if not has_memory_records(profile.graphs):
         return '<p class="note">The profile has no modelled memory (the memory pass did not run).</p>'
     try:
@@ -276,16 +268,12 @@ def _roofline(frame: NodeFrame, times: Sequence[float], total: float, profile: P
     flops, read, written = col("flops"), col("bytes_read"), col("bytes_written")
     types, modules, ids, phases = col("type"), col("module"), col("id"), col("phase")
 
-    def moved(i: int) -> int:  # read + written, either alone when the other is unknown (as _moved)
-        r, w = read[i], written[i]
-        return w if r is None else r if w is None else r + w  # type: ignore[no-any-return]
-
     time_s = np.asarray(times, dtype=np.float64)
     plotted = _plotted(frame, time_s)
     # Only the points the plot keeps (the slowest MAX_POINTS, ties in node order, as its stable sort) are made.
     kept = plotted[slowest_first(time_s[plotted], MAX_POINTS)].tolist()
     points = [RooflinePoint(f"{types[i]} ({modules[i] or '-'}) #{ids[i]}", phases[i],
-                            flops[i] / moved(i), flops[i] / times[i], times[i], times[i] / total if total else 0.0)
+                            flops[i] / bytes_moved(read[i], written[i]), flops[i] / times[i], times[i], times[i] / total if total else 0.0)
               for i in kept]
     peaks = {str(k): float(v) for k, v in profile.meta.peaks.items() if isinstance(v, (int, float))}
     caption = ('<p>One dot per op node with FLOPs and bytes moved: x = FLOPs per byte, y = achieved FLOP/s, '
@@ -327,15 +315,15 @@ def html_report(profile: Profile, options: ExportOptions) -> str:
     sub = (f"{device} · torch {meta.torch_version or '?'} · graphprof {meta.graphprof_version or '?'} · "
            f"{meta.created_at or ''} · {len(profile.steps)} profiled steps, {stat} shown")
     sections = [
-        ("summary", "Summary", _summary(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)),
-        ("findings", "Advisor findings", _findings(options.findings or ())),
-        ("top-ops", f"Top {min(TOP_NODES, len(times))} nodes", _top_nodes(slowest, total, critical, options.bounds)
+        ("summary", "Summary", summary_cards(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)),
+        ("findings", "Advisor findings", findings_html(options.findings or ())),
+        ("top-ops", f"Top {min(TOP_NODES, len(times))} nodes", top_nodes_table(slowest, total, critical, options.bounds)
          + "<h3>By op type</h3>" + _by_op_type(frame, times, total)),
         ("breakdown", "Breakdown", '<div class="grid2"><div><h3>By phase</h3>' + by_phase
          + "<h3>By top-level module</h3>" + depth1 + "</div><div><h3>By module (depth 2)</h3>" + depth2
          + "<h3>By source line</h3>" + by_source + "</div></div>"),
         ("roofline", "Roofline", _roofline(frame, times, total, profile)),
-        ("memory", "Memory timeline", _memory_section(profile, frame, options)),
+        ("memory", "Memory timeline", _memory_section(profile, options)),
         ("critical-path", "Critical path", critical_section(paths, frame, times, total)),
     ]
     nav = "".join(f'<a href="#{sid}">{html_text(name)}</a>' for sid, name, _ in sections)

@@ -14,7 +14,7 @@ user code.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,8 @@ PHASE_COLORS = {"forward": "#c6dbef", "backward": "#fdd0a2", "optimizer": "#c7e9
 _OTHER_COLOR = "#bab0ac"
 _FREED_COLOR = "#d0d0d0"
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+#: A plot coordinate from a node index (``x_of``) or a byte count (``y_of``).
+Scale = Callable[[float], float]
 
 
 def _nice_step(span: float, target_ticks: int, steps: Sequence[float] = (1, 2, 2.5, 5)) -> float:
@@ -184,7 +186,7 @@ def _bytes(value: float) -> str:
     return f"{scaled:.{decimals}f} {_UNITS[power]}"
 
 
-def _step_points(values: Sequence[int], col_w: float, y_of) -> list[str]:  # type: ignore[no-untyped-def]
+def _step_points(values: Sequence[int], col_w: float, y_of: Scale) -> list[str]:
     """Left-to-right points of a step line, one level per column, equal neighbours merged."""
     points = [f"{_fmt(LEFT)},{_fmt(y_of(values[0]))}"]
     for b in range(1, len(values)):
@@ -195,7 +197,7 @@ def _step_points(values: Sequence[int], col_w: float, y_of) -> list[str]:  # typ
     return points
 
 
-def _area(category: str, lower: list[int], upper: list[int], col_w: float, y_of,  # type: ignore[no-untyped-def]
+def _area(category: str, lower: list[int], upper: list[int], col_w: float, y_of: Scale,
           color: str | None = None) -> str:
     top, bottom = _step_points(upper, col_w, y_of), _step_points(lower, col_w, y_of)
     color = color or CATEGORY_COLORS.get(category, _OTHER_COLOR)
@@ -203,7 +205,7 @@ def _area(category: str, lower: list[int], upper: list[int], col_w: float, y_of,
             f"<title>{html_text(category)}</title></path>")
 
 
-def _phase_strip(t: TimelineColumns, x_of) -> list[str]:  # type: ignore[no-untyped-def]
+def _phase_strip(t: TimelineColumns, x_of: Scale) -> list[str]:
     """Coloured runs of forward, backward and optimizer nodes above the plot."""
     out: list[str] = []
     y0, h = TOP - 26, 16
@@ -222,7 +224,7 @@ def _phase_strip(t: TimelineColumns, x_of) -> list[str]:  # type: ignore[no-unty
     return out
 
 
-def _peak_marker(t: TimelineColumns, x_of, y_of) -> list[str]:  # type: ignore[no-untyped-def]
+def _peak_marker(t: TimelineColumns, x_of: Scale, y_of: Scale) -> list[str]:
     x, y = x_of(t.peak_index + 0.5), y_of(t.peak_bytes)
     label = [f"peak {_bytes(t.peak_bytes)}", f"node {t.node_ids[t.peak_index]} {t.node_names[t.peak_index]}"]
     width = 7.0 * max(len(s) for s in label) + 12

@@ -22,7 +22,9 @@ from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
 from graphprof.render.escape import html_text
 from graphprof.render.exporters import ExportOptions, with_analysis
-from graphprof.render.html import TOP_NODES, _findings, _summary, _top_nodes, slowest_nodes, utilisation_cards
+from graphprof.render.html import (
+    TOP_NODES, findings_html, slowest_nodes, summary_cards, top_nodes_table, utilisation_cards,
+)
 from graphprof.render.html_assets import CSS
 
 ROOT_CLASS = "graphprof-nb"
@@ -58,9 +60,9 @@ def notebook_html(profile: Profile, stat: str = "median") -> str:
         total = sum(times)
         paths = critical_paths(profile, stat=stat)
         critical = {(p.graph_id, nid) for p in paths for nid in p.nodes}
-        body = (_summary(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)
-                + "<h4>Advisor findings</h4>" + _findings(options.findings or ())
-                + "<h4>Top nodes</h4>" + _top_nodes(slowest_nodes(frame, times, TOP_NODES), total, critical,
+        body = (summary_cards(profile, frame, total, paths, stat) + utilisation_cards(profile, stat)
+                + "<h4>Advisor findings</h4>" + findings_html(options.findings or ())
+                + "<h4>Top nodes</h4>" + top_nodes_table(slowest_nodes(frame, times, TOP_NODES), total, critical,
                                                     options.bounds))
     return (f'<div class="{ROOT_CLASS}"><style>{scoped_css()}</style>'
             f"<h4>{html_text(title)}</h4><p class=\"note\">{html_text(sub)}</p>{body}</div>")

@@ -1,4 +1,8 @@
-"""The bottleneck report as terminal text."""
+"""The bottleneck report as terminal text.
+
+Names from the profile reach it through ``fit.wrap_lines`` (prose) and ``fit.fitted_table`` (tables),
+which show them as ``terminal_line`` does: a newline or escape sequence in a name cannot break a line.
+"""
 
 from __future__ import annotations
 

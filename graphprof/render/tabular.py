@@ -24,15 +24,16 @@ from graphprof.analysis.table import Row, TableResult
 TABLE_SCHEMA = "graphprof.table/1"
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """``value`` with its tuples (shapes) as lists, for JSON; the table's and the diff's rule."""
     if isinstance(value, tuple):
-        return [_json_value(v) for v in value]
+        return [json_value(v) for v in value]
     return value
 
 
 def row_dict(row: Row, columns: tuple[str, ...]) -> dict[str, Any]:
     """One row as a JSON-ready dict of the given columns."""
-    return {k: _json_value(getattr(row, k)) for k in columns}
+    return {k: json_value(getattr(row, k)) for k in columns}
 
 
 def summary_dict(result: TableResult) -> dict[str, Any]:
@@ -67,11 +68,12 @@ def render_json(result: TableResult) -> str:
     return json.dumps(doc, indent=1, allow_nan=False)
 
 
-def _csv_cell(value: Any) -> Any:
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: None empty, a tuple, list or dict as compact JSON; the table's and the diff's rule."""
     if value is None:
         return ""
     if isinstance(value, (tuple, list, dict)):
-        return json.dumps(_json_value(value), separators=(",", ":"))
+        return json.dumps(json_value(value), separators=(",", ":"))
     return value
 
 
@@ -87,9 +89,9 @@ def render_csv(result: TableResult) -> str:
                     for name in ("nodes", "time_s", "percent"):
                         writer.writerow([f"{phase['phase']}_{name}", phase[name]])
                 continue
-            writer.writerow([key, _csv_cell(value)])
+            writer.writerow([key, csv_cell(value)])
         return buf.getvalue().rstrip("\n")
     writer.writerow(result.columns)
     for row in result.rows:
-        writer.writerow([_csv_cell(getattr(row, k)) for k in result.columns])
+        writer.writerow([csv_cell(getattr(row, k)) for k in result.columns])
     return buf.getvalue().rstrip("\n")

@@ -95,6 +95,11 @@ def clip_middle(text: str, width: int) -> str:
     return text[:head] + "…" + (text[-tail:] if tail else "")
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 node``, ``2 nodes``: a count with its noun."""
+    return f"{n} {noun}" + ("s" if n != 1 else "")
+
+
 def share_of(part: float, whole: float, digits: int = 1) -> str:
     """``part`` as a percentage of ``whole`` (``"12.3%"``), or ``-`` when the whole is 0."""
     return f"{100 * part / whole:.{digits}f}%" if whole > 0 else "-"

@@ -115,3 +115,22 @@ def test_memory_survives_save_and_load(mlp_profile: Profile, tmp_path) -> None:
     with_samples = _hand_profile((DeviceMemorySample(3, 1, 512, 1024, 2048),))
     with_samples.save(str(path))
     assert graphprof.load(str(path)).graphs[0].device_memory == with_samples.graphs[0].device_memory
+
+
+def test_summary_text_shows_names_escaped() -> None:
+    """Node, op, module, source and tensor names reach the memory summary's text as the terminal shows them."""
+    from dataclasses import replace
+
+    from graphprof.render.memory_text import render_memory_summary
+
+    bad = "\x1b[2J\nsecond line"
+    profile = _hand_profile()
+    graph = profile.graphs[0]
+    assert graph.memory_peak is not None
+    nodes = tuple(replace(n, name=n.name + bad, op=n.op + bad, module=n.module + bad, source=n.source + bad)
+                  for n in graph.nodes)
+    tensors = tuple(replace(t, name=t.name + bad) for t in graph.memory_peak.largest_tensors)
+    peak = replace(graph.memory_peak, largest_tensors=tensors)
+    text = render_memory_summary(memory_summary(replace(profile, graphs=(replace(graph, nodes=nodes, memory_peak=peak),))))
+    assert "\\nsecond line" in text and "\x1b" not in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("second line")]

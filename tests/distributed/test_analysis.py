@@ -128,3 +128,25 @@ def test_chrome_trace_of_a_merged_profile_has_one_process_per_rank() -> None:
     assert len(steps) == 2 * len(merged.steps)
     # Every rank's step k starts at the same time.
     assert len({(e["ts"]) for e in steps}) == len(merged.steps)
+
+
+def test_names_in_the_rank_comparison_cannot_break_its_lines() -> None:
+    """Graph, node, module and collective names and the backend are shown escaped, as everywhere in the terminal."""
+    from dataclasses import replace
+
+    bad = "\x1b[2J\nsecond line"
+
+    def hostile(node: NodeRecord) -> NodeRecord:
+        attrs = tuple((k, f"{v}{bad}" if k == "collective" else v) for k, v in node.attrs)
+        return replace(node, name=node.name + bad, type=node.type + bad, module=node.module + bad, attrs=attrs)
+
+    merged = _job(extra_compute_s=0.030)
+    meta = merged.meta
+    assert meta.distributed is not None
+    merged = replace(merged, meta=replace(meta, distributed=replace(meta.distributed, backend="gloo" + bad)),
+                     graphs=tuple(replace(g, name=g.name + bad, nodes=tuple(map(hostile, g.nodes))) for g in merged.graphs))
+    analysis = analyze_distributed(merged)
+    assert analysis is not None
+    text = render_distributed(analysis)
+    assert "\\nsecond line" in text and "\x1b" not in text
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("second line")]

@@ -141,3 +141,12 @@ def test_missing_dot_is_one_clear_sentence(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(ExportError, match="Graphviz's dot program") as info:
         dot_to_svg("digraph {}")
     assert "\n" not in str(info.value)
+
+
+def test_tooltip_bytes_follow_the_bytes_moved_rule() -> None:
+    """Read plus written, either alone when the other is unknown, as the tables and the HTML report count them."""
+    nodes = [node(0, "fill_", bytes_read=None, bytes_written=128), node(1, "sum", (0,), bytes_read=256, bytes_written=None),
+             node(2, "mul", (1,), bytes_read=64, bytes_written=32), node(3, "relu", (2,))]
+    view = build_view(make_profile(nodes), module_level=False)
+    tooltips = {n.key: n.tooltip.splitlines()[-1] for n in view.nodes}
+    assert tooltips == {"n0_0": "bytes: 128 B", "n0_1": "bytes: 256 B", "n0_2": "bytes: 96 B", "n0_3": "bytes: N/A"}

@@ -20,15 +20,22 @@ UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e
 HOSTILE = "evil\x1b]0;owned\x07\x1b[2J\x9b31m\x7f\u202egnp.exe\ud800\ufffe\uffff\nsecond line"
 
 
-def _hostile_profile(tmp_path, name: str = HOSTILE):
+def _hostile_profile(tmp_path, name: str = HOSTILE, slower: int = 1, file: str = "hostile.json"):
+    """The small profile with ``name`` in every name; ``slower`` multiplies its node times (a diff then changes)."""
     profile = small_profile()
     graph = profile.graphs[0]
-    nodes = tuple(replace(n, name=name + str(n.id), module=name, scope=name) for n in graph.nodes)
+    nodes = tuple(replace(n, name=name + str(n.id), module=name, scope=name, source=name, type=name + n.type,
+                          host_time_ns=tuple(t * slower for t in n.host_time_ns)) for n in graph.nodes)
     hostile = replace(profile, graphs=(replace(graph, name=name, nodes=nodes),),
                       meta=replace(profile.meta, function=name, device_name=name))
-    path = tmp_path / "hostile.json"
+    path = tmp_path / file
     hostile.save(str(path))
     return path
+
+
+def _fake_lines(text: str) -> list[str]:
+    """Lines a name's newline would have started (HOSTILE ends in ``\\nsecond line``)."""
+    return [line for line in text.splitlines() if line.lstrip(" |-+│").startswith("second line")]
 
 
 def test_terminal_escapes_show_every_control_character() -> None:
@@ -61,6 +68,32 @@ def test_commands_never_print_control_characters(tmp_path, capsys, command: list
     captured = capsys.readouterr()
     assert not UNSAFE.search(captured.out + captured.err)
     assert "\\x1b" in captured.out or command[0] == "diff"  # the names are shown, escaped
+
+
+@pytest.mark.parametrize("command", [["analyze", "--wide"], ["analyze", "--format", "github"], ["report"],
+                                     ["report", "--wide"], ["diff", "SLOWER"], ["diff", "SLOWER", "--aggregate-by", "module"]])
+def test_a_name_cannot_start_a_line_of_its_own(tmp_path, capsys, command: list[str]) -> None:
+    """Names are escaped where they enter text (table cells, prose lines), not only for control characters:
+    a name's newline shows as ``\\n`` in every table, summary and report line, however wide."""
+    path = str(_hostile_profile(tmp_path))
+    slower = str(_hostile_profile(tmp_path, slower=3, file="slower.json"))
+    args = [command[0], path, *(slower if a == "SLOWER" else a for a in command[1:])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "\\nsecond line" in out  # the names are shown, escaped
+    assert not _fake_lines(out) and not UNSAFE.search(out)
+
+
+def test_the_python_api_text_escapes_names_as_the_commands_do(tmp_path) -> None:
+    import graphprof
+
+    profile = graphprof.load(str(_hostile_profile(tmp_path)))
+    slower = graphprof.load(str(_hostile_profile(tmp_path, slower=3, file="slower.json")))
+    texts = {"report": profile.report(), "table": profile.table(wide=True), "diff": profile.diff(slower),
+             "module diff": profile.diff(slower, aggregate_by="module")}
+    for what, text in texts.items():
+        assert "\\nsecond line" in text, what
+        assert not _fake_lines(text) and not UNSAFE.search(text), what
 
 
 def test_xml_exports_of_hostile_names_parse(tmp_path) -> None:
@@ -138,6 +171,27 @@ def test_export_or_merge_onto_an_input_is_refused_and_the_input_kept(tmp_path, c
     assert path.read_bytes() == original
 
 
+@pytest.mark.parametrize("spacing", ["compact", "json.dump"])
+def test_an_export_never_replaces_another_profile(tmp_path, capsys, spacing: str) -> None:
+    """``.json`` is a Chrome trace's ending too: ``export a.json -o b.json`` must not turn the profile b into a trace."""
+    source, other = tmp_path / "a.json", tmp_path / "b.json"
+    small_profile().save(str(source))
+    if spacing == "compact":
+        small_profile().save(str(other))
+    else:
+        other.write_text(json.dumps(small_profile(), indent=2))
+    original = other.read_bytes()
+    for args in (["export", str(source), "-o", str(other)], ["export", str(source), "-o", str(other), "--format", "html"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds a graphprof profile" in err and "would replace it" in err
+    assert other.read_bytes() == original
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')  # an earlier export is replaced as before
+    assert main(["export", str(source), "-o", str(trace)]) == 0
+    assert "graphprof.profile" not in trace.read_text()[:100] and json.loads(trace.read_text())["traceEvents"]
+
+
 def test_writes_keep_links_and_get_ordinary_modes(tmp_path) -> None:
     import os
     import stat
@@ -155,3 +209,32 @@ def test_writes_keep_links_and_get_ordinary_modes(tmp_path) -> None:
     for written in (real, profile_path):
         assert stat.S_IMODE(written.stat().st_mode) == 0o666 & ~mask, written
     assert not list(tmp_path.glob(".graphprof-*.tmp"))
+
+
+def test_a_pipe_or_device_at_the_output_is_never_replaced(tmp_path, capsys) -> None:
+    """``-o /dev/null`` used to rename a regular file over the device (with the rights to /dev: the system's);
+    a named pipe stands in for it here. Every writer refuses, in one sentence, and leaves it as it was."""
+    import os
+    import stat
+
+    from graphprof.profile.atomic import atomic_file
+    from graphprof.profile.serialize import ProfileError
+    from graphprof.render.exporters import export_profile
+
+    source = tmp_path / "p.json"
+    small_profile().save(str(source))
+    for name in ("out.html", "out.trace.json", "out.json"):
+        os.mkfifo(tmp_path / name)
+    for name in ("out.html", "out.trace.json"):  # a rendered and a streamed format
+        assert main(["export", str(source), "-o", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "device, pipe or socket" in err, err
+    with pytest.raises(ProfileError, match="device, pipe or socket"):
+        small_profile().save(str(tmp_path / "out.json"))
+    with pytest.raises(OSError, match="device, pipe or socket"), atomic_file(str(tmp_path / "out.html")) as f:
+        f.write("never")
+    with pytest.raises(ValueError, match="device, pipe or socket"):  # the library's export too
+        export_profile(small_profile(), tmp_path / "out.json", format="chrome")
+    for name in ("out.html", "out.trace.json", "out.json"):
+        assert stat.S_ISFIFO(os.stat(tmp_path / name).st_mode), name
+    assert not list(tmp_path.glob(".graphprof-*"))

@@ -34,6 +34,15 @@ def test_the_longest_matching_ending_wins(filename: str, name: str) -> None:
     assert exporter_for(filename).name == name
 
 
+def test_every_format_has_one_writer() -> None:
+    """A format is rendered (``render``) or streamed (``streamed.STREAMED``), never both, never neither."""
+    from graphprof.render.streamed import STREAMED
+
+    for name, exporter in exporters.EXPORTERS.items():
+        assert (exporter.render is None) == (name in STREAMED), name
+    assert set(STREAMED) <= set(exporters.EXPORTERS)
+
+
 def test_format_overrides_the_name_and_unknown_ones_are_named() -> None:
     assert exporter_for("report.txt", "html").name == "html"
     assert exporter_for("x.svg", "memory-svg").name == "memory-svg"

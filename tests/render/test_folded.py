@@ -11,11 +11,18 @@ import numpy as np
 
 from graphprof.analysis.node_time import node_time_s
 from graphprof.api import Profile
-from graphprof.profile.model import Phase
+from graphprof.profile.model import NodeRecord, Phase
 from graphprof.analysis.node_arrays import codes
 from graphprof.render.escape import folded_frame
-from graphprof.render.folded import _combined_codes, _first_seen_codes, folded_stacks, node_stack
+from graphprof.render.folded import _combined_codes, _first_seen_codes, folded_stacks
 from tests.render.export_profiles import empty_profile, hostile_profile, make_profile, node, synthetic_profile
+
+def node_stack(n: NodeRecord) -> tuple[str, ...]:
+    """The stack rule of the module docstring, node by node, as the reference ``folded_stacks`` must agree with:
+    phase, every prefix of the module path (empty parts left out), then the op type (else the op, else ``?``)."""
+    parts = [p for p in n.module.split(".") if p]
+    return (n.phase.value, *(".".join(parts[:i + 1]) for i in range(len(parts))), n.type or n.op or "?")
+
 
 # flamegraph.pl's stackcollapse input: everything up to the last space is the stack, then an integer.
 LINE = re.compile(r"^(?P<stack>[^\n]+) (?P<value>\d+)$")

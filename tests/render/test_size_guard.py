@@ -12,7 +12,7 @@ import pytest
 from benchmarks.analyze_scale import synthetic_profile
 from graphprof.cli import main
 from graphprof.profile.model import Profile
-from graphprof.render import exporters
+from graphprof.render import streamed
 from graphprof.render.exporters import ExportError, export_profile
 from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, clip_profile_text, estimated_bytes, parse_size
 
@@ -67,10 +67,10 @@ def test_the_default_limit_refuses_a_hostile_trace_before_rendering_it(tmp_path:
     hostile = _with_nodes(synthetic_profile(200, 250), name=long, op=long, module=long, module_type=long,
                           source=long, scope=long)
 
-    def never(profile: object, options: object) -> str:
-        raise AssertionError("rendered although the estimate was over the limit")
+    def never(profile: object, options: object, f: object) -> None:
+        raise AssertionError("written although the estimate was over the limit")
 
-    monkeypatch.setitem(exporters.EXPORTERS, "chrome", replace(exporters.EXPORTERS["chrome"], render=never))
+    monkeypatch.setitem(streamed.STREAMED, "chrome", never)  # the trace is streamed: its writer is never called
     with pytest.raises(ExportError, match=r"the chrome export would be about .* over the 256 MiB limit"):
         export_profile(hostile, tmp_path / "t.trace.json")
     assert os.listdir(tmp_path) == []
