@@ -45,6 +45,9 @@ TEMP_PREFIX = ".graphprof-"
 TEMP_SUFFIX = ".tmp"
 #: A temporary file not written to for this long, whose process is gone, is left from a killed write.
 STALE_AFTER_S = 600.0
+#: How a text file's characters become its bytes: UTF-8, and a lone surrogate (a name from a
+#: hostile file) as its ``\udXXXX`` escape instead of an error.
+TEXT_ERRORS = "backslashreplace"
 _TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-[A-Za-z0-9_]+" + re.escape(TEMP_SUFFIX))
 #: Signals whose default action ends the process without any cleanup.
 _CAUGHT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -135,6 +138,12 @@ def _signals_raise() -> Iterator[None]:
         raise SystemExit(128 + stopped)  # in case the signal is blocked in this thread
 
 
+def file_bytes(text: str) -> bytes:
+    """The bytes a text-mode ``atomic_file`` writes for ``text``: for a writer that encodes once
+    (a size limit is on these bytes) or on another thread."""
+    return text.encode("utf-8", TEXT_ERRORS)
+
+
 def refuse_special_file(path: str | os.PathLike[str]) -> None:
     """OSError when ``path`` (links followed) exists and is not a regular file or a directory.
 
@@ -183,7 +192,7 @@ def atomic_file(path: str | os.PathLike[str], binary: bool = False) -> Iterator[
                 if binary:
                     f: IO = os.fdopen(fd, "wb")
                 else:
-                    f = os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="backslashreplace")
+                    f = os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors=TEXT_ERRORS)
             except BaseException:
                 os.close(fd)
                 raise

@@ -301,7 +301,10 @@ def read_parts(path: str | os.PathLike[str]) -> ProfileParts:
             raise ProfileError(f"{path} is not JSON: {exc}") from None
         except RecursionError:
             raise ProfileError(f"{path} is nested too deeply to be a profile") from None
-        return parts_from_document(doc)
+        try:
+            return parts_from_document(doc)
+        except ProfileError as exc:  # named: ``diff`` and ``merge`` read several files
+            raise ProfileError(f"{path}: {exc}") from None
 
 
 def _parse(data: bytes) -> Any:

@@ -23,7 +23,7 @@ loop (``_loop_events``), which writes the same bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from typing import IO, Any
@@ -39,6 +39,7 @@ from graphprof.profile.node_columns import NodeColumns
 from graphprof.render.chrome_texts import (
     NodeTexts, bound_texts, json_text, loaded_series_texts, node_texts, series_texts,
 )
+from graphprof.render.export_options import Bounds
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import graph_spans
 
@@ -223,7 +224,7 @@ def _series(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> list[str 
 
 
 def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
-                       bounds: Mapping[Any, str] | None = None) -> None:
+                       bounds: Bounds | None = None) -> None:
     """Write the trace of ``profile`` to ``f`` (the layout in ``render.chrome_trace``)."""
     critical = {cp.graph_id: cp.node_set for cp in critical_paths(profile, stat=stat)}
     frame = node_frame(profile)

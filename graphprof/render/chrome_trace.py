@@ -32,26 +32,27 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Mapping
+from typing import Any
 
 from graphprof.analysis.frame import node_frame
 from graphprof.profile.model import Profile
 from graphprof.render.chrome_stream import PID, STEP_TID, write_chrome_trace
 from graphprof.render.chrome_texts import CRITICAL_CNAME
+from graphprof.render.export_options import Bounds
 from graphprof.render.node_columns import sample_counts
 
 __all__ = ["CRITICAL_CNAME", "PID", "STEP_TID", "bytes_per_node_step", "chrome_trace", "chrome_trace_json",
            "node_events"]
 
 
-def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> str:
+def chrome_trace_json(profile: Profile, stat: str = "median", bounds: Bounds | None = None) -> str:
     """The trace as JSON text (``chrome_stream.write_chrome_trace`` into a string)."""
     buffer = io.StringIO()
     write_chrome_trace(profile, buffer, stat=stat, bounds=bounds)
     return buffer.getvalue()
 
 
-def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, str] | None = None) -> dict[str, Any]:
+def chrome_trace(profile: Profile, stat: str = "median", bounds: Bounds | None = None) -> dict[str, Any]:
     """The trace as a JSON-ready dict (``traceEvents`` plus ``otherData``)."""
     return json.loads(chrome_trace_json(profile, stat=stat, bounds=bounds))
 

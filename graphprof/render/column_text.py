@@ -161,7 +161,7 @@ def encoded(values: Sequence[Any], encode: Callable[[Any], str], by_identity: bo
 def escaped(values: Sequence[Any], escape: Callable[[str], str]) -> list[str] | None:
     """The strings themselves when all are strings and ``escape`` leaves every one unchanged, else None.
 
-    ``escape`` must work character by character (``_xml_text``, JSON string
+    ``escape`` must work character by character (``escape.xml_text``, JSON string
     escaping), so that escaping the whole column at once and finding it
     unchanged proves each string unchanged: a column of plain names costs one
     pass instead of one call per name.

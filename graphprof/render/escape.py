@@ -4,7 +4,8 @@ Op, module and scope names come from user code and can hold anything: ``<``,
 ``&``, quotes, newlines, ``</script>``, escape sequences, bidi overrides, lone
 surrogates. Each sink has its own rules, so each has one function here and
 renderers never build markup or terminal output from raw names: XML, SVG and
-HTML text (``html_text``, ``strip_control``), DOT (``dot_string``,
+HTML text (``html_text``, ``strip_control``), GraphML element text
+(``xml_text``), DOT (``dot_string``,
 ``dot_html``), script JSON (``json_for_script``), folded stacks
 (``folded_frame``) and the terminal (``terminal_text`` for printed output,
 ``terminal_line`` for one-line messages and cells).
@@ -61,6 +62,12 @@ def terminal_text(text: Any) -> str:
 def html_text(text: Any) -> str:
     """Text for HTML/SVG/XML element content or a double- or single-quoted attribute."""
     return html.escape(strip_control(str(text)), quote=True).replace("\n", "&#10;")
+
+
+def xml_text(text: str) -> str:
+    """Element text as ElementTree writes it (GraphML): ``& < >`` escaped, quotes and newlines kept,
+    after the XML character rule (``strip_control``)."""
+    return strip_control(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def dot_string(text: Any) -> str:

@@ -20,6 +20,11 @@ class ExportError(ValueError):
     """An export the user asked for cannot be done; the message is one sentence."""
 
 
+def cannot_write(path: str, exc: OSError) -> ExportError:
+    """The one sentence for a file the system would not let an export write."""
+    return ExportError(f"cannot write {path}: {exc.strerror or exc}")
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     """What every exporter may honour (each ignores what does not apply to it).

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from graphprof.analysis.stats import stat_fn
-from graphprof.profile.atomic import atomic_file, refuse_special_file
+from graphprof.profile.atomic import atomic_file, file_bytes, refuse_special_file
 from graphprof.profile.model import Profile
 from graphprof.profile.node_columns import gc_paused
-from graphprof.render.export_options import ExportError, ExportOptions
+from graphprof.render.export_options import ExportError, ExportOptions, cannot_write
 from graphprof.render.streamed import ANALYSIS, STREAMED, Analysis, write_streamed
 from graphprof.render.size_guard import clip_profile_text, default_max_bytes, estimated_bytes, stored_bytes, too_large
 
@@ -120,7 +120,7 @@ def check_target(path: str) -> None:
     try:
         refuse_special_file(path)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror}") from None
+        raise cannot_write(path, exc) from None
     if not os.path.isdir(directory):
         raise ExportError(f"cannot write {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
@@ -137,7 +137,7 @@ def write_atomic(path: str, text: str | bytes) -> None:
         with atomic_file(path, binary=isinstance(text, bytes)) as f:
             f.write(text)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise cannot_write(path, exc) from None
 
 
 def analysed_options(format: str, profile: Profile, options: ExportOptions) -> ExportOptions:
@@ -225,8 +225,9 @@ def export_profile(profile: Profile, path: str | os.PathLike[str], format: str |
             write_streamed(path, exporter.name, STREAMED[exporter.name], profile, opts, limit, input_bytes)
             return exporter.name
         text = exporter.render(profile, opts)
-    refusal = too_large(exporter.name, len(text), limit, input_bytes, estimated=False)
+    data = text if isinstance(text, bytes) else file_bytes(text)  # the limit is on the file's bytes
+    refusal = too_large(exporter.name, len(data), limit, input_bytes, estimated=False)
     if refusal:
         raise ExportError(refusal)
-    write_atomic(path, text)
+    write_atomic(path, data)
     return exporter.name

@@ -37,7 +37,7 @@ from graphprof.analysis.stats import stat_fn
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import Kept, NodeColumns, SparseMaps
 from graphprof.render.column_text import Coded, NodeText, encoded, escaped, int_lists, seconds_columns
-from graphprof.render.escape import strip_control
+from graphprof.render.escape import xml_text
 from graphprof.render.graph_columns import (
     CategoryItems,
     category_column,
@@ -70,11 +70,6 @@ _GRAPHML_NODE_KEYS = (
     ("memory_live_bytes", int), ("memory_live_by_category_bytes", str), ("host_time_s", str),
     ("device_time_s", str), ("time_s", float), ("graph_name", str), ("critical_path", bool),
 )
-
-
-def _xml_text(text: str) -> str:
-    """Element text as ElementTree writes it, after the XML character rule (``strip_control``)."""
-    return strip_control(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def json_text(value: Any) -> str:
@@ -264,8 +259,8 @@ def _lines(key: str, values: Sequence[Any], encode: Callable[[Any], str], by_ide
 
 def _line_texts(key: str, values: list[Any]) -> list[str]:
     """The ``<data>`` line of each of a few distinct strings (one escaping check for all when none needs it)."""
-    clean = escaped(values, _xml_text)
-    return [_data(key, v) for v in (clean if clean is not None else map(_xml_text, values))]
+    clean = escaped(values, xml_text)
+    return [_data(key, v) for v in (clean if clean is not None else map(xml_text, values))]
 
 
 def _text_lines(text: NodeText, key: str, rows: GraphRows, field: str, a: int, b: int,
@@ -278,15 +273,15 @@ def _text_lines(text: NodeText, key: str, rows: GraphRows, field: str, a: int, b
         text.column(lines)
         return
     values = col(field)
-    clean = escaped(values, _xml_text)
+    clean = escaped(values, xml_text)
     if clean is not None and all(clean):
         text.between(f'      <data key="{key}">', clean, "</data>\n")
     else:
-        text.column(_lines(key, values, _xml_text))
+        text.column(_lines(key, values, xml_text))
 
 
 def _listed(value: Any) -> str:
-    return _xml_text(json_text(value))
+    return xml_text(json_text(value))
 
 
 def _listed_lines(key: str, values: list[Any]) -> list[str]:
@@ -367,7 +362,7 @@ def _graphml_nodes(frame: NodeFrame, rows: GraphRows, a: int, b: int, k: dict[st
                  col("device_time_ns"), a, b)
     text.between(f'      <data key="{k["time_s"]}">', float_texts(np.asarray(rows.times[a:b], dtype=np.float64)), "</data>\n")
     if rows.graph.name is not None:
-        text.text(_data(k["graph_name"], _xml_text(rows.graph.name)))
+        text.text(_data(k["graph_name"], xml_text(rows.graph.name)))
     return text.column(_lines(k["critical_path"], rows.critical[a:b], str)).text("    </node>\n")
 
 
@@ -377,7 +372,7 @@ def write_graphml(profile: Profile, f: IO[str], stat: str = "median") -> None:
     attrs = graph_attrs(profile, stat)
     graphs = graph_rows(profile, stat)
     k, key_lines = _graphml_keys(profile, attrs, any(rows.edge_src for rows in graphs))
-    graph_data = "".join(_data(k["graph:" + name], _xml_text(json_text(v) if isinstance(v, list) else str(v)))[2:]
+    graph_data = "".join(_data(k["graph:" + name], xml_text(json_text(v) if isinstance(v, list) else str(v)))[2:]
                          for name, v in attrs.items() if v is not None)
     f.write(_GRAPHML_HEAD + key_lines + '  <graph edgedefault="directed">\n')
     frame = node_frame(profile)

@@ -23,6 +23,7 @@ shape made a trace 15 times its profile. Two rules bound that:
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, Callable, Sequence
@@ -264,5 +265,5 @@ def parse_size(text: str) -> int:
     except ValueError:
         value = -1.0
     if not value >= 0 or value > 2**62:
-        raise ValueError(f"--max-size takes a size such as 500M or 2G (0 for no limit), not {text!r:.40}")
-    return int(value * _SIZE_UNITS[unit])
+        raise ValueError(f"--max-size takes a size such as 500M or 2G (0 for no limit), not {clip_middle(text, 40)!r}")
+    return math.ceil(value * _SIZE_UNITS[unit])  # up: a limit under one byte is one byte, never "no limit"

@@ -30,11 +30,11 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO
 
-from graphprof.profile.atomic import atomic_file
+from graphprof.profile.atomic import atomic_file, file_bytes
 from graphprof.profile.model import Profile
-from graphprof.render.export_options import ExportError, ExportOptions
+from graphprof.render.export_options import ExportError, ExportOptions, cannot_write
 from graphprof.render.size_guard import too_large
 
 
@@ -83,13 +83,17 @@ GZIP_LEVEL = 6
 
 
 class _Counted:
-    """A sink that writes while the document stays within ``limit`` units and counts all of it:
-    characters of a text file, or bytes of a compressed one."""
+    """A sink that writes while the file stays within ``limit`` bytes and counts all of them.
 
-    def __init__(self, f: IO[Any], limit: int) -> None:
+    It counts what the file gets (UTF-8, or the compressed bytes of a ``.gz``),
+    since ``--max-size`` is a size on disk: characters would let a trace of
+    non-ASCII names past the limit.
+    """
+
+    def __init__(self, f: IO[bytes], limit: int) -> None:
         self.f, self.limit, self.size = f, limit, 0
 
-    def write(self, data: str | bytes) -> int:
+    def write(self, data: bytes) -> int:
         self.size += len(data)
         if not self.limit or self.size <= self.limit:
             self.f.write(data)
@@ -100,9 +104,9 @@ class _Gzipped:
     """A sink that writes UTF-8 bytes gzip-compressed to a binary file.
 
     zlib writes the gzip wrapper itself (``wbits`` 31): no file name and
-    mtime 0 in the header, so one profile gives the same bytes every time;
-    they are the bytes ``gzip.compress(text, 6, mtime=0)`` gave for the whole
-    text at once, which is how this format was written before it was streamed.
+    mtime 0 in the header, so one profile gives the same bytes every time:
+    those of ``gzip.compress(text, 6, mtime=0)`` on the whole text, which
+    ``tests/render/test_chrome_trace_gz.py`` checks.
     """
 
     def __init__(self, f: IO[bytes]) -> None:
@@ -168,7 +172,7 @@ class _Background:
     def write(self, text: str) -> int:
         if self._error is not None:
             raise self._error
-        self._queue.put(text.encode("utf-8", "backslashreplace"))
+        self._queue.put(file_bytes(text))
         return len(text)
 
     def finish(self) -> None:
@@ -212,17 +216,13 @@ def write_streamed(path: str, format: str, writer: StreamWriter, profile: Profil
     """
     try:
         with atomic_file(path, binary=True) as f:
-            if format in GZIPPED:  # the limit is on the compressed bytes, counted in the writing thread
-                counted = _Counted(f, limit)
-                packed = _Gzipped(counted)  # type: ignore[arg-type]
-                with _in_background(packed.write, packed.close) as background:
-                    writer(profile, options, background)  # type: ignore[arg-type]
-            else:  # on the characters, counted as they are made
-                with _in_background(f.write) as background:
-                    counted = _Counted(background, limit)  # type: ignore[arg-type]
-                    writer(profile, options, counted)  # type: ignore[arg-type]
+            counted = _Counted(f, limit)  # the file's bytes, counted in the writing thread
+            packed = _Gzipped(counted) if format in GZIPPED else None  # type: ignore[arg-type]
+            with (_in_background(packed.write, packed.close) if packed is not None
+                  else _in_background(counted.write)) as background:
+                writer(profile, options, background)  # type: ignore[arg-type]
             refusal = too_large(format, counted.size, limit, input_bytes, estimated=False)
             if refusal:
                 raise ExportError(refusal)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise cannot_write(path, exc) from None

@@ -73,6 +73,7 @@ def test_bad_files_give_one_sentence(tmp_path, content: bytes, message: str) -> 
     with pytest.raises(ProfileError, match=message) as info:
         load_profile(path)
     assert "\n" not in str(info.value)
+    assert str(path) in str(info.value)  # diff and merge read several files: the sentence says which
 
 
 def test_a_profile_cut_anywhere_is_called_truncated(tmp_path) -> None:

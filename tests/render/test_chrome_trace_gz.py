@@ -25,6 +25,7 @@ def test_gzip_trace_loads_back_as_the_same_events(real: Profile, tmp_path: Path)
     assert loaded == json.loads(plain.read_text(encoding="utf-8"))
     assert sum(1 for e in loaded["traceEvents"] if e["ph"] == "X" and e.get("cat") != "step") == node_events(real)
     assert len(data) < plain.stat().st_size / 5
+    assert data == gzip.compress(plain.read_bytes(), 6, mtime=0)  # streamed, yet one deflate of the whole text
 
 
 def test_same_profile_same_bytes_and_hostile_names_survive(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from benchmarks.analyze_scale import synthetic_profile
 from graphprof.cli import main
 from graphprof.profile.model import Profile
 from graphprof.render import streamed
-from graphprof.render.exporters import ExportError, export_profile
+from graphprof.render.export_options import ExportOptions
+from graphprof.render.exporters import ExportError, export_profile, exporter_for
 from graphprof.render.size_guard import EXPORT_TEXT_LIMIT, clip_profile_text, estimated_bytes, parse_size
 
 #: Every format but SVG (Graphviz is slow and optional; DOT is its input).
@@ -85,7 +86,8 @@ def test_size_estimates_are_within_a_factor_of_two(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, size", [("0", 0), ("500M", 500 * 2**20), ("2G", 2 * 2**30), ("1.5GiB", 3 * 2**29),
-                                        ("123456", 123456), ("10k", 10240), ("64MB", 64 * 2**20)])
+                                        ("123456", 123456), ("10k", 10240), ("64MB", 64 * 2**20),
+                                        ("0.5", 1), ("0.1k", 103)])  # rounded up: never 0, "no limit"
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -94,6 +96,35 @@ def test_parse_size(text: str, size: int) -> None:
 def test_parse_size_refuses_what_is_not_a_size(text: str) -> None:
     with pytest.raises(ValueError, match="--max-size takes a size"):
         parse_size(text)
+
+
+def _export_within(profile: Profile, out: Path, limit: int) -> None:
+    """Export with a size limit; a streamed format is called past the size estimate, so the limit
+    is checked on the bytes counted as they are written."""
+    fmt = exporter_for(out.name).name
+    write = streamed.STREAMED.get(fmt)
+    if write is None:
+        export_profile(profile, out, max_bytes=limit)
+    else:
+        streamed.write_streamed(str(out), fmt, write, profile, ExportOptions(), limit, limit)
+
+
+@pytest.mark.parametrize("name", ["t.trace.json.gz", "g.graphml", "g.nodelink.json", "s.folded", "r.html"])
+def test_the_limit_is_on_the_files_bytes_not_its_characters(name: str, tmp_path: Path) -> None:
+    """Names of three-byte characters: one byte over the limit refuses, streamed or rendered whole
+    (the trace is left out: it writes names as ASCII JSON escapes, so its characters are its bytes)."""
+    profile = _with_nodes(synthetic_profile(40, 3), module="模块" * 30, name="节点")
+    whole = tmp_path / f"whole.{name}"
+    export_profile(profile, whole, max_bytes=0)
+    size = os.path.getsize(whole)
+    if not name.endswith(".gz"):
+        assert len(whole.read_bytes().decode()) < size - 1  # counting characters would let it through
+    out = tmp_path / name
+    with pytest.raises(ExportError, match="over the"):
+        _export_within(profile, out, size - 1)
+    assert not out.exists()
+    _export_within(profile, out, size)
+    assert out.read_bytes() == whole.read_bytes()
 
 
 def test_typed_attributes_are_clipped_as_text_and_kept_as_numbers(tmp_path: Path) -> None:
