@@ -39,13 +39,10 @@ import torch
 import torch.fx
 from torch import nn
 
-from graphprof.capture.host_nodes import effect_node, filled, input_scalar, reader_node, real_values, refusal, template_of
+from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
 from graphprof.capture.sources import file_line
 
-#: reader_node and input_scalar (capture/host_nodes.py) were defined here first: importing them from here still works.
-__all__ = ["HyperparameterInputs", "Location", "PythonState", "assignment_source", "input_scalar", "reachable_locations",
-           "reader_node"]
 
 _Numbers = (int, float)
 
