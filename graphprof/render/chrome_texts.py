@@ -25,6 +25,7 @@ from graphprof.profile.model import GraphRecord
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
 from graphprof.render.column_text import Coded, NodeText, combined, encoded, escaped
 from graphprof.render.graph_columns import indexed_texts
+from graphprof.render.json_floats import number_texts
 from graphprof.render.labels import shapes_text
 from graphprof.render.node_columns import Encoded
 
@@ -46,12 +47,9 @@ def _counts(values: list[Any]) -> list[str]:
     if not values or not set(map(type, values)) <= {int}:
         return list(map(_count, values))
     try:
-        texts = orjson.dumps(values).decode("ascii").split(",")
+        return number_texts(values)
     except orjson.JSONEncodeError:
         return list(map(str, values))
-    texts[0] = texts[0][1:]  # "[" and "]", without a copy of the whole text
-    texts[-1] = texts[-1][:-1]
-    return texts
 
 
 def _series(by_category: Any, live: Any) -> str | None:
@@ -129,8 +127,7 @@ def _mapping_texts(keys: list[str], values: np.ndarray) -> list[str]:
     pieces = [""] * (n * step)
     for j, key in enumerate(keys):
         pieces[2 * j::step] = [("{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
-        pieces[2 * j + 1::step] = orjson.dumps(values[:, j], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode(
-            "ascii").split(",")
+        pieces[2 * j + 1::step] = number_texts(values[:, j])
     pieces[step - 1::step] = ["}\x00"] * n
     return "".join(pieces).split("\x00")[:-1]
 

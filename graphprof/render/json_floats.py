@@ -12,6 +12,8 @@ an array of mostly such values (sample times in seconds) skips orjson.
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import numpy as np
 import orjson
 
@@ -28,11 +30,29 @@ def float_texts(values: np.ndarray) -> list[str]:
         odd = ~(np.isfinite(values) & ((np.abs(values) >= _FIXED_FROM) | (values == 0)))
     if 2 * np.count_nonzero(odd) > len(values):  # mostly small (times in seconds): orjson's text would be redone
         return _distinct_reprs(values)
-    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+    texts = number_texts(values)
     where = np.flatnonzero(odd)
     if len(where):
         for i, text in zip(where.tolist(), _distinct_reprs(values[where])):
             texts[i] = text
+    return texts
+
+
+def number_texts(values: Sequence[Any] | np.ndarray) -> list[str]:
+    """The text orjson writes for each number of a list or a 1-d array, from one dump of them all: an
+    int's is ``str``'s, a float's ``repr``'s except where ``float_texts`` mends it. orjson.JSONEncodeError
+    for an int beyond 64 bits.
+
+    orjson reads an array only when it is C-contiguous (a column of a matrix is not): such an array
+    is copied first.
+    """
+    if not len(values):
+        return []
+    if isinstance(values, np.ndarray):
+        values = np.ascontiguousarray(values)
+    texts = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode("ascii").split(",")
+    texts[0] = texts[0][1:]  # "[" and "]", without a copy of the whole text
+    texts[-1] = texts[-1][:-1]
     return texts
 
 

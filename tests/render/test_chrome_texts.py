@@ -6,12 +6,13 @@ import json
 from collections import OrderedDict
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 
 from graphprof.analysis.frame import node_frame
 from graphprof.profile import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Profile, StepRecord
 from graphprof.profile.model import node_source, profile_from_document
-from graphprof.render.chrome_texts import _counts, _series, loaded_series_texts, series_texts
+from graphprof.render.chrome_texts import _counts, _mapping_texts, _series, loaded_series_texts, series_texts
 from graphprof.render.chrome_trace import chrome_trace
 
 HOSTILE_KEYS = ["act\u00e9", 'a"b', "a\\b", "a\x01b", "},{", "\x7f", "\u2028", "%d"]
@@ -96,3 +97,11 @@ def test_layouts_the_columns_do_not_code_are_left_to_the_mappings(memory: list[M
     trace = chrome_trace(loaded)
     counters = [e["args"] for e in trace["traceEvents"] if e["ph"] == "C"]
     assert counters == [json.loads(t) for t in _by_the_mappings(loaded) if t is not None]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_mapping_texts_read_a_matrix_in_either_layout(order: str) -> None:
+    """Each category's numbers are one column of the matrix; a C-ordered matrix's column is not contiguous."""
+    values = np.array([[1, 2, 3], [4, -5, 2**62]], dtype=np.int64, order=order)
+    keys = ["a", "b", "c\u00e9"]
+    assert _mapping_texts(keys, values) == [json.dumps(dict(zip(keys, row)), separators=(",", ":")) for row in values.tolist()]
