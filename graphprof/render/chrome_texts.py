@@ -23,7 +23,7 @@ import orjson
 from graphprof.analysis.frame import NodeFrame
 from graphprof.profile.model import GraphRecord
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
-from graphprof.render.column_text import Coded, NodeText, combined, encoded, escaped
+from graphprof.render.column_text import Coded, NodeText, encoded, escaped
 from graphprof.render.graph_columns import indexed_texts
 from graphprof.render.json_floats import number_texts
 from graphprof.render.labels import shapes_text
@@ -197,20 +197,6 @@ class NodeTexts:
     series: list[str | None]
 
 
-def _node_strings(text: NodeText, size: int) -> list[str]:
-    """Each node's text of ``text`` as its own string: the parts laid side by side with a NUL after each
-    node (JSON text escapes every control character, so none holds one), one join, one split."""
-    parts = [p.texts() if isinstance(p, Coded) else p for p in combined(text.parts, size)]
-    if len(parts) == 1 and not isinstance(parts[0], str):
-        return list(parts[0])
-    width = len(parts) + 1
-    pieces = [""] * (size * width)
-    for j, part in enumerate(parts):
-        pieces[j::width] = [part] * size if isinstance(part, str) else part
-    pieces[width - 1::width] = ["\x00"] * size
-    return "".join(pieces).split("\x00")[:-1]
-
-
 def _json_inner(text: str) -> str:
     """A string's JSON text without its quotes (``encode_basestring_ascii`` works character by character)."""
     return encode_basestring_ascii(text)[1:-1]
@@ -255,8 +241,7 @@ def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical:
     tail.between(',"bytes_read":', _counts(col("bytes_read")), ',"bytes_written":').column(_counts(col("bytes_written")))
     tail.between(',"critical_path":', on_path, "")
     close = NodeText().column(encoded(bounds, str)).column(Coded(list(_END), on_path.codes))
-    return NodeTexts(_node_strings(lead, size), _node_strings(middle, size), _node_strings(tail, size),
-                     _node_strings(close, size), series)
+    return NodeTexts(lead.strings(size), middle.strings(size), tail.strings(size), close.strings(size), series)
 
 
 def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:

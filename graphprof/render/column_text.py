@@ -80,9 +80,29 @@ class NodeText:
     def between(self, before: str, values: Sequence[str] | Coded, after: str) -> NodeText:
         return self.text(before).column(values).text(after)
 
+    def _laid(self, size: int) -> list[str | Sequence[str]]:
+        """The parts as constants and per-node columns, runs of small ``Coded`` columns combined first."""
+        return [p.texts() if isinstance(p, Coded) else p for p in combined(self.parts, size)]
+
+    def strings(self, size: int) -> list[str]:
+        """Each node's text as a string of its own, for a writer that places it among other texts.
+
+        The parts are laid side by side with a NUL after each node, joined once and split once: the
+        parts must hold no NUL, which JSON and XML text never do (both escape or drop it).
+        """
+        parts = self._laid(size)
+        if len(parts) == 1 and not isinstance(parts[0], str):
+            return list(parts[0])
+        width = len(parts) + 1
+        pieces = [""] * (size * width)
+        for j, part in enumerate(parts):
+            pieces[j::width] = [part] * size if isinstance(part, str) else part
+        pieces[width - 1::width] = ["\x00"] * size
+        return "".join(pieces).split("\x00")[:-1]
+
     def write(self, f: TextSink, size: int, skip: int = 0) -> None:
         """Write the text of nodes ``0..size-1`` to ``f``, leaving out the first ``skip`` characters."""
-        parts = [p.texts() if isinstance(p, Coded) else p for p in combined(self.parts, size)]
+        parts = self._laid(size)
         width = len(parts)
         for start in range(0, size, CHUNK_NODES):
             count = min(CHUNK_NODES, size - start)
