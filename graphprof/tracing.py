@@ -28,7 +28,7 @@ import torch.fx
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
-from graphprof.capture.baked_values import BakedValues
+from graphprof.capture.replay_check import Path
 from graphprof.capture.signature import LastSignature, signature, signature_change
 from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
@@ -97,7 +97,7 @@ class TracedFunction:
         self._clock = clock
         self._calls = 0
         #: Per input signature, the graphs of the paths taken so far, each with its baked values.
-        self._graphs: OrderedDict[Hashable, list[tuple[WholeStepRunner, BakedValues]]] = OrderedDict()
+        self._graphs: OrderedDict[Hashable, list[Path[WholeStepRunner]]] = OrderedDict()
         #: Whole-step captures so far (each path of each signature counts once).
         self.captures = 0
         self._captures_in_a_row = 0
@@ -132,13 +132,19 @@ class TracedFunction:
             self._eager_s.append((self._clock() - start) * 1e-9)
             return result
         last = self._last_signature
+        if last is not None:
+            path = last.replay
+            if path is not None and self._whole_step() and path.check(args, kwargs):
+                # What _select would find (the key's first path, every test passed), in one test.
+                self._captures_in_a_row = 0
+                return self._run(path.runner, call, start, args, kwargs, list(args), last.key)
         key: Hashable
         if last is not None and last.matches(args, kwargs):
             key, leaves = last.key, list(args)
         else:
             key, leaves = signature(args, kwargs)
             last = self._last_signature = LastSignature.of(key, args, kwargs)
-        if self._storm is not None or self._segmented is not None or self.capture == "dynamo":
+        if not self._whole_step():
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         runner, reason = self._select(key, leaves, last)
         if runner is not None:
@@ -170,7 +176,8 @@ class TracedFunction:
         """The captured path this call takes, or why none fits (a new signature, a guard, a baked value).
 
         ``last`` is the record of this call's key when it has one: it keeps the
-        key's paths between calls (``_capture`` and ``reset`` drop them).
+        key's paths between calls (``_capture`` and ``reset`` drop them), and the
+        first path, once taken, for the next call to try by its check alone.
         """
         if last is not None and last.paths is not None:
             paths = last.paths
@@ -183,8 +190,9 @@ class TracedFunction:
                 return None, "it runs for the first time"
             return None, signature_change(next(reversed(self._graphs)), key)
         reason = ""
-        for runner, baked in list(paths):
-            changed = baked.changed()
+        for path in list(paths):
+            runner = path.runner
+            changed = path.baked.changed()
             if changed is not None:  # kept: a loop that switches train/eval modes comes back to it
                 reason = changed
                 continue
@@ -192,13 +200,21 @@ class TracedFunction:
             if mismatch is not None:
                 reason = mismatch
                 if mismatch == OPTIMIZER_STATE_CREATED:  # it never goes away: neither will this graph run
-                    paths.remove((runner, baked))
+                    paths.remove(path)
+                    if last is not None:
+                        last.replay = None
                 continue
             broken = runner.captured.broken_guard(leaves)
             if broken is None:
+                if last is not None and path is paths[0] and path.check is not None:
+                    last.replay = path  # the next call of this key tries its check first
                 return runner, ""
             reason = f"a branch took another way ({broken.describe()})"
         return None, reason or "its input signature is new"
+
+    def _whole_step(self) -> bool:
+        """Whether calls may replay whole-step graphs (not segments, after a storm or by choice)."""
+        return self._storm is None and self._segmented is None and self.capture != "dynamo"
 
     def _run(self, runner: Runner, call: int, start: int, args: tuple, kwargs: dict, leaves: list[Any],
              key: Hashable) -> Any:
@@ -236,15 +252,15 @@ class TracedFunction:
     def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
             log.info("graphprof: %s: capturing again because %s", self.__name__, reason)
-        if self._last_signature is not None:
-            self._last_signature.paths = None  # the graphs change: looked up again on the next call
+        if self._last_signature is not None:  # the graphs change: looked up again on the next call
+            self._last_signature.paths = self._last_signature.replay = None
         runner = WholeStepRunner.capture(
             self.__name__, self._fn, args, kwargs, clock=self._clock, limit=self._limit,
             profiling=self.profiling, sample_rate=self.sample_rate,
             timing=self.timing, device_clock=self._device_clock)
         self.captures += 1
         paths = self._graphs.setdefault(key, [])
-        paths.append((runner, BakedValues(runner.captured.state)))
+        paths.append(Path.of(runner, runner.captured, self._last_signature))  # the record of this call's key
         self._graphs.move_to_end(key)
         while len(paths) > self.cache_size:
             paths.pop(0)

@@ -1,4 +1,4 @@
-"""Python values a captured graph holds as constants: optimizer flags and module modes.
+"""Python values a captured graph holds as constants: optimizer flags, module modes, held values.
 
 A replayed graph does not run the step's Python, so whatever Python decided
 from these values during the capture call is fixed in the graph: the
@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from graphprof.capture.held_values import HeldValue, compile_held_check, first_change
 from graphprof.capture.state import StateIndex
 
 RUNTIME = "read at run time"
@@ -124,24 +125,29 @@ def _group_test(group: dict) -> Callable[[dict], bool]:
 class BakedValues:
     """The values baked into one captured graph, and whether this call's differ."""
 
-    __slots__ = ("state", "values", "_groups", "_modes", "_same_mode")
+    __slots__ = ("state", "held", "held_check", "values", "group_tests", "modes", "_same_mode")
 
-    def __init__(self, state: StateIndex) -> None:
+    def __init__(self, state: StateIndex, held: tuple[HeldValue, ...] = ()) -> None:
         self.state = state
+        #: The watched Python values the step's decisions were made on, and their generated test.
+        self.held = held
+        self.held_check = compile_held_check(held)
         self.values = guard_values(state)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().
-        self._groups = tuple(map(_group_test, groups)) if all(type(g) is dict for g in groups) else None
-        self._modes = self.values[1]
-        first = self._modes[0] if self._modes else _MIXED
-        self._same_mode = first if all(m is first for m in self._modes) else _MIXED
+        self.group_tests = tuple(map(_group_test, groups)) if all(type(g) is dict for g in groups) else None
+        #: Each module's ``training`` flag at capture, in ``state.module_objects()`` order.
+        self.modes = self.values[1]
+        first = self.modes[0] if self.modes else _MIXED
+        self._same_mode = first if all(m is first for m in self.modes) else _MIXED
 
     def changed(self) -> str | None:
         """None when every baked value is as it was at capture, else the phrase naming the first change."""
-        if self._unchanged():
-            return None
-        now = guard_values(self.state)
-        return None if now == self.values else what_changed(self.values, now, self.state)
+        if not self._unchanged():
+            now = guard_values(self.state)
+            if now != self.values:
+                return what_changed(self.values, now, self.state)
+        return None if self.held_check() else first_change(self.held)
 
     def _unchanged(self) -> bool:
         """An exact sufficient test that ``guard_values(state)`` equals the captured values.
@@ -149,7 +155,7 @@ class BakedValues:
         It walks the optimizers and groups as ``guard_values`` does and reads
         every module's flag: nothing is skipped, only compared more cheaply.
         """
-        checks = self._groups
+        checks = self.group_tests
         if checks is None:
             return False
         i = 0
@@ -161,7 +167,7 @@ class BakedValues:
         if i != len(checks):
             return False
         objects = self.state.module_objects()
-        if len(objects) != len(self._modes):
+        if len(objects) != len(self.modes):
             return False
         # A plain loop: fewer of the interpreter's paths than map and all, right after the graph ran.
         same = self._same_mode
@@ -170,7 +176,7 @@ class BakedValues:
                 if module.training is not same:
                     return False
             return True
-        for module, mode in zip(objects, self._modes):
+        for module, mode in zip(objects, self.modes):
             if module.training is not mode:
                 return False
         return True

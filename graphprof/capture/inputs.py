@@ -39,6 +39,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from graphprof.capture.held_values import HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
 from graphprof.capture.sources import file_line
@@ -59,20 +60,25 @@ class Location:
     describe: str
     get: Callable[[], Any]
     set: Callable[[Any], None]
+    place: Place  # with owner and key: how a generated check reads it (capture/replay_check.py)
+    owner: Any
+    key: Any = None
 
 
 def _attr(obj: Any, name: str, label: str) -> Location:
-    return Location(f"{label}.{name}", lambda: getattr(obj, name), lambda v: setattr(obj, name, v))
+    return Location(f"{label}.{name}", lambda: getattr(obj, name), lambda v: setattr(obj, name, v),
+                    Place.ATTRIBUTE, obj, name)
 
 
 def _cell(cell: types.CellType, label: str) -> Location:
     def put(v: Any) -> None:
         cell.cell_contents = v
-    return Location(label, lambda: cell.cell_contents, put)
+    return Location(label, lambda: cell.cell_contents, put, Place.CELL, cell)
 
 
 def _item(container: dict, key: Any, label: str) -> Location:
-    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v))
+    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
+                    container, key)
 
 
 def _watched(value: Any) -> bool:
@@ -220,6 +226,10 @@ class PythonState:
     inputs: dict[int, TracedScalar] = field(default_factory=dict)  # id(location entry) -> the input put there
     #: Keys of watched dicts whose numbers are inputs of their own (their changes are item effects).
     itemized: dict[int, set[Any]] = field(default_factory=dict)
+    #: Watched entries the step assigns (a ``set`` effect): their values are its own output.
+    assigned: set[int] = field(default_factory=set)
+    #: Watched lists and dicts the step extends or updates (their items are its own output).
+    extended: set[int] = field(default_factory=set)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any]) -> "PythonState":
@@ -272,6 +282,7 @@ class PythonState:
                 location.set(entry.before)  # read, not written
                 continue
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
+                self.assigned.add(id(entry))
                 template, slots = template_of(now, node_of, location.describe, source)
                 location.set(real_values(now))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
@@ -281,6 +292,7 @@ class PythonState:
             if type(before) is list and snapshot is not None and _changed_list(before, snapshot):
                 if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
                     raise refusal(location.describe, "changes existing items of", source)
+                self.extended.add(id(entry))
                 added = before[len(snapshot):]
                 template, slots = template_of(added, node_of, location.describe, source)
                 before[len(snapshot):] = real_values(added)
@@ -293,10 +305,46 @@ class PythonState:
                 new = {k: v for k, v in before.items() if k not in own and (k not in snapshot or v is not snapshot[k])}
                 if not new:
                     continue
+                self.extended.add(id(entry))
                 template, slots = template_of(new, node_of, location.describe, source)
                 before.update(real_values(new))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
+
+
+    def held(self, model_state: set[int]) -> tuple[HeldValue, ...]:
+        """What the graph was decided on, after ``effects`` (capture/held_values.py says why): every
+        watched value, the type of every input number and of every value the step assigns, and the
+        fields of every tensor the graph reads at run time (``model_state``: ids of parameters,
+        buffers and optimizer state, held as the objects themselves)."""
+        held = []
+        value: Any
+        for entry in self.watched:
+            location = entry.location
+            if id(entry) in self.inputs:
+                hold, value = Hold.TYPE, type(entry.before)
+            elif isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
+                hold, value = Hold.TENSOR, tensor_fields(entry.before)
+            elif id(entry) in self.assigned:
+                hold, value = Hold.TYPE, type(entry.before)
+            elif entry.snapshot is not None and id(entry) not in self.extended:  # a list or dict it only reads
+                items = tuple(entry.snapshot) if type(entry.before) is list else tuple(entry.snapshot.items())
+                held.append(HeldValue(location.describe, location.place, location.owner, location.key,
+                                      Hold.CONTENTS, entry.before, location.get, items,
+                                      frozenset(self.itemized.get(id(entry.before), ()))))
+                continue
+            else:
+                hold, value = Hold.VALUE, entry.before
+            held.append(HeldValue(location.describe, location.place, location.owner, location.key, hold, value,
+                                  location.get))
+        return tuple(held)
+
+
+    def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
+        """id -> location of each tensor the step's watched state held when the call began (not
+        ``model_state``): a graph constant made from one is read from its location at run time."""
+        return {id(e.before): e.location for e in self.watched
+                if isinstance(e.before, torch.Tensor) and id(e.before) not in model_state}
 
 
 def _same_number(a: Any, b: Any) -> bool:

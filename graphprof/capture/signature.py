@@ -64,16 +64,20 @@ class LastSignature:
     the call finds the same graphs the key would.
     """
 
-    __slots__ = ("key", "paths", "_count", "_grad", "_tensors")
+    __slots__ = ("key", "paths", "replay", "count", "grad_enabled", "tensors")
 
     def __init__(self, key: tuple, count: int) -> None:
         self.key = key
         #: The graphs captured for ``key`` (tracing keeps them here between calls, and drops them
         #: whenever its graphs change).
         self.paths: Any = None
-        self._count = count
-        self._grad = key[1]
-        self._tensors = key[2:]
+        #: The path a call of this key replays without asking ``tracing._select`` (set by tracing,
+        #: dropped whenever the graphs change): it holds its own exact test (capture/replay_check.py).
+        self.replay: Any = None
+        #: The key's parts: how many positional tensors, the grad mode, each tensor's fields.
+        self.count = count
+        self.grad_enabled = key[1]
+        self.tensors = key[2:]
 
     @classmethod
     def of(cls, key: Hashable, args: tuple, kwargs: dict) -> "LastSignature | None":
@@ -85,9 +89,9 @@ class LastSignature:
 
     def matches(self, args: tuple, kwargs: dict) -> bool:
         """Whether ``signature(args, kwargs)`` would equal ``key`` (never True where it would not)."""
-        if kwargs or len(args) != self._count or torch.is_grad_enabled() is not self._grad:
+        if kwargs or len(args) != self.count or torch.is_grad_enabled() is not self.grad_enabled:
             return False
-        for arg, (shape, dtype, device, requires_grad) in zip(args, self._tensors):
+        for arg, (shape, dtype, device, requires_grad) in zip(args, self.tensors):
             kind = type(arg)
             if kind is not torch.Tensor and kind is not torch.nn.Parameter:
                 return False

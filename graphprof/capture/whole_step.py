@@ -26,8 +26,10 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
+from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
+from graphprof.capture.held_values import HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.recorder import CaptureRecorder
@@ -35,6 +37,8 @@ from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
+_grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
 
 @dataclass
 class CapturedStep:
@@ -54,6 +58,8 @@ class CapturedStep:
     undo: Callable[[], None] = lambda: None
     #: Branch outcomes on inputs this graph was captured with (capture/inputs.py).
     guards: tuple[Guard, ...] = ()
+    #: Python values the graph was decided on, checked before each replay (capture/held_values.py).
+    held: tuple[HeldValue, ...] = ()
     #: Placeholder of each argument (number or tensor) -> its index in the call's leaves: guards
     #: read the call's own values through it (value guards recompute from tensor inputs).
     scalar_positions: dict[torch.fx.Node, int] = field(default_factory=dict)
@@ -66,7 +72,7 @@ class CapturedStep:
     optimizer_states_at_entry: tuple[int, ...] = ()
 
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
-    _entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
+    entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
     #: The guards' compiled check (``compile_guards``: after the passes, which may touch the graph).
     _guard_check: GuardCheck | None = field(default=None, init=False, repr=False)
     #: Whether the user's result is the graph's one output as it is (``return loss``): a replay then
@@ -79,7 +85,7 @@ class CapturedStep:
         # same new gradient whether or not one exists when the call starts, so it is not checked.
         cleared = {id(p) for p in self.clear_grads}
         kept = [i for i, p in enumerate(self.grad_params) if id(p) not in cleared]
-        self._entry_checked = ([self.grad_params[i] for i in kept],
+        self.entry_checked = ([self.grad_params[i] for i in kept],
                                tuple(self.grads_at_entry[i] for i in kept) if self.grads_at_entry else ())
         self._single_output = self.out_spec.is_leaf()
 
@@ -92,7 +98,7 @@ class CapturedStep:
         zeroes its gradients itself; all 80 of a 40-layer MLP's when the loop
         zeroes them outside the step).
         """
-        params, expected = self._entry_checked
+        params, expected = self.entry_checked
         if params:
             present = tuple(map(operator.is_not, map(_GRAD, params), repeat(None)))
             if present != expected:
@@ -205,6 +211,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         clear = [p for p in params
                  if pre_grads.get(id(p)) is not None and id(local_shard(pre_grads[id(p)])) not in referenced]
         _read_grads_at_run_time(gm, {id(local_shard(g)): p for p in params if (g := pre_grads.get(id(p))) is not None})
+        # Tensors the step keeps in its own state (``self.ema``) are read where they are kept.
+        model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
+        _read_constants_at_run_time(gm, {key: location.get for key, location
+                                         in holder["python"].kept_tensors(model_state).items()})
         gm.graph.lint()
         gm.recompile()
     except BaseException:
@@ -225,6 +235,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
     return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                         undo=undo, guards=distinct_guards(recorder.guards),
+                        # An optimizer-only step names the model for its parameters' names, never runs it.
+                        held=() if getattr(fn, OPTIMIZER_ONLY, False) else python.held(model_state),
                         scalar_positions=holder.get("scalar_positions", {}),
                         grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                         optimizer_states_at_entry=optimizer_states)
@@ -236,19 +248,31 @@ def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.P
     make_fx holds it as a constant, but ``.grad`` is replaced whenever the
     user's loop clears it (``zero_grad()`` sets it to None, the next backward
     makes a new tensor): a graph that accumulates into the captured tensor
-    would write into a stale one. The reader keeps the constant's records.
+    would write into a stale one.
     """
+    _read_constants_at_run_time(gm, {key: _grad_of(param) for key, param in grad_owner.items()})
+
+
+def _grad_of(param: nn.Parameter) -> Callable[[], Any]:
+    """A DTensor parameter's gradient is read as its local shard; a plain one's as it is, with no
+    per-step type check (this reader runs once per gradient per step)."""
+    if is_dtensor(param):
+        return lambda: local_shard(param.grad)
+    return lambda: param.grad
+
+
+def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:
+    """Replace each constant tensor whose id is in ``reads`` by a reader node calling its function
+    when the replay reaches it (a gradient, a tensor the step keeps in ``self.ema``); the reader
+    keeps the constant's records."""
     for node in list(gm.graph.nodes):
         if node.op != "get_attr":
             continue
         value = getattr(gm, node.target, None)
-        param = grad_owner.get(id(value)) if isinstance(value, torch.Tensor) else None
-        if param is None:
+        read = reads.get(id(value)) if isinstance(value, torch.Tensor) else None
+        if read is None:
             continue
         with gm.graph.inserting_before(node):
-            # A DTensor parameter's gradient is read as its local shard; a plain one's as it is,
-            # with no per-step type check (this reader runs once per gradient per step).
-            read = (lambda p=param: local_shard(p.grad)) if is_dtensor(param) else (lambda p=param: p.grad)
             reader = reader_node(gm.graph, read, f"{node.target}", None, scalar=False)
         reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
         node.replace_all_uses_with(reader)
@@ -288,9 +312,14 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     started = clock() if instrumented and clock is not None else 0
     for p in step.clear_grads:
         p.grad = None
-    # The backward pass is explicit in the graph: autograd must not record it again.
-    with torch.no_grad():
+    # The backward pass is explicit in the graph: autograd must not record it again. What
+    # ``torch.no_grad()`` does, without its three Python frames inside the step's own time.
+    enabled = _grad_enabled()
+    _set_grad_enabled(False)
+    try:
         out = graph_module(*[leaves[i] for i in step.input_positions])
+    finally:
+        _set_grad_enabled(enabled)
     stamps = None
     if instrumented:
         out, stamps = out

@@ -116,7 +116,7 @@ def test_a_dict_subclass_group_is_always_compared_in_full() -> None:
     s = _Setup()
     s.sgd.param_groups[0] = Group(s.sgd.param_groups[0])
     baked = BakedValues(s.state)
-    assert baked._groups is None and not baked._unchanged()
+    assert baked.group_tests is None and not baked._unchanged()
     assert _agrees(baked) is None
     s.sgd.param_groups[0]["nesterov"] = True
     assert _agrees(baked) is not None
