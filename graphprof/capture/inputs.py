@@ -347,6 +347,18 @@ class PythonState:
                 if isinstance(e.before, torch.Tensor) and id(e.before) not in model_state}
 
 
+    def contained_tensors(self, model_state: set[int]) -> dict[int, str]:
+        """id -> where, for each tensor in a watched list or dict when the call began (not
+        ``model_state``): one the graph holds as a constant cannot be replayed."""
+        found: dict[int, str] = {}
+        for entry in self.watched:
+            items = entry.snapshot.values() if type(entry.snapshot) is dict else entry.snapshot or ()
+            for item in items:
+                if isinstance(item, torch.Tensor) and id(item) not in model_state:
+                    found.setdefault(id(item), entry.location.describe)
+        return found
+
+
 def _same_number(a: Any, b: Any) -> bool:
     return type(a) is type(b) and _is_number(a) and a == b
 

@@ -22,6 +22,7 @@ never a wrong replay.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Generic, TypeVar
 
 import torch
@@ -61,7 +62,8 @@ class _Code:
 
     def __init__(self) -> None:
         self.globals: dict[str, Any] = {"_grad_enabled": torch.is_grad_enabled, "_Tensor": torch.Tensor,
-                                        "_Parameter": torch.nn.Parameter, "_list": list}
+                                        "_Parameter": torch.nn.Parameter, "_list": list,
+                                        "_tuple": tuple, "_map": map, "_requires_grad": operator.attrgetter("requires_grad")}
         self.lines = ["def check(args, kwargs):"]
 
     def bind(self, value: Any, hint: str) -> str:
@@ -149,7 +151,11 @@ def _held(code: _Code, baked: BakedValues) -> None:
 
 
 def _gradients(code: _Code, step: CapturedStep) -> None:
-    """Each checked parameter's ``.grad`` present or absent as at capture (``entry_mismatch``)."""
+    """Each parameter's ``requires_grad``, and each checked one's ``.grad`` present or absent, as at
+    capture (``entry_mismatch``)."""
+    if step.requires_grad_at_entry:
+        code.fail_if(f"_tuple(_map(_requires_grad, {code.bind(step.grad_params, 'params')})) != "
+                     f"{code.bind(step.requires_grad_at_entry, 'requires_grad')}")
     params, expected = step.entry_checked
     code.fail_if_any([f"{code.bind(p, 'p')}.grad is {'' if present else 'not '}None"
                       for p, present in zip(params, expected)])

@@ -33,8 +33,9 @@ from graphprof.capture.held_values import HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.recorder import CaptureRecorder
-from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
+from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.state import StateIndex, discover_state
+from graphprof.capture.torch_objects import TorchObjects
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
 _grad_enabled = torch.is_grad_enabled
@@ -66,6 +67,9 @@ class CapturedStep:
     #: Per grad param, whether its ``.grad`` existed when the step was captured: a replay
     #: accumulates into the existing gradients or creates them, as this call did.
     grads_at_entry: tuple[bool, ...] = ()
+    #: Per grad param, its ``requires_grad`` at capture: the graph computes exactly those gradients,
+    #: so freezing or unfreezing a parameter between calls needs another graph.
+    requires_grad_at_entry: tuple[bool, ...] = ()
 
     #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
     #: a graph that created the state lazily would create it again on every replay.
@@ -98,6 +102,8 @@ class CapturedStep:
         zeroes its gradients itself; all 80 of a 40-layer MLP's when the loop
         zeroes them outside the step).
         """
+        if self.requires_grad_at_entry and tuple(map(_REQUIRES_GRAD, self.grad_params)) != self.requires_grad_at_entry:
+            return "a parameter's requires_grad changed (frozen or unfrozen)"
         params, expected = self.entry_checked
         if params:
             present = tuple(map(operator.is_not, map(_GRAD, params), repeat(None)))
@@ -122,6 +128,7 @@ class CapturedStep:
 
 
 _GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
 
 
@@ -170,6 +177,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     leaves, in_spec = pytree.tree_flatten((args, kwargs))
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
+    requires_grad = {id(p): p.requires_grad for p in state.params.values()}
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     holder: dict[str, Any] = {}
 
@@ -188,6 +196,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()))
         holder["python"] = python
+        holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched)])
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
@@ -195,6 +204,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
+                requires_grad.setdefault(id(p), p.requires_grad)
         out_flat, out_spec = pytree.tree_flatten(out)
         holder.update(out=out, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
@@ -215,6 +225,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
         _read_constants_at_run_time(gm, {key: location.get for key, location
                                          in holder["python"].kept_tensors(model_state).items()})
+        _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
         gm.graph.lint()
         gm.recompile()
     except BaseException:
@@ -224,6 +235,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             holder["recorder"].write_log.restore()
         if "python" in holder:
             holder["python"].restore()
+        if "torch_objects" in holder:
+            holder["torch_objects"].restore()
         raise
     out = holder["out"]
     out = pytree.tree_map_only(TracedScalar, lambda s: s.value, out)
@@ -232,6 +245,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     def undo() -> None:
         recorder.write_log.restore()
         python.restore()
+        holder["torch_objects"].restore()
 
     return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                         undo=undo, guards=distinct_guards(recorder.guards),
@@ -239,6 +253,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                         held=() if getattr(fn, OPTIMIZER_ONLY, False) else python.held(model_state),
                         scalar_positions=holder.get("scalar_positions", {}),
                         grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
+                        requires_grad_at_entry=tuple(requires_grad[id(p)] for p in params),
                         optimizer_states_at_entry=optimizer_states)
 
 
@@ -259,6 +274,21 @@ def _grad_of(param: nn.Parameter) -> Callable[[], Any]:
     if is_dtensor(param):
         return lambda: local_shard(param.grad)
     return lambda: param.grad
+
+
+def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str]) -> None:
+    """Refuse a graph that holds, as a constant, a tensor kept in one of the step's lists or dicts.
+
+    Which item a later call would read (``self.hist[-1]`` of a longer list, a
+    key of a dict replaced since) is not known from the one the capture call
+    read, so a replay could not read it again: the step is profiled another way.
+    """
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            where = contained.get(id(getattr(gm, node.target, None)))
+            if where is not None:
+                raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
+                                         "hold as the capture call's constant")
 
 
 def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:

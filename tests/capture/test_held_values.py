@@ -96,6 +96,7 @@ SCENARIOS: dict[str, Change] = {
                                         t.milestones.__setitem__(0, 1.0 + (i >= 5))),
     "the logged list replaced": _at(5, lambda t: setattr(t, "logged", [])),
     "the kept tensor reset": _at(5, lambda t: setattr(t, "ema", None)),
+    "a layer frozen after warm-up": lambda i, t: t.model[0].weight.requires_grad_(i < 4),
     "the kept tensor replaced by another shape": _at(5, lambda t: setattr(t, "ema", torch.zeros(1))),
 }
 
@@ -154,3 +155,31 @@ def test_the_generated_check_agrees_with_first_change(change: Callable[[_Holder]
     change(holder)
     assert first_change(held) == reason
     assert check() is (reason is None)
+
+
+def test_a_tensor_read_from_a_kept_list_is_not_frozen_into_the_graph() -> None:
+    """``self.hist[-1]`` names another item on each call: the step is profiled as segments, with a warning."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hist = [torch.zeros(())]
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            hist.append(hist[-1] * 0.5 + loss.detach())
+            return loss
+        return step, hist
+
+    (eager, eager_hist), (step, hist) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(5):
+            x, y = torch.randn(3, 4), torch.randn(3, 1)
+            assert torch.equal(eager(x, y), traced(x, y))
+    assert [float(t) for t in eager_hist] == [float(t) for t in hist]
+    assert any("tensor kept in hist" in str(w.message) for w in caught)

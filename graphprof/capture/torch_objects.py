@@ -1,0 +1,79 @@
+"""Torch's stateful Python objects a step drives (optimizers, LR schedulers, gradient scalers), put
+back as they were when a capture is refused part way.
+
+The capture call is the user's real step: when it is refused part way (a
+branch on ``loss.item()`` after ``sched.step()``), the step runs again another
+way, so everything it changed must first be undone. Tensors written in place
+are undone by the write log and watched Python values by ``PythonState``;
+these objects are neither. A scheduler already stepped would step twice (its
+``last_epoch`` and the groups' ``lr`` advanced again), and a gradient scaler
+that had unscaled the gradients would skip unscaling the next ones (its
+per-optimizer stage says it is done): the results would leave eager's.
+
+``TorchObjects`` copies each object's attributes before the step, a few
+container levels deep (an optimizer's ``param_groups`` list and each group's
+dict, a scaler's per-optimizer states and each state's dict), and puts back
+the same objects with the same items. Tensors inside are the write log's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+#: The kinds of objects whose own Python state a step changes through torch's code.
+KINDS: tuple[type, ...] = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
+                           torch.optim.lr_scheduler.ReduceLROnPlateau, torch.amp.GradScaler)
+
+
+#: How many container levels are copied (attribute, list of groups, group, list of parameters).
+_DEPTH = 4
+
+
+def _items(value: Any, depth: int = _DEPTH) -> Any:
+    """A copy of a list's or dict's items (None for anything else), and of the containers inside."""
+    if depth == 0:
+        return None
+    if isinstance(value, list):
+        return [(v, _items(v, depth - 1)) for v in value]
+    if isinstance(value, dict):
+        return [(k, v, _items(v, depth - 1)) for k, v in value.items()]
+    return None
+
+
+def _put_back(value: Any, items: Any) -> None:
+    """Make ``value`` (the original container) hold ``items`` again, the inner containers too."""
+    if items is None:
+        return
+    if isinstance(value, list):
+        value[:] = [v for v, _ in items]
+        for v, inner in items:
+            _put_back(v, inner)
+    else:
+        value.clear()
+        for k, v, inner in items:
+            value[k] = v
+            _put_back(v, inner)
+
+
+class TorchObjects:
+    """The attributes of some torch objects before a step, to put back if its capture is refused."""
+
+    def __init__(self, objects: Iterable[Any]) -> None:
+        self._saved: list[tuple[Any, list[tuple[str, Any, Any]]]] = []
+        seen: set[int] = set()
+        for obj in objects:
+            if isinstance(obj, KINDS) and id(obj) not in seen and hasattr(obj, "__dict__"):
+                seen.add(id(obj))
+                self._saved.append((obj, [(k, v, _items(v)) for k, v in vars(obj).items()]))
+
+    def restore(self) -> None:
+        for obj, attributes in self._saved:
+            state = vars(obj)
+            kept = {k for k, _, _ in attributes}
+            for k in [k for k in state if k not in kept]:
+                del state[k]
+            for k, v, items in attributes:
+                state[k] = v
+                _put_back(v, items)
