@@ -204,7 +204,6 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
-                requires_grad.setdefault(id(p), p.requires_grad)
         out_flat, out_spec = pytree.tree_flatten(out)
         holder.update(out=out, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
@@ -228,8 +227,26 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
         gm.graph.lint()
         gm.recompile()
+        recorder, python = holder["recorder"], holder["python"]
+
+        def undo() -> None:
+            recorder.write_log.restore()
+            python.restore()
+            holder["torch_objects"].restore()
+
+        out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
+        return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
+                            undo=undo, guards=distinct_guards(recorder.guards),
+                            # An optimizer-only step names the model for its parameters' names, never runs it.
+                            held=() if getattr(fn, OPTIMIZER_ONLY, False) else python.held(model_state),
+                            scalar_positions=holder.get("scalar_positions", {}),
+                            grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
+                            # A parameter first met during the step (registered by it) as it is now.
+                            requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
+                            optimizer_states_at_entry=optimizer_states)
     except BaseException:
-        # The step ran (part way or whole): undo it, or a fallback would run it twice.
+        # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
+        # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
         if "recorder" in holder:
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].write_log.restore()
@@ -238,23 +255,6 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if "torch_objects" in holder:
             holder["torch_objects"].restore()
         raise
-    out = holder["out"]
-    out = pytree.tree_map_only(TracedScalar, lambda s: s.value, out)
-    recorder, python = holder["recorder"], holder["python"]
-
-    def undo() -> None:
-        recorder.write_log.restore()
-        python.restore()
-        holder["torch_objects"].restore()
-
-    return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
-                        undo=undo, guards=distinct_guards(recorder.guards),
-                        # An optimizer-only step names the model for its parameters' names, never runs it.
-                        held=() if getattr(fn, OPTIMIZER_ONLY, False) else python.held(model_state),
-                        scalar_positions=holder.get("scalar_positions", {}),
-                        grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
-                        requires_grad_at_entry=tuple(requires_grad[id(p)] for p in params),
-                        optimizer_states_at_entry=optimizer_states)
 
 
 def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.Parameter]) -> None:

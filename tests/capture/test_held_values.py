@@ -178,7 +178,7 @@ def test_a_tensor_read_from_a_kept_list_is_not_frozen_into_the_graph() -> None:
     traced = graphprof.trace(step)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for i in range(5):
+        for _ in range(5):
             x, y = torch.randn(3, 4), torch.randn(3, 1)
             assert torch.equal(eager(x, y), traced(x, y))
     assert [float(t) for t in eager_hist] == [float(t) for t in hist]

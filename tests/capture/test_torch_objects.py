@@ -83,3 +83,37 @@ def test_restore_puts_back_the_same_objects_with_their_items() -> None:
     assert sched.last_epoch == 0 and sched._last_lr is lrs and lrs == [0.1]
     assert opt.param_groups is groups and groups[0] is group and group["lr"] == 0.1 and "extra" not in group
     assert not opt.state  # the state the step created is gone, as before it
+
+
+def test_a_failure_after_the_step_ran_is_undone_before_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error while recording the captured step, after the capture call ran it: undone, run once."""
+    from graphprof.capture.inputs import PythonState
+
+    def broken(self: PythonState, model_state: set[int]) -> tuple:
+        raise RuntimeError("recording failed")
+
+    monkeypatch.setattr(PythonState, "held", broken)
+    eager, copy = _Loop(scaler=False), _Loop(scaler=False)
+    copy.step = _without_branch(copy)  # type: ignore[method-assign]
+    eager.step = _without_branch(eager)  # type: ignore[method-assign]
+    traced = graphprof.trace(copy.step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            x, y = torch.randn(6, 4), torch.randn(6, 1)
+            assert torch.equal(eager.step(x, y), traced(x, y)), f"call {i}"
+            assert eager.observed() == copy.observed(), f"call {i}"
+    assert traced.capture_mode == "segments"
+    assert any("recording failed" in str(w.message) for w in caught)
+
+
+def _without_branch(loop: _Loop) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The loop's step with nothing that refuses the capture: it is captured whole, then recorded."""
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loop.opt.zero_grad()
+        loss = F.mse_loss(loop.model(x), y)
+        loss.backward()
+        loop.opt.step()
+        loop.sched.step()
+        return loss
+    return step
