@@ -100,6 +100,7 @@ CHANGES: dict[str, Callable[[_Loop], Any]] = {
     "a flag the step branches on": lambda s: setattr(s, "zero_grad", False),
     "a dropout's p": lambda s: setattr(s.model[1][1], "p", 0.5),
     "a held number's type": lambda s: setattr(s, "scale", 1.0),
+    "a parameter frozen": lambda s: s.model[0].weight.requires_grad_(False),
     "an optimizer's groups replaced by a copy": lambda s: setattr(s.sgd, "param_groups", list(s.sgd.param_groups)),
 }
 
