@@ -8,19 +8,20 @@ else is baked into the graph as the capture call saw it. A user who changes
 one between calls (a dropout schedule, a flag switched after warm-up, a loss
 function swapped) would otherwise get the old decision replayed, silently.
 
-So every watched location the step does not itself assign is held: before
-each replay its value must still be the captured one (``HOLD_VALUE``: the
-same object, or for a plain ``int``/``float``/``bool``/``str``/``None``
-an equal value of the same type), and an input number must still have its
-captured type (``HOLD_TYPE``: arithmetic traced on an ``int`` is not that of
-a ``float``). A tensor the step keeps (``self.ema``) is read by the graph at
+So every watched location is held: before each replay its value must
+still be the captured one (``Hold.VALUE``: the same object, or for a plain
+``int``/``float``/``bool``/``str``/``None`` an equal value of the same
+type), and an input number must still have its captured type
+(``Hold.TYPE``: arithmetic traced on an ``int`` is not that of a
+``float``). A tensor the step keeps (``self.ema``) is read by the graph at
 run time, as numbers are, so only what the graph was specialised to is held
-(``HOLD_TENSOR``: type, shape, dtype, device, ``requires_grad``). A location
-the step assigns is held by its type only: its value is the step's own
-output (holding it would capture every call), but a step that reads it
-first decided on its kind (``if self.best is None``), which the type keeps. Lists and dicts
-the step appends to or updates are held by identity (the graph's effects
-write into those very objects); one it only reads is held with its items.
+(``Hold.TENSOR``: type, shape, dtype, device, ``requires_grad``). A
+location the step assigns is held by its type only: its value is the step's
+own output (holding it would capture every call), but a step that reads it
+first decided on its kind (``if self.best is None``), which the type keeps.
+Lists and dicts the step appends to or updates are held by identity (the
+graph's effects write into those very objects); one it only reads is held
+with its items (``Hold.CONTENTS``).
 
 Every replay asks, so ``compile_held_check`` writes the tests out as one
 straight-line function: each value read where it lives (an attribute, a
@@ -68,7 +69,7 @@ class HeldValue:
     owner: Any
     key: Any
     hold: Hold
-    value: Any  # the captured value (VALUE, CONTENTS) or its type (TYPE)
+    value: Any  # the captured value (VALUE, CONTENTS), its type (TYPE) or its fields (TENSOR)
     read: Callable[[], Any]
     #: CONTENTS: the items at capture (a list, or a dict's items as a list of pairs), and the dict
     #: keys whose numbers are inputs of their own (only their type is held).

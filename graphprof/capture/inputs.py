@@ -311,41 +311,35 @@ class PythonState:
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
 
-
     def held(self, model_state: set[int]) -> tuple[HeldValue, ...]:
         """What the graph was decided on, after ``effects`` (capture/held_values.py says why): every
         watched value, the type of every input number and of every value the step assigns, and the
         fields of every tensor the graph reads at run time (``model_state``: ids of parameters,
         buffers and optimizer state, held as the objects themselves)."""
         held = []
-        value: Any
         for entry in self.watched:
-            location = entry.location
-            if id(entry) in self.inputs:
-                hold, value = Hold.TYPE, type(entry.before)
-            elif isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
-                hold, value = Hold.TENSOR, tensor_fields(entry.before)
-            elif id(entry) in self.assigned:
-                hold, value = Hold.TYPE, type(entry.before)
+            where, before = entry.location, entry.before
+            items: tuple = ()
+            value: Any
+            kept_tensor = isinstance(before, torch.Tensor) and id(before) not in model_state
+            if id(entry) in self.inputs or (id(entry) in self.assigned and not kept_tensor):
+                hold, value = Hold.TYPE, type(before)
+            elif kept_tensor:
+                hold, value = Hold.TENSOR, tensor_fields(before)
             elif entry.snapshot is not None and id(entry) not in self.extended:  # a list or dict it only reads
-                items = tuple(entry.snapshot) if type(entry.before) is list else tuple(entry.snapshot.items())
-                held.append(HeldValue(location.describe, location.place, location.owner, location.key,
-                                      Hold.CONTENTS, entry.before, location.get, items,
-                                      frozenset(self.itemized.get(id(entry.before), ()))))
-                continue
+                hold, value = Hold.CONTENTS, before
+                items = tuple(entry.snapshot) if type(before) is list else tuple(entry.snapshot.items())
             else:
-                hold, value = Hold.VALUE, entry.before
-            held.append(HeldValue(location.describe, location.place, location.owner, location.key, hold, value,
-                                  location.get))
+                hold, value = Hold.VALUE, before
+            held.append(HeldValue(where.describe, where.place, where.owner, where.key, hold, value, where.get, items,
+                                  frozenset(self.itemized.get(id(before), ()))))
         return tuple(held)
-
 
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
         ``model_state``): a graph constant made from one is read from its location at run time."""
         return {id(e.before): e.location for e in self.watched
                 if isinstance(e.before, torch.Tensor) and id(e.before) not in model_state}
-
 
     def contained_tensors(self, model_state: set[int]) -> dict[int, str]:
         """id -> where, for each tensor in a watched list or dict when the call began (not
