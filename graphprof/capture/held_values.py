@@ -21,7 +21,7 @@ own output (holding it would capture every call), but a step that reads it
 first decided on its kind (``if self.best is None``), which the type keeps.
 Lists and dicts the step appends to or updates are held by identity (the
 graph's effects write into those very objects); one it only reads is held
-with its items (``Hold.CONTENTS``).
+with its items (``Hold.CONTENTS``), up to ``CONTENTS_LIMIT`` items.
 
 Every replay asks, so ``compile_held_check`` writes the tests out as one
 straight-line function: each value read where it lives (an attribute, a
@@ -40,6 +40,9 @@ import torch
 
 #: Types whose values are held by equality (with their exact type), not by identity.
 PLAIN_TYPES = frozenset({int, float, bool, str, bytes, type(None)})
+#: The most items of a list or dict held item by item: comparing them costs time on every call, so a
+#: bigger one (a vocabulary, a table of labels) is held as the same object only.
+CONTENTS_LIMIT = 256
 
 
 class Hold(enum.Enum):

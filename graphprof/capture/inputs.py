@@ -39,7 +39,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from graphprof.capture.held_values import HeldValue, Hold, Place, tensor_fields
+from graphprof.capture.held_values import CONTENTS_LIMIT, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
 from graphprof.capture.sources import file_line
@@ -326,7 +326,8 @@ class PythonState:
                 hold, value = Hold.TYPE, type(before)
             elif kept_tensor:
                 hold, value = Hold.TENSOR, tensor_fields(before)
-            elif entry.snapshot is not None and id(entry) not in self.extended:  # a list or dict it only reads
+            elif (entry.snapshot is not None and id(entry) not in self.extended
+                  and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads
                 hold, value = Hold.CONTENTS, before
                 items = tuple(entry.snapshot) if type(before) is list else tuple(entry.snapshot.items())
             else:

@@ -183,3 +183,21 @@ def test_a_tensor_read_from_a_kept_list_is_not_frozen_into_the_graph() -> None:
             assert torch.equal(eager(x, y), traced(x, y))
     assert [float(t) for t in eager_hist] == [float(t) for t in hist]
     assert any("tensor kept in hist" in str(w.message) for w in caught)
+
+
+def test_a_big_table_is_held_as_the_same_object_a_small_one_item_by_item() -> None:
+    """Item by item costs time on every call: above CONTENTS_LIMIT items only the object is held."""
+    from graphprof.capture.held_values import CONTENTS_LIMIT
+
+    table = [1.0] * (CONTENTS_LIMIT + 1)
+    small = [1.0]
+    model = nn.Linear(2, 1)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum() * table[0] * small[0]
+
+    traced = graphprof.trace(step)
+    for _ in range(3):
+        traced(torch.ones(1, 2))
+    holds = {h.describe: h.hold for h in traced.runner.captured.held}
+    assert holds["table"] is Hold.VALUE and holds["small"] is Hold.CONTENTS
