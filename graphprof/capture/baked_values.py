@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from graphprof.capture.held_values import HeldValue, compile_held_check, first_change
+from graphprof.capture.module_structure import ModuleStructure
 from graphprof.capture.state import StateIndex
 
 RUNTIME = "read at run time"
@@ -125,13 +126,16 @@ def _group_test(group: dict) -> Callable[[dict], bool]:
 class BakedValues:
     """The values baked into one captured graph, and whether this call's differ."""
 
-    __slots__ = ("state", "held", "held_check", "values", "group_tests", "modes", "_same_mode")
+    __slots__ = ("state", "held", "held_check", "structure", "values", "group_tests", "modes", "_same_mode")
 
-    def __init__(self, state: StateIndex, held: tuple[HeldValue, ...] = ()) -> None:
+    def __init__(self, state: StateIndex, held: tuple[HeldValue, ...] = (),
+                 structure: ModuleStructure | None = None) -> None:
         self.state = state
         #: The watched Python values the step's decisions were made on, and their generated test.
         self.held = held
         self.held_check = compile_held_check(held)
+        #: The modules' parameters, buffers, submodules and hooks (capture/module_structure.py).
+        self.structure = structure
         self.values = guard_values(state)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().
@@ -147,7 +151,9 @@ class BakedValues:
             now = guard_values(self.state)
             if now != self.values:
                 return what_changed(self.values, now, self.state)
-        return None if self.held_check() else first_change(self.held)
+        if not self.held_check():
+            return first_change(self.held)
+        return self.structure.changed() if self.structure is not None else None
 
     def _unchanged(self) -> bool:
         """An exact sufficient test that ``guard_values(state)`` equals the captured values.

@@ -26,8 +26,10 @@ import operator
 from typing import Any, Callable, Generic, TypeVar
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from graphprof.capture.baked_values import BakedValues
+from graphprof.capture.module_structure import REGISTRATIONS
 from graphprof.capture.signature import LastSignature
 from graphprof.capture.whole_step import CapturedStep
 
@@ -51,7 +53,7 @@ class Path(Generic[Runner]):
     @classmethod
     def of(cls, runner: Runner, captured: CapturedStep, last: LastSignature | None) -> "Path[Runner]":
         """A new capture's path, its check written now (in the capture call, not in a profiled step)."""
-        path = cls(runner, captured, BakedValues(captured.state, captured.held))
+        path = cls(runner, captured, BakedValues(captured.state, captured.held, captured.structure))
         if last is not None:
             path.check = replay_check(last, path.baked, captured)
         return path
@@ -145,9 +147,18 @@ def _modules(code: _Code, baked: BakedValues) -> None:
 
 
 def _held(code: _Code, baked: BakedValues) -> None:
-    """The held Python values, by their own generated check (capture/held_values.py)."""
+    """The held Python values, by their own generated check (capture/held_values.py), and the
+    modules' structure by its two counts (capture/module_structure.py): when one moved, the long
+    way looks closer and, where nothing of this graph changed, takes the new counts."""
     if baked.held:
         code.fail_if(f"not {code.bind(baked.held_check, 'held')}()")
+    structure = baked.structure
+    if structure is not None:
+        counts = code.bind(structure.counts, "counts")
+        code.fail_if(f"{code.bind(REGISTRATIONS, 'registrations')}.count != {counts}[0] or "
+                     f"{code.bind(RemovableHandle, 'handles')}.next_id != {counts}[1]")
+        if structure.hooks_to_compare:
+            code.fail_if(f"not {code.bind(structure.counts_hold, 'hooks')}()")
 
 
 def _gradients(code: _Code, step: CapturedStep) -> None:

@@ -32,6 +32,7 @@ from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
+from graphprof.capture.module_structure import ModuleStructure
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.state import StateIndex, discover_state
@@ -61,6 +62,9 @@ class CapturedStep:
     guards: tuple[Guard, ...] = ()
     #: Python values the graph was decided on, checked before each replay (capture/held_values.py).
     held: tuple[HeldValue, ...] = ()
+    #: The modules' parameters, buffers, submodules and hooks it was traced through (None: an
+    #: optimizer-only step, which runs no module).
+    structure: ModuleStructure | None = None
     #: Placeholder of each argument (number or tensor) -> its index in the call's leaves: guards
     #: read the call's own values through it (value guards recompute from tensor inputs).
     scalar_positions: dict[torch.fx.Node, int] = field(default_factory=dict)
@@ -179,6 +183,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
+    # An optimizer-only step names the model for its parameters' names, never runs it.
+    optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
+    structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
 
     def traced(*inputs: Any) -> Any:
@@ -237,8 +244,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                             undo=undo, guards=distinct_guards(recorder.guards),
-                            # An optimizer-only step names the model for its parameters' names, never runs it.
-                            held=() if getattr(fn, OPTIMIZER_ONLY, False) else python.held(model_state),
+                            held=() if optimizer_only else python.held(model_state), structure=structure,
                             scalar_positions=holder.get("scalar_positions", {}),
                             grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                             # A parameter first met during the step (registered by it) as it is now.

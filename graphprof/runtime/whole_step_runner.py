@@ -91,6 +91,8 @@ class WholeStepRunner:
         if profiling:
             with stage(f"measuring kernel workspace of {name}"):
                 runner._measure_workspace(args, kwargs)
+        if captured.structure is not None:  # the modules as the capture call leaves them, its own hooks gone
+            captured.structure.settle()
         return runner
 
     @property

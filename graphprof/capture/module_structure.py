@@ -1,0 +1,120 @@
+"""The structure of the modules a captured graph runs: their parameters, buffers, submodules and hooks.
+
+A replay runs the graph the capture call traced through the modules as they
+were. A user who replaces one between calls (``model.head = nn.Linear(...)``,
+``layer.bias = nn.Parameter(...)``, a buffer) or adds or removes a forward
+or backward hook would otherwise get the old modules replayed, silently.
+
+Comparing every module's parameter, buffer, submodule and hook dicts on
+every call would cost more than some steps' ops, so changes are counted
+instead, at two places every change goes through:
+
+* ``register_parameter``, ``register_buffer`` and ``add_module`` (which
+  ``Module.__setattr__`` calls) call torch's global registration hooks:
+  graphprof adds one, once, that counts and notes the module (it returns
+  nothing, so every registration stays as it was);
+* every hook registration takes a new id from ``RemovableHandle.next_id``.
+
+A call compares two integers with the values after the capture call. When
+one moved, ``ModuleStructure.changed`` looks closer (was one of this graph's
+modules the one registered to? did a hook dict of one of them change?) and
+either names the change or takes the new values as the baseline: a hook on
+a tensor or a module elsewhere costs one closer look, not a capture. A hook
+removed (``handle.remove()``) takes no id, so the hook dicts of the modules
+that had hooks at capture are compared on every call; deleting an attribute
+(``del model.head``) or writing into ``_parameters`` directly is not seen.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Sequence
+
+from torch import nn
+from torch.nn.modules import module as module_globals
+from torch.utils.hooks import RemovableHandle
+
+#: The hook dicts of a module that change what a forward or backward computes.
+HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+              "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+                      "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
+                      "_global_backward_hooks", "_global_backward_pre_hooks")
+
+
+class _Registrations:
+    """How many parameter, buffer and module registrations have happened, and the count at each
+    module's last one (weakly: a module that is gone leaves no entry)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.installed = False
+
+    def note(self, module: nn.Module, name: str, value: Any) -> None:
+        self.count += 1
+        self.last[module] = self.count
+
+    def install(self) -> None:
+        if not self.installed:
+            self.installed = True
+            module_globals.register_module_parameter_registration_hook(self.note)
+            module_globals.register_module_buffer_registration_hook(self.note)
+            module_globals.register_module_module_registration_hook(self.note)
+
+
+REGISTRATIONS = _Registrations()
+
+
+def _hook_keys(module: Any, names: Sequence[str]) -> tuple:
+    return tuple(tuple(getattr(module, name, None) or ()) for name in names)
+
+
+class ModuleStructure:
+    """What a graph was traced through, and the counts after its capture call."""
+
+    __slots__ = ("modules", "counts", "_hooks", "_hooked", "_globals")
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        REGISTRATIONS.install()  # before the capture call; the counts are taken after it (``settle``)
+        self.modules = tuple(modules)
+        #: [registrations, next hook id] after the capture call (a list: the generated check reads it).
+        self.counts = [-1, -1]
+        self._hooks: tuple = ()
+        self._hooked: tuple = ()
+        self._globals: tuple = ()
+
+    def settle(self) -> None:
+        """Take the counts and hook dicts as they are after the capture call."""
+        self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]
+        self._hooks = tuple(_hook_keys(m, HOOK_DICTS) for m in self.modules)
+        self._hooked = tuple((m, keys) for m, keys in zip(self.modules, self._hooks) if any(keys))
+        self._globals = _hook_keys(module_globals, _GLOBAL_HOOK_DICTS)
+
+    @property
+    def hooks_to_compare(self) -> bool:
+        """Whether a call must compare hook dicts too (some module, or the globals, had hooks at capture)."""
+        return bool(self._hooked) or any(self._globals)
+
+    def counts_hold(self) -> bool:
+        """The per-call test: nothing registered anywhere since, and the hooks that were there still are."""
+        return (REGISTRATIONS.count == self.counts[0] and RemovableHandle.next_id == self.counts[1]
+                and all(_hook_keys(m, HOOK_DICTS) == keys for m, keys in self._hooked)
+                and (not any(self._globals) or _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) == self._globals))
+
+    def changed(self) -> str | None:
+        """None when the modules are as at capture (new counts that concern none of them are taken as
+        the baseline), else the phrase naming what changed."""
+        if self.counts_hold():
+            return None
+        since = self.counts[0]
+        for m in self.modules:
+            if REGISTRATIONS.last.get(m, 0) > since:
+                return f"a parameter, buffer or submodule of a {type(m).__name__} was assigned"
+        for m, keys in zip(self.modules, self._hooks):
+            if _hook_keys(m, HOOK_DICTS) != keys:
+                return f"a hook of a {type(m).__name__} was added or removed"
+        if _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) != self._globals:
+            return "a global module hook was added or removed"
+        self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]  # elsewhere: not this graph's business
+        return None
