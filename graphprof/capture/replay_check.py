@@ -30,7 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from graphprof.capture.baked_values import BakedValues
 from graphprof.capture.module_structure import REGISTRATIONS
-from graphprof.capture.signature import LastSignature
+from graphprof.capture.signature import LastSignature, autocast_state
 from graphprof.capture.whole_step import CapturedStep
 
 #: ``check(args, kwargs)``: True when the call would replay the path the check was written for.
@@ -65,7 +65,9 @@ class _Code:
     def __init__(self) -> None:
         self.globals: dict[str, Any] = {"_grad_enabled": torch.is_grad_enabled, "_Tensor": torch.Tensor,
                                         "_Parameter": torch.nn.Parameter, "_list": list,
-                                        "_tuple": tuple, "_map": map, "_requires_grad": operator.attrgetter("requires_grad")}
+                                        "_tuple": tuple, "_map": map, "_requires_grad": operator.attrgetter("requires_grad"),
+                                        "_any_autocast": torch._C._is_any_autocast_enabled,
+                                        "_autocast_state": autocast_state, "_default_dtype": torch.get_default_dtype}
         self.lines = ["def check(args, kwargs):"]
 
     def bind(self, value: Any, hint: str) -> str:
@@ -103,6 +105,9 @@ def replay_check(last: LastSignature, baked: BakedValues, step: CapturedStep) ->
 def _signature(code: _Code, last: LastSignature) -> None:
     """``LastSignature.matches``: positional tensors only, each field compared as it compares them."""
     code.fail_if(f"kwargs or len(args) != {last.count} or _grad_enabled() is not {last.grad_enabled}")
+    autocast = ("_any_autocast()" if last.autocast is None
+                else f"_autocast_state() != {code.bind(last.autocast, 'autocast')}")
+    code.fail_if(f"_default_dtype() is not {code.bind(last.default_dtype, 'dtype')} or {autocast}")
     if not last.count:
         return
     names = [f"a{i}" for i in range(last.count)]

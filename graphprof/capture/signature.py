@@ -33,7 +33,8 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
         leaves, spec = list(args), len(args)
     else:
         leaves, spec = pytree.tree_flatten((args, kwargs))
-    parts: list[Hashable] = [spec, torch.is_grad_enabled()]  # TreeSpec hashes by structure
+    # TreeSpec hashes by structure; factory ops without a dtype were traced with the default one.
+    parts: list[Hashable] = [spec, torch.is_grad_enabled(), (torch.get_default_dtype(), autocast_state())]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
@@ -46,6 +47,21 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
             except TypeError:
                 parts.append((type(leaf), id(leaf)))
     return tuple(parts), leaves
+
+
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...] | None:
+    """The autocast regions the call is made in (device and dtype of each), None outside any.
+
+    A graph traced inside ``torch.autocast`` holds its casts; one traced outside
+    holds none. So the state is part of the key, like the grad mode.
+    """
+    if not _any_autocast():
+        return None
+    return tuple((device, torch.get_autocast_dtype(device)) for device in torch._C._autocast_supported_devices()
+                 if torch.is_autocast_enabled(device))
 
 
 #: Argument types pytree treats as leaves, for which flattening a flat call is the identity.
@@ -64,7 +80,7 @@ class LastSignature:
     the call finds the same graphs the key would.
     """
 
-    __slots__ = ("key", "paths", "replay", "count", "grad_enabled", "tensors")
+    __slots__ = ("key", "paths", "replay", "count", "grad_enabled", "default_dtype", "autocast", "tensors")
 
     def __init__(self, key: tuple, count: int) -> None:
         self.key = key
@@ -77,7 +93,8 @@ class LastSignature:
         #: The key's parts: how many positional tensors, the grad mode, each tensor's fields.
         self.count = count
         self.grad_enabled = key[1]
-        self.tensors = key[2:]
+        self.default_dtype, self.autocast = key[2]
+        self.tensors = key[3:]
 
     @classmethod
     def of(cls, key: Hashable, args: tuple, kwargs: dict) -> "LastSignature | None":
@@ -90,6 +107,10 @@ class LastSignature:
     def matches(self, args: tuple, kwargs: dict) -> bool:
         """Whether ``signature(args, kwargs)`` would equal ``key`` (never True where it would not)."""
         if kwargs or len(args) != self.count or torch.is_grad_enabled() is not self.grad_enabled:
+            return False
+        if torch.get_default_dtype() is not self.default_dtype:
+            return False
+        if (_any_autocast() if self.autocast is None else autocast_state() != self.autocast):
             return False
         for arg, (shape, dtype, device, requires_grad) in zip(args, self.tensors):
             kind = type(arg)
@@ -109,8 +130,10 @@ def signature_change(old: Hashable, new: Hashable) -> str:
                 continue
             if i == 1:
                 return f"grad mode changed to {'enabled' if b else 'disabled'}"
-            if i > 1:
-                return f"argument {i - 2} (flattened) changed from {_short(a)} to {_short(b)}"
+            if i == 2:
+                return f"the default dtype or the autocast regions changed from {_short(a)} to {_short(b)}"
+            if i > 2:
+                return f"argument {i - 3} (flattened) changed from {_short(a)} to {_short(b)}"
             break
     return "the arguments' structure changed"
 

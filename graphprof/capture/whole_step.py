@@ -65,6 +65,9 @@ class CapturedStep:
     #: The modules' parameters, buffers, submodules and hooks it was traced through (None: an
     #: optimizer-only step, which runs no module).
     structure: ModuleStructure | None = None
+    #: Whether the call was made inside ``torch.autocast``: the graph holds the casts it made, so a
+    #: replay runs it with autocast off (the signature keeps the regions, capture/signature.py).
+    autocast: bool = False
     #: Placeholder of each argument (number or tensor) -> its index in the call's leaves: guards
     #: read the call's own values through it (value guards recompute from tensor inputs).
     scalar_positions: dict[torch.fx.Node, int] = field(default_factory=dict)
@@ -183,6 +186,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
+    autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
@@ -245,6 +249,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                             undo=undo, guards=distinct_guards(recorder.guards),
                             held=() if optimizer_only else python.held(model_state), structure=structure,
+                            autocast=autocast,
                             scalar_positions=holder.get("scalar_positions", {}),
                             grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                             # A parameter first met during the step (registered by it) as it is now.
@@ -353,7 +358,11 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     enabled = _grad_enabled()
     _set_grad_enabled(False)
     try:
-        out = graph_module(*[leaves[i] for i in step.input_positions])
+        if step.autocast:  # the casts autocast made are in the graph: not made twice
+            with torch._C._DisableAutocast():
+                out = graph_module(*[leaves[i] for i in step.input_positions])
+        else:
+            out = graph_module(*[leaves[i] for i in step.input_positions])
     finally:
         _set_grad_enabled(enabled)
     stamps = None

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import warnings
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+import graphprof
 
 from graphprof.capture.signature import LastSignature, signature
 
@@ -59,3 +65,66 @@ def test_calls_of_other_forms_keep_no_record() -> None:
         assert LastSignature.of(key, args, kwargs) is None
     last = _last(x)
     assert not last.matches((x.as_subclass(Sub),), {})  # the full key decides for a subclass
+
+
+def test_calls_inside_and_outside_autocast_take_their_own_graphs_and_equal_eager() -> None:
+    """The autocast regions around the call are part of the key; a replay inside one does not cast twice."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x).float(), torch.zeros(3, 4))
+            loss.backward()
+            opt.step()
+            return loss
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    traced = graphprof.trace(step)
+    for i in range(8):
+        region = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if i % 3 == 2 else contextlib.nullcontext
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        with region():
+            expected = eager(x)
+        with region(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = traced(x)
+        assert torch.equal(expected, got), f"call {i}"
+        assert torch.equal(eager_model.weight, model.weight), f"call {i}"
+    assert traced.captures == 2 and traced.capture_mode == "whole-step"
+
+
+def test_a_new_default_dtype_takes_another_graph() -> None:
+    """A factory call without a dtype was traced with the default one: changing it needs another graph."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1).double()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = (model(x) + torch.full((3, 1), 0.1)).pow(2).mean()  # the constant's dtype is the default
+            loss.backward()
+            opt.step()
+            return loss
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    traced = graphprof.trace(step)
+    before = torch.get_default_dtype()
+    try:
+        for i in range(6):
+            torch.set_default_dtype(torch.float64 if i >= 3 else torch.float32)
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
+            expected = eager(x)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = traced(x)
+            assert torch.equal(expected, got), f"call {i}"
+            assert torch.equal(eager_model.weight, model.weight), f"call {i}"
+    finally:
+        torch.set_default_dtype(before)
+    assert traced.captures == 2
