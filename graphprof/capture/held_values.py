@@ -15,7 +15,7 @@ type), and an input number must still have its captured type
 (``Hold.TYPE``: arithmetic traced on an ``int`` is not that of a
 ``float``). A tensor the step keeps (``self.ema``) is read by the graph at
 run time, as numbers are, so only what the graph was specialised to is held
-(``Hold.TENSOR``: type, shape, dtype, device, ``requires_grad``). A
+(``Hold.TENSOR``: type, shape, strides, dtype, device, ``requires_grad``). A
 location the step assigns is held by its type only: its value is the step's
 own output (holding it would capture every call), but a step that reads it
 first decided on its kind (``if self.best is None``), which the type keeps.
@@ -52,7 +52,7 @@ class Hold(enum.Enum):
     VALUE = "value"
     TYPE = "type"
     CONTENTS = "contents"
-    TENSOR = "tensor"  # a tensor the graph reads at run time: its type, shape, dtype, device, requires_grad
+    TENSOR = "tensor"  # a tensor the graph reads at run time: its type, shape, strides, dtype, device, requires_grad
 
 
 class Place(enum.Enum):
@@ -109,7 +109,7 @@ def tensor_fields(value: Any) -> tuple:
     """What a graph reading a tensor at run time was specialised to (``()`` for a non-tensor)."""
     if not isinstance(value, torch.Tensor):
         return ()
-    return (type(value), tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    return (type(value), tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
 
 
 def _same(now: Any, was: Any) -> bool:
@@ -138,9 +138,10 @@ def first_change(held: Sequence[HeldValue]) -> str | None:
 def _fields(fields: tuple) -> str:
     if not fields:
         return "not a tensor"
-    kind, shape, dtype, device, requires_grad = fields
+    kind, shape, stride, dtype, device, requires_grad = fields
     grad = ", requires_grad" if requires_grad else ""
-    return f"a {kind.__name__} of shape {list(shape)} {str(dtype).removeprefix('torch.')} on {device}{grad}"
+    return (f"a {kind.__name__} of shape {list(shape)} (strides {list(stride)}) "
+            f"{str(dtype).removeprefix('torch.')} on {device}{grad}")
 
 
 def _short(value: Any) -> str:

@@ -112,9 +112,10 @@ def _signature(code: _Code, last: LastSignature) -> None:
         return
     names = [f"a{i}" for i in range(last.count)]
     code.lines.append(f"    {', '.join(names)}, = args")
-    for a, (shape, dtype, device, requires_grad) in zip(names, last.tensors):
+    for a, (shape, stride, dtype, device, requires_grad) in zip(names, last.tensors):
         code.fail_if(f"(type({a}) is not _Tensor and type({a}) is not _Parameter) or {a}.shape != "
-                     f"{code.bind(shape, 'shape')} or {a}.dtype is not {code.bind(dtype, 'dtype')} or "
+                     f"{code.bind(shape, 'shape')} or {a}.stride() != {code.bind(stride, 'stride')} or "
+                     f"{a}.dtype is not {code.bind(dtype, 'dtype')} or "
                      f"{a}.requires_grad is not {requires_grad} or {a}.device != {code.bind(device, 'device')}")
 
 

@@ -1,7 +1,7 @@
 """What a captured graph is specialised to: the call's input signature.
 
-A graph holds the shapes, dtypes, devices and ``requires_grad`` of its tensor
-arguments, the structure of the arguments, the grad mode, and any other
+A graph holds the shapes, strides, dtypes, devices and ``requires_grad`` of
+its tensor arguments, the structure of the arguments, the grad mode, and any other
 argument by value (ints and floats are inputs read at run time, so only
 their type counts). ``signature`` builds that key for a call; ``tracing``
 keeps one set of graphs per key, like ``torch.compile``'s recompiles.
@@ -37,7 +37,8 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     parts: list[Hashable] = [spec, torch.is_grad_enabled(), (torch.get_default_dtype(), autocast_state())]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            parts.append((tuple(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad))
+            # Strides too: a graph traced on a contiguous tensor may view it where eager would copy.
+            parts.append((tuple(leaf.shape), leaf.stride(), leaf.dtype, leaf.device, leaf.requires_grad))
         elif is_number_input(leaf):
             parts.append(type(leaf))  # type: ignore[arg-type]  # an input of the graph: its value is guarded only where a branch reads it
         else:
@@ -72,7 +73,7 @@ _TENSORS = (torch.Tensor, torch.nn.Parameter)
 class LastSignature:
     """The key of a call of positional tensors, and an exact test that a later call's key equals it.
 
-    The key's tensor part is ``(tuple(shape), dtype, device, requires_grad)``;
+    The key's tensor part is ``(tuple(shape), stride, dtype, device, requires_grad)``;
     ``matches`` compares each field with what the tuples' equality compares
     it with: the shape as a tuple (``torch.Size`` is one), the dtype and the
     bools by identity (a dtype has no other equality, the bools are
@@ -112,12 +113,12 @@ class LastSignature:
             return False
         if (_any_autocast() if self.autocast is None else autocast_state() != self.autocast):
             return False
-        for arg, (shape, dtype, device, requires_grad) in zip(args, self.tensors):
+        for arg, (shape, stride, dtype, device, requires_grad) in zip(args, self.tensors):
             kind = type(arg)
             if kind is not torch.Tensor and kind is not torch.nn.Parameter:
                 return False
-            if (arg.shape != shape or arg.dtype is not dtype or arg.requires_grad is not requires_grad
-                    or arg.device != device):
+            if (arg.shape != shape or arg.stride() != stride or arg.dtype is not dtype
+                    or arg.requires_grad is not requires_grad or arg.device != device):
                 return False
         return True
 

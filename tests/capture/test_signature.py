@@ -32,6 +32,7 @@ def test_same_metadata_matches_and_any_field_that_differs_does_not() -> None:
         (torch.zeros(16, 4), y),
         (torch.zeros(4, 16, dtype=torch.float64), y),
         (torch.zeros(4, 16, requires_grad=True), y),
+        (torch.zeros(16, 4).t(), y),  # the same shape, other strides
         (torch.zeros(4, 16, device="meta"), y),
         (x,),
         (x, y, y),
@@ -127,4 +128,33 @@ def test_a_new_default_dtype_takes_another_graph() -> None:
             assert torch.equal(eager_model.weight, model.weight), f"call {i}"
     finally:
         torch.set_default_dtype(before)
+    assert traced.captures == 2
+
+
+def test_a_non_contiguous_argument_takes_another_graph() -> None:
+    """``reshape`` traced on a contiguous tensor is a view; on a transposed one eager copies."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x.reshape(2, 16)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    traced = graphprof.trace(step)
+    for i in range(6):
+        base = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        x = base.t() if i >= 3 else base.t().contiguous()  # (8, 4) either way
+        expected = eager(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = traced(x)
+        assert torch.equal(expected, got), f"call {i}"
+        assert torch.equal(eager_model.weight, model.weight), f"call {i}"
     assert traced.captures == 2
