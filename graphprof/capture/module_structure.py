@@ -28,7 +28,7 @@ that had hooks at capture are compared on every call; deleting an attribute
 from __future__ import annotations
 
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from torch import nn
 from torch.nn.modules import module as module_globals
@@ -44,16 +44,39 @@ _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwarg
 
 class _Registrations:
     """How many parameter, buffer and module registrations have happened, and the count at each
-    module's last one (weakly: a module that is gone leaves no entry)."""
+    module's last one.
+
+    Keyed by ``id``, each entry dropped by a weak reference's callback when its
+    module is gone: a module class may define ``__eq__`` without ``__hash__``,
+    and this hook runs inside the user's own ``register_parameter``, where it
+    must never raise.
+    """
 
     def __init__(self) -> None:
         self.count = 0
-        self.last: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self._last: dict[int, tuple[weakref.ref, int]] = {}
         self.installed = False
 
     def note(self, module: nn.Module, name: str, value: Any) -> None:
         self.count += 1
-        self.last[module] = self.count
+        key = id(module)
+        entry = self._last.get(key)
+        try:
+            ref = entry[0] if entry is not None else weakref.ref(module, self._forget(key))
+        except TypeError:  # not weakly referable: only the global count notes it
+            return
+        self._last[key] = (ref, self.count)
+
+    def _forget(self, key: int) -> Callable[[weakref.ref], None]:
+        """The callback that drops a module's entry when it is gone (before its id can be reused)."""
+        def forget(_: weakref.ref) -> None:
+            self._last.pop(key, None)
+        return forget
+
+    def last(self, module: nn.Module) -> int:
+        """The count at ``module``'s last registration (0 if none since it was made)."""
+        entry = self._last.get(id(module))
+        return entry[1] if entry is not None and entry[0]() is module else 0
 
     def install(self) -> None:
         if not self.installed:
@@ -109,7 +132,7 @@ class ModuleStructure:
             return None
         since = self.counts[0]
         for m in self.modules:
-            if REGISTRATIONS.last.get(m, 0) > since:
+            if REGISTRATIONS.last(m) > since:
                 return f"a parameter, buffer or submodule of a {type(m).__name__} was assigned"
         for m, keys in zip(self.modules, self._hooks):
             if _hook_keys(m, HOOK_DICTS) != keys:

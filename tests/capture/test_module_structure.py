@@ -117,3 +117,24 @@ def test_changes_elsewhere_are_looked_at_once_and_cost_no_capture() -> None:
 
     traced = _compare(elsewhere)
     assert traced.captures == 1
+
+
+def test_counting_registrations_never_breaks_a_module_that_cannot_be_hashed() -> None:
+    """The registration hook runs inside the user's register_parameter: a module class with ``__eq__``
+    and no ``__hash__`` still registers, and its change is still seen."""
+    from graphprof.capture.module_structure import REGISTRATIONS
+
+    class Compared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(2))
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Compared)
+
+    REGISTRATIONS.install()
+    module = Compared()
+    assert Compared.__hash__ is None
+    before = REGISTRATIONS.count
+    module.weight = nn.Parameter(torch.zeros(2))
+    assert REGISTRATIONS.count == before + 1 and REGISTRATIONS.last(module) == REGISTRATIONS.count
