@@ -18,10 +18,7 @@ must therefore be (see DESIGN.md, section 2):
   raises ``DataDependentError`` naming the object, and the capture is undone
   (tensors by the write log, Python state by ``PythonState.restore``).
 
-Reachable means: the function's closure cells, the globals its code names,
-its bound ``self`` and defaults, attributes of those objects one level down,
-and every module under the models found there. State the step reaches only
-through other objects is not watched: the README says so.
+Reachable state is found by capture/locations.py.
 
 The reader and effect nodes themselves, and the templates that carry graph
 values into an effect, are made by capture/host_nodes.py.
@@ -31,15 +28,15 @@ from __future__ import annotations
 
 import inspect
 import re
-import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch import nn
 
-from graphprof.capture.held_values import CONTENTS_LIMIT, HeldValue, Hold, Place, tensor_fields
+from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
+from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, tensor_fields
+from graphprof.capture.locations import Location, item_location, reachable_locations
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
 from graphprof.capture.sources import file_line
@@ -50,112 +47,6 @@ _Numbers = (int, float)
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, _Numbers) and not isinstance(value, bool)
-
-
-# -- locations -------------------------------------------------------------------
-@dataclass(frozen=True)
-class Location:
-    """A place holding a Python value: an attribute, a closure cell, a global, a dict or list slot."""
-
-    describe: str
-    get: Callable[[], Any]
-    set: Callable[[Any], None]
-    place: Place  # with owner and key: how a generated check reads it (capture/replay_check.py)
-    owner: Any
-    key: Any = None
-
-
-def _attr(obj: Any, name: str, label: str) -> Location:
-    return Location(f"{label}.{name}", lambda: getattr(obj, name), lambda v: setattr(obj, name, v),
-                    Place.ATTRIBUTE, obj, name)
-
-
-def _cell(cell: types.CellType, label: str) -> Location:
-    def put(v: Any) -> None:
-        cell.cell_contents = v
-    return Location(label, lambda: cell.cell_contents, put, Place.CELL, cell)
-
-
-def _item(container: dict, key: Any, label: str) -> Location:
-    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
-                    container, key)
-
-
-def _watched(value: Any) -> bool:
-    """Objects whose own Python state is the step's business (not torch's, not a module object)."""
-    if isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
-        return False
-    if isinstance(value, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
-        return False  # optimizer state is in the graph; schedulers are replayed as host calls
-    if isinstance(value, nn.Module):
-        return True
-    module = type(value).__module__ or ""
-    # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
-    # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
-    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
-
-
-def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:
-    """Every (location, value, is_user_state) the step can reach by name, one level into plain objects.
-
-    Modules' attributes are watched for changes but are not user state: their
-    numbers (``in_features``, a dropout ``p``) are configuration that library
-    code type-checks, so they never become input scalars.
-    """
-    target = inspect.unwrap(fn)
-    roots: list[tuple[str, Any]] = []
-    if isinstance(target, nn.Module):
-        roots.append(("self", target))
-    self_obj = getattr(target, "__self__", None)
-    func = getattr(target, "__func__", target)
-    code = getattr(func, "__code__", None)
-    if self_obj is not None:
-        roots.append(("self", self_obj))
-    # The function's names, and those of a function it holds in its closure (a wrapper around
-    # the real step: ``def call(batch): return step(**batch)``), one level down.
-    functions = [func] if code is not None else []
-    named: set[tuple[int, str]] = set()
-    while functions:
-        f = functions.pop(0)
-        f_code = f.__code__
-        for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
-            if (id(cell), "") in named:
-                continue
-            named.add((id(cell), ""))
-            yield _cell(cell, name), value, True
-            roots.append((name, value))
-            if f is func and isinstance(value, types.FunctionType):
-                functions.append(value)
-        globals_ = getattr(f, "__globals__", {})
-        for name in f_code.co_names:
-            if name in globals_ and (id(globals_), name) not in named:
-                named.add((id(globals_), name))
-                yield _item(globals_, name, name), globals_[name], True
-                roots.append((name, globals_[name]))
-    seen: set[int] = set()
-    for label, obj in roots:
-        if not _watched(obj) or id(obj) in seen:
-            continue
-        objects = [(label, obj)]
-        if not isinstance(obj, nn.Module):
-            objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
-        for olabel, o in objects:
-            if isinstance(o, nn.Module):
-                members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
-            else:
-                members = [(olabel, o)]
-            for mlabel, m in members:
-                if id(m) in seen:
-                    continue
-                seen.add(id(m))
-                for k, v in list(vars(m).items()):
-                    if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
-                        continue
-                    yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
 
 
 # -- optimizer hyperparameters ------------------------------------------------------
@@ -230,6 +121,9 @@ class PythonState:
     assigned: set[int] = field(default_factory=set)
     #: Watched lists and dicts the step extends or updates (their items are its own output).
     extended: set[int] = field(default_factory=set)
+    #: Watched entries, not inputs, the step assigns a plain constant (``self.calls += 1`` on a module,
+    #: a mode string it switches): held by their value at the call's start (capture/assigned_numbers.py).
+    pinned: set[int] = field(default_factory=set)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any]) -> "PythonState":
@@ -237,12 +131,12 @@ class PythonState:
         for location, value, user_state in reachable_locations(fn):
             entry = _Watched(location, value, _contents(value))
             state.watched.append(entry)
-            if user_state and _is_number(value):
+            if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
                 state._make_input(entry, graph, record)
             elif user_state and type(value) is dict:  # metrics["busy_s"] += ...: its numbers are inputs too
                 for key, item in list(value.items()):
                     if _is_number(item) and isinstance(key, (str, int)):
-                        sub = _Watched(_item(value, key, f"{location.describe}[{key!r}]"), item, None)
+                        sub = _Watched(item_location(value, key, f"{location.describe}[{key!r}]"), item, None)
                         state.watched.append(sub)
                         state._make_input(sub, graph, record)
                         state.itemized.setdefault(id(value), set()).add(key)
@@ -284,6 +178,11 @@ class PythonState:
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
                 self.assigned.add(id(entry))
                 template, slots = template_of(now, node_of, location.describe, source)
+                if scalar is None and not slots and type(now) in PLAIN_TYPES and type(entry.before) in PLAIN_TYPES:
+                    # Computed from a constant: a replay would assign this same value on every call.
+                    self.pinned.add(id(entry))
+                    if _is_number(now) and _is_number(entry.before):
+                        ASSIGNED_NUMBERS.add(*location.field)
                 location.set(real_values(now))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
                              loc.set(filled(t, vals)), slots, record)
@@ -322,7 +221,9 @@ class PythonState:
             items: tuple = ()
             value: Any
             kept_tensor = isinstance(before, torch.Tensor) and id(before) not in model_state
-            if id(entry) in self.inputs or (id(entry) in self.assigned and not kept_tensor):
+            if id(entry) in self.pinned:
+                hold, value = Hold.VALUE, before
+            elif id(entry) in self.inputs or (id(entry) in self.assigned and not kept_tensor):
                 hold, value = Hold.TYPE, type(before)
             elif kept_tensor:
                 hold, value = Hold.TENSOR, tensor_fields(before)

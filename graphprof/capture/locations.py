@@ -1,0 +1,164 @@
+"""Where the step's Python values live, and which of them a capture watches.
+
+Reachable means: the function's closure cells, the globals its code names,
+its bound ``self`` and defaults, attributes of those objects one level down,
+every module under the models found there, and the fields of the objects
+those modules keep (a config). State the step reaches only through other
+objects is not watched: the README says so.
+
+A ``Location`` can be read and written back (an undone capture puts every
+value back), and says where it lives (``place``, ``owner``, ``key``) so that
+a generated check can read it without a call (capture/replay_check.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from graphprof.capture.held_values import Place
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place holding a Python value: an attribute, a closure cell, a global, a dict or list slot."""
+
+    describe: str
+    get: Callable[[], Any]
+    set: Callable[[Any], None]
+    place: Place  # with owner and key: how a generated check reads it (capture/replay_check.py)
+    owner: Any
+    key: Any = None
+    #: The object whose field this is, where ``owner`` is its ``__dict__`` (a config's fields).
+    keeper: Any = None
+
+    @property
+    def field(self) -> tuple[Any, Any]:
+        """(object, name) of the field this location is: what ``ASSIGNED_NUMBERS`` notes."""
+        return (self.owner if self.keeper is None else self.keeper), self.key
+
+
+def _attr(obj: Any, name: str, label: str) -> Location:
+    return Location(f"{label}.{name}", lambda: getattr(obj, name), lambda v: setattr(obj, name, v),
+                    Place.ATTRIBUTE, obj, name)
+
+
+def _cell(cell: types.CellType, label: str) -> Location:
+    def put(v: Any) -> None:
+        cell.cell_contents = v
+    return Location(label, lambda: cell.cell_contents, put, Place.CELL, cell)
+
+
+def item_location(container: dict, key: Any, label: str) -> Location:
+    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
+                    container, key)
+
+
+def _watched(value: Any) -> bool:
+    """Objects whose own Python state is the step's business (not torch's, not a module object)."""
+    if isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return False
+    if isinstance(value, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
+        return False  # optimizer state is in the graph; schedulers are replayed as host calls
+    if isinstance(value, nn.Module):
+        return True
+    module = type(value).__module__ or ""
+    # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
+    # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
+
+
+def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:
+    """Every (location, value, is_user_state) the step can reach by name, one level into plain objects.
+
+    Modules' attributes are watched for changes but are not user state: their
+    numbers (``in_features``, a dropout ``p``) are configuration that library
+    code type-checks, so they never become input scalars.
+    """
+    target = inspect.unwrap(fn)
+    roots: list[tuple[str, Any]] = []
+    if isinstance(target, nn.Module):
+        roots.append(("self", target))
+    self_obj = getattr(target, "__self__", None)
+    func = getattr(target, "__func__", target)
+    code = getattr(func, "__code__", None)
+    if self_obj is not None:
+        roots.append(("self", self_obj))
+    # The function's names, and those of a function it holds in its closure (a wrapper around
+    # the real step: ``def call(batch): return step(**batch)``), one level down.
+    functions = [func] if code is not None else []
+    named: set[tuple[int, str]] = set()
+    while functions:
+        f = functions.pop(0)
+        f_code = f.__code__
+        for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if (id(cell), "") in named:
+                continue
+            named.add((id(cell), ""))
+            yield _cell(cell, name), value, True
+            roots.append((name, value))
+            if f is func and isinstance(value, types.FunctionType):
+                functions.append(value)
+        globals_ = getattr(f, "__globals__", {})
+        for name in f_code.co_names:
+            if name in globals_ and (id(globals_), name) not in named:
+                named.add((id(globals_), name))
+                yield item_location(globals_, name, name), globals_[name], True
+                roots.append((name, globals_[name]))
+    seen: set[int] = set()
+    for label, obj in roots:
+        if not _watched(obj) or id(obj) in seen:
+            continue
+        objects = [(label, obj)]
+        if not isinstance(obj, nn.Module):
+            objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
+        for olabel, o in objects:
+            if isinstance(o, nn.Module):
+                members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
+            else:
+                members = [(olabel, o)]
+            for mlabel, m in members:
+                if id(m) in seen:
+                    continue
+                seen.add(id(m))
+                for k, v in list(vars(m).items()):
+                    if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
+                        continue
+                    yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
+                    if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:
+                        seen.add(id(v))
+                        yield from _fields_of(v, f"{mlabel}.{k}")
+
+
+def _held_by_module(value: Any) -> bool:
+    """An object a module keeps whose fields its ``forward`` may read: a config (``self.config.act``,
+    a dataclass, a Hugging Face ``PretrainedConfig``). Torch's own objects are torch's business."""
+    if isinstance(value, (nn.Module, torch.Tensor, types.ModuleType, type, types.FunctionType, types.MethodType,
+                          types.BuiltinFunctionType, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
+        return False
+    module = type(value).__module__ or ""
+    return not module.startswith(("torch", "builtins", "graphprof")) and type(getattr(value, "__dict__", None)) is dict
+
+
+def _fields_of(obj: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The fields of an object a module keeps, read from its ``__dict__``.
+
+    Configuration, not user state (like a module's own attributes). Read as
+    dict items: a class may override ``__getattribute__`` (``PretrainedConfig``
+    maps attribute aliases in Python), which would make every check a Python
+    call, and the fields themselves are the state a forward's reads come from.
+    """
+    fields = vars(obj)
+    for k, v in list(fields.items()):
+        if isinstance(k, str):
+            yield Location(f"{label}.{k}", lambda k=k: fields[k], lambda v, k=k: fields.__setitem__(k, v),  # type: ignore[misc]  # binds by default arguments
+                           Place.ITEM, fields, k, obj), v, False
