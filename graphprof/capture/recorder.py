@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
+from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
@@ -138,6 +139,7 @@ class CaptureRecorder:
             self.write_log.note_grad(p)
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
+        self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
@@ -235,6 +237,7 @@ class CaptureRecorder:
                 originals = [t.detach().clone() for t in small]
         try:
             out = func(*args, **kwargs)
+            self.data_sized.note_op(func, args, kwargs, out)
             if small:  # make_fx may have run it twice on them (constant propagation): run it once, for real
                 with _disable_current_modes(), torch.no_grad():
                     for t, original in zip(small, originals):
@@ -381,6 +384,8 @@ class _ScalarMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             finally:
                 self.recorder.backward_depth -= 1
+        if self.recorder.data_sized.read_by_step(func, args):
+            return self.recorder.value_guards.read_sizes(func, args, kwargs, user_source(2))
         if contains_traced_scalar(args) or contains_traced_scalar(kwargs):
             return call_with_scalars(func, args, kwargs)
         return func(*args, **kwargs)

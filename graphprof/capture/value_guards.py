@@ -124,6 +124,11 @@ class ValuePrefix:
             return self.convert(env[self.nodes[-1]])
 
 
+def sizes(tensor: torch.Tensor) -> tuple[int, ...]:
+    """A tensor's sizes, as a guard compares them."""
+    return tuple(tensor.shape)
+
+
 class ValueGuards:
     """Turns host reads of input-derived tensor values into guards during one capture."""
 
@@ -137,12 +142,21 @@ class ValueGuards:
 
     def read(self, func: Any, tensor: torch.Tensor, where: str) -> Any:
         """The real value of ``func(tensor)``, kept as a guard; DataDependentError when none can be kept."""
-        what, convert = VALUE_READS[func]
+        return self._guard(tensor, *VALUE_READS[func], where)
+
+    def read_sizes(self, func: Any, args: tuple, kwargs: dict, where: str) -> Any:
+        """``func(*args, **kwargs)``, a read of the sizes of ``args[0]``, a tensor sized by its data
+        (capture/data_sizes.py): its sizes are kept as a guard, or DataDependentError."""
+        self._guard(args[0], "reading the size of a tensor sized by its data", sizes, where)
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
+
+    def _guard(self, tensor: torch.Tensor, what: str, convert: Callable[[Any], Any], where: str) -> Any:
         node = self.tensor_node(tensor)
         if not isinstance(node, torch.fx.Node):
             raise DataDependentError(f"{what} at {where} reads a tensor's value on the host, "
                                      "which a static graph cannot replay")
-        prefix, why_not = self._prefix(node, convert, what)
+        prefix, why_not = self.prefix(node, convert, what)
         if prefix is None:
             raise DataDependentError(f"{what} at {where} reads a value that {why_not}, "
                                      "which a static graph cannot check before it runs")
@@ -160,14 +174,15 @@ class ValueGuards:
         node = self.tensor_node(tensor)
         if not isinstance(node, torch.fx.Node):
             return False
-        prefix, _ = self._prefix(node, lambda t: t.item(), ".item()")
+        prefix, _ = self.prefix(node, lambda t: t.item(), ".item()")
         if prefix is None:
             return False
         item.meta[VALUE_PREFIX] = prefix
         return True
 
-    def _prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
-                what: str) -> tuple[ValuePrefix | None, str]:
+    def prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
+               what: str) -> tuple[ValuePrefix | None, str]:
+        """The nodes computing ``value`` from the step's inputs alone, or None and why not."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         needed: set[torch.fx.Node] = set()
         todo = [value]

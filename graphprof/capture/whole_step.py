@@ -27,6 +27,7 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from graphprof.capture.distributed import OPTIMIZER_ONLY
+from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
@@ -224,6 +225,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
     try:
         gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
+        guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         _name_state(gm, state)
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
