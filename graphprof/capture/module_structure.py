@@ -37,6 +37,8 @@ from torch.utils.hooks import RemovableHandle
 #: The hook dicts of a module that change what a forward or backward computes.
 HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+#: The hook dicts of a parameter (``p.register_hook``, ``register_post_accumulate_grad_hook``).
+TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
                       "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
                       "_global_backward_hooks", "_global_backward_pre_hooks")
@@ -108,10 +110,14 @@ class ModuleStructure:
         self._globals: tuple = ()
 
     def settle(self) -> None:
-        """Take the counts and hook dicts as they are after the capture call."""
+        """Take the counts and hook dicts as they are after the capture call: the modules' and their
+        parameters' (a gradient hook changes what backward computes as a module hook does)."""
         self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]
-        self._hooks = tuple(_hook_keys(m, HOOK_DICTS) for m in self.modules)
-        self._hooked = tuple((m, keys) for m, keys in zip(self.modules, self._hooks) if any(keys))
+        holders = [(m, HOOK_DICTS, type(m).__name__) for m in self.modules]
+        holders += [(p, TENSOR_HOOK_DICTS, f"{type(m).__name__}'s parameter {name}")
+                    for m in self.modules for name, p in m._parameters.items() if p is not None]
+        self._hooks = tuple((obj, names, what, _hook_keys(obj, names)) for obj, names, what in holders)
+        self._hooked = tuple((obj, names, keys) for obj, names, _, keys in self._hooks if any(keys))
         self._globals = _hook_keys(module_globals, _GLOBAL_HOOK_DICTS)
 
     @property
@@ -122,7 +128,7 @@ class ModuleStructure:
     def counts_hold(self) -> bool:
         """The per-call test: nothing registered anywhere since, and the hooks that were there still are."""
         return (REGISTRATIONS.count == self.counts[0] and RemovableHandle.next_id == self.counts[1]
-                and all(_hook_keys(m, HOOK_DICTS) == keys for m, keys in self._hooked)
+                and all(_hook_keys(obj, names) == keys for obj, names, keys in self._hooked)
                 and (not any(self._globals) or _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) == self._globals))
 
     def changed(self) -> str | None:
@@ -134,9 +140,9 @@ class ModuleStructure:
         for m in self.modules:
             if REGISTRATIONS.last(m) > since:
                 return f"a parameter, buffer or submodule of a {type(m).__name__} was assigned"
-        for m, keys in zip(self.modules, self._hooks):
-            if _hook_keys(m, HOOK_DICTS) != keys:
-                return f"a hook of a {type(m).__name__} was added or removed"
+        for obj, names, what, keys in self._hooks:
+            if _hook_keys(obj, names) != keys:
+                return f"a hook of a {what} was added or removed"
         if _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) != self._globals:
             return "a global module hook was added or removed"
         self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]  # elsewhere: not this graph's business

@@ -54,6 +54,12 @@ CHANGES: dict[str, Callable[[int, _Loop], Any]] = {
     "a forward hook added and removed": lambda i, t: (
         HANDLES.setdefault(id(t), []).append(t.model[0].register_forward_hook(_double)) if i == 3
         else HANDLES[id(t)].pop().remove() if i == 6 else None),
+    "a gradient hook on a parameter added and removed": lambda i, t: (
+        HANDLES.setdefault(id(t), []).append(t.model[0].weight.register_hook(lambda g: g * 2)) if i == 3
+        else HANDLES[id(t)].pop().remove() if i == 6 else None),
+    "a gradient hook on a parameter there from the start, removed": lambda i, t: (
+        HANDLES.setdefault(id(t), []).append(t.model[2].bias.register_hook(lambda g: g * 0.5)) if i == 0
+        else HANDLES[id(t)].pop().remove() if i == 5 else None),
 }
 
 
