@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch import nn
 import torch.fx
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
@@ -218,6 +219,8 @@ class PythonState:
         held = []
         for entry in self.watched:
             where, before = entry.location, entry.before
+            if isinstance(where.keeper, nn.Module) and id(entry) not in self.assigned:
+                continue  # a buffer the step reads: model state (capture/locations.py, buffer_locations)
             items: tuple = ()
             value: Any
             kept_tensor = isinstance(before, torch.Tensor) and id(before) not in model_state
@@ -236,6 +239,11 @@ class PythonState:
             held.append(HeldValue(where.describe, where.place, where.owner, where.key, hold, value, where.get, items,
                                   frozenset(self.itemized.get(id(before), ()))))
         return tuple(held)
+
+    def replaced_tensors(self) -> set[int]:
+        """ids of the tensors the step replaced where they were kept (a buffer ``forward`` assigns):
+        not model state the graph holds, but values read where they are kept, like ``self.ema``."""
+        return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)}
 
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not

@@ -137,6 +137,21 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
                     if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:
                         seen.add(id(v))
                         yield from _fields_of(v, f"{mlabel}.{k}")
+                if isinstance(m, nn.Module):
+                    yield from buffer_locations(m, mlabel)
+
+
+def buffer_locations(module: nn.Module, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The module's buffers, where ``self.avg = 0.9 * self.avg + ...`` in its forward replaces one.
+
+    Their ``keeper`` is the module: a buffer the step does not replace is the
+    model's state, held by the module's registration counts, not per call.
+    """
+    buffers = module._buffers
+    for name, value in list(buffers.items()):
+        if value is not None:
+            yield Location(f"{label}.{name}" if label else name, lambda n=name: buffers[n],  # type: ignore[misc]  # binds by default arguments
+                           lambda v, n=name: buffers.__setitem__(n, v), Place.ITEM, buffers, name, module), value, False
 
 
 def _held_by_module(value: Any) -> bool:

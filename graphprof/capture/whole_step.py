@@ -235,6 +235,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _read_grads_at_run_time(gm, {id(local_shard(g)): p for p in params if (g := pre_grads.get(id(p))) is not None})
         # Tensors the step keeps in its own state (``self.ema``) are read where they are kept.
         model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
+        model_state -= holder["python"].replaced_tensors()
         _read_constants_at_run_time(gm, {key: location.get for key, location
                                          in holder["python"].kept_tensors(model_state).items()})
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))

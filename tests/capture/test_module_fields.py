@@ -169,3 +169,47 @@ def test_noted_fields_go_with_their_owner() -> None:
     assert not numbers._keys
     numbers.add({}, "x")  # a dict cannot be weakly referenced: not noted, and no error
     assert not numbers._keys
+
+
+class _Normaliser(nn.Module):
+    """Keeps a running mean as a buffer it replaces (not updates in place) on every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.linear = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mean = 0.9 * self.mean + 0.1 * x.mean(0)
+        return self.linear(x - self.mean)
+
+
+@pytest.mark.parametrize("reset_at", [None, 4])
+def test_a_buffer_the_forward_replaces_is_read_and_replaced_on_every_replay(reset_at: int | None) -> None:
+    def make() -> tuple[_Normaliser, Callable[..., torch.Tensor]]:
+        torch.manual_seed(0)
+        net = _Normaliser()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return net, step
+
+    (eager_net, eager), (net, step) = make(), make()
+    traced = graphprof.trace(step)
+    for i in range(8):
+        if i == reset_at:  # the loop resets the statistics between calls
+            eager_net.mean = torch.zeros(4)
+            net.mean = torch.zeros(4)
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(5, 4, generator=g), torch.randn(5, 1, generator=g)
+        assert torch.equal(eager(x, y), traced(x, y)), f"loss differs on call {i}"
+        assert torch.equal(eager_net.mean, net.mean), f"the buffer differs after call {i}"
+        for a, b in zip(eager_net.parameters(), net.parameters()):
+            assert torch.equal(a, b), f"parameters differ after call {i}"
+    # A buffer assigned by the loop is a registration, which captures again (capture/module_structure.py).
+    assert traced.capture_mode == "whole-step" and traced.captures == (1 if reset_at is None else 2)
