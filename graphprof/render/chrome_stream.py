@@ -9,10 +9,11 @@ Why text made by columns: a 100,000-node profile of 5 steps makes a million
 events (one per node per step, and a live-memory counter after each). A dict
 per event took 30 s; a ``repr`` per number and an f-string per event still
 4 s. Here every part of an event that no step changes (name, track, static
-args, memory series) is one string per node, made once; a step adds four
+args, memory series) is made once, as columns (``chrome_texts.NodeTexts``:
+constants, and per-node texts mostly shared between nodes), a step adds four
 numbers per event (start, duration, FLOP/s, bytes/s), formatted as arrays
 (``json_floats``), and the events of a block of nodes are one ``str.join``
-of the nodes' strings and the numbers, interleaved by list slicing
+of those columns and the numbers, interleaved by list slicing
 (``_block_text``). Python code runs per block of nodes, not per event.
 
 Graphs with device-memory reads (an extra counter after some events), steps
@@ -36,6 +37,7 @@ from graphprof.analysis.node_arrays import int_array
 from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
+from graphprof.render.column_text import Column
 from graphprof.render.chrome_texts import (
     NodeTexts, bound_texts, json_text, loaded_series_texts, node_texts, series_texts,
 )
@@ -53,8 +55,6 @@ _EXACT_NS = 2**53
 _COUNTER_HEAD = ',{"name":"live memory (bytes)","ph":"C","ts":'
 _FLOPS_KEY = ',"flop_per_s":'
 _BANDWIDTH_KEY = ',"bandwidth_bytes_per_s":'
-#: Strings per node event in ``_block_text``.
-_PIECES = 15
 
 def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
     events = [{"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}}]
@@ -89,19 +89,25 @@ def _samples_ns(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> tuple
     return matrix, most
 
 
+#: The step's numbers in an event's layout (``_Blocks.layout``), by their index in ``_block_text``'s tuple.
+_TS, _DUR, _STEP, _FLOPS, _MOVED, _END = range(6)
+
+
 @dataclass(frozen=True)
 class _Blocks:
-    """What ``_block_text`` needs of a graph besides its texts: its samples and counts as arrays, and which
-    of an event's optional parts each node lacks."""
+    """What ``_block_text`` needs of a graph: an event's layout, its samples and counts as arrays, and
+    which of an event's optional parts each node lacks."""
 
-    texts: NodeTexts
+    #: An event as columns (``NodeTexts``' constants and per-node texts) and the step's numbers (an
+    #: int: which), in order; the parts an event may lack each a column of their own, at ``slots``.
+    layout: list[Column | int]
+    #: Where the FLOP/s key, the bandwidth key and the memory counter's head stand in ``layout``.
+    slots: tuple[int, int, int]
     #: Samples in ns, steps x nodes, of the steps every node has.
     samples_ns: np.ndarray
     #: FLOPs and bytes moved as float64 (what ``count / time_s`` divides), 0 where unknown.
     flops: np.ndarray
     moved: np.ndarray
-    #: The memory counter's pid, tid and args ("" where a node has none).
-    counter: list[str]
     #: Nodes without FLOPs, without bytes moved, without a memory counter.
     no_flops: np.ndarray
     no_moved: np.ndarray
@@ -113,25 +119,29 @@ def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, 
     """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
     flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
     tail = f',"pid":{pid},"tid":{STEP_TID},"args":'
-    return _Blocks(texts, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
-                   ["" if s is None else f"{tail}{s}}}" for s in texts.series], ~flops_known, ~moved_known,
-                   np.array([s is None for s in texts.series], dtype=bool))
+    counter = ["" if s is None else f"{tail}{s}}}" for s in texts.series]
+    layout: list[Column | int] = [*texts.lead, _TS, ',"dur":', _DUR, *texts.middle, _STEP, *texts.tail]
+    slots = (len(layout), len(layout) + 2, len(layout) + 4 + len(texts.close))
+    layout += [_FLOPS_KEY, _FLOPS, _BANDWIDTH_KEY, _MOVED, *texts.close, _COUNTER_HEAD, _END, counter]
+    return _Blocks(layout, slots, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
+                   ~flops_known, ~moved_known, np.array([s is None for s in texts.series], dtype=bool))
 
 
-def _blank(pieces: list[str], where: np.ndarray, slots: tuple[int, ...]) -> None:
-    """Empty the pieces ``slots`` of the events ``where`` holds (a part an event lacks)."""
+def _blank(pieces: list[str], width: int, where: np.ndarray, first: int, count: int) -> None:
+    """Empty the ``count`` pieces from ``first`` on of the events ``where`` holds (a part an event lacks)."""
+    slots = range(first, first + count)
     if where.all():
         for slot in slots:
-            pieces[slot::_PIECES] = [""] * len(where)
+            pieces[slot::width] = [""] * len(where)
         return
     for i in np.flatnonzero(where).tolist():
         for slot in slots:
-            pieces[i * _PIECES + slot] = ""
+            pieces[i * width + slot] = ""
 
 
 def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: float) -> tuple[str, float]:
     """The events of step ``k`` of nodes ``[lo, hi)`` laid end to end from ``t_us`` (a node's counter sits
-    at the next node's start), and the end time: one join of the nodes' texts and the step's numbers."""
+    at the next node's start), and the end time: one join of the layout's columns and the step's numbers."""
     n = hi - lo
     time_s = b.samples_ns[k, lo:hi] / NS_PER_S  # as Python's int / int rounds, below _EXACT_NS
     durations = time_s * _US
@@ -139,17 +149,17 @@ def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: flo
     stamps = float_texts(ends)
     timed = time_s > 0
     divisor = np.where(timed, time_s, 1.0)
-    texts = b.texts
-    pieces = [""] * (n * _PIECES)
-    for j, column in enumerate((
-            texts.lead[lo:hi], stamps[:-1], [',"dur":'] * n, float_texts(durations), texts.middle[lo:hi],
-            [str(step_index)] * n, texts.tail[lo:hi], [_FLOPS_KEY] * n, float_texts(b.flops[lo:hi] / divisor),
-            [_BANDWIDTH_KEY] * n, float_texts(b.moved[lo:hi] / divisor), texts.close[lo:hi], [_COUNTER_HEAD] * n,
-            stamps[1:], b.counter[lo:hi])):
-        pieces[j::_PIECES] = column
-    _blank(pieces, b.no_flops[lo:hi] | ~timed, (7, 8))  # rates only at a time above zero
-    _blank(pieces, b.no_moved[lo:hi] | ~timed, (9, 10))
-    _blank(pieces, b.no_counter[lo:hi], (12, 13, 14))
+    numbers = (stamps[:-1], float_texts(durations), [str(step_index)] * n, float_texts(b.flops[lo:hi] / divisor),
+               float_texts(b.moved[lo:hi] / divisor), stamps[1:])
+    width = len(b.layout)
+    pieces = [""] * (n * width)
+    for j, column in enumerate(b.layout):
+        pieces[j::width] = (numbers[column] if type(column) is int else [column] * n if type(column) is str
+                            else column[lo:hi])  # type: ignore[index]
+    flops_at, moved_at, counter_at = b.slots
+    _blank(pieces, width, b.no_flops[lo:hi] | ~timed, flops_at, 2)  # rates only at a time above zero
+    _blank(pieces, width, b.no_moved[lo:hi] | ~timed, moved_at, 2)
+    _blank(pieces, width, b.no_counter[lo:hi], counter_at, 3)
     return "".join(pieces), float(ends[-1])
 
 
@@ -161,6 +171,8 @@ class _Planned:
     pid: int
     texts: NodeTexts
     blocks: _Blocks | None
+    #: Each node's lead, middle, tail and close (``NodeTexts.strings``), for the event-by-event loop.
+    strings: tuple[list[str], list[str], list[str], list[str]] | None
     #: Each node's samples in seconds, for the event-by-event loop (None when blocks cover every step).
     times: list[tuple[float, ...]] | None
     ids: list[int]
@@ -178,9 +190,9 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
     """Step ``k``'s events of ``p``'s nodes that have it, one at a time into ``out`` (written to ``f`` every
     ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
     counter_tail = f',"pid":{p.pid},"tid":{STEP_TID},"args":'
-    texts = p.texts
+    lead_of, middle_of, tail_of, close_of = p.strings or ([], [], [], [])
     for lead, middle, tail, close, series, times, flops, moved, node_id in zip(
-            texts.lead, texts.middle, texts.tail, texts.close, texts.series, p.times or (), p.flops, p.moved, p.ids):
+            lead_of, middle_of, tail_of, close_of, p.texts.series, p.times or (), p.flops, p.moved, p.ids):
         if k >= len(times):
             continue
         time_s = times[k]
@@ -274,7 +286,8 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
             times = [tuple([t / NS_PER_S for t in (d or h)]) for d, h in
                      zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
             _finite(chain.from_iterable(times))
-        plan.append(_Planned(graph, pid, static, blocks, times, ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
+        plan.append(_Planned(graph, pid, static, blocks, None if times is None else static.strings(), times,
+                             ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
     offset_us = 0.0
     chunk: list[str] = []
     for k in range(n_steps):

@@ -23,7 +23,7 @@ import orjson
 from graphprof.analysis.frame import NodeFrame
 from graphprof.profile.model import GraphRecord
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
-from graphprof.render.column_text import Coded, NodeText, encoded, escaped
+from graphprof.render.column_text import SMALL_TABLE, Coded, Column, NodeText, encoded, escaped, joined
 from graphprof.render.graph_columns import indexed_texts
 from graphprof.render.json_floats import number_texts
 from graphprof.render.labels import shapes_text
@@ -50,6 +50,16 @@ def _counts(values: list[Any]) -> list[str]:
         return number_texts(values)
     except orjson.JSONEncodeError:
         return list(map(str, values))
+
+
+def _coded_counts(values: list[Any]) -> Coded | list[str]:
+    """``_counts`` of a column, as a ``Coded`` column where its values are plain ints of a few distinct
+    values (FLOPs and bytes of layers repeated through a model): the neighbouring static args are then
+    made into one column of their combinations (``column_text.combined``), fewer pieces for every step
+    of the trace to place. Only plain ints: a dict would take ``True`` and ``1.0`` for ``1``."""
+    if values and set(map(type, values)) <= {int} and len(set(values)) <= SMALL_TABLE:
+        return encoded(values, str)
+    return _counts(values)
 
 
 def _series(by_category: Any, live: Any) -> str | None:
@@ -183,18 +193,30 @@ def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
 
 @dataclass(frozen=True)
 class NodeTexts:
-    """The parts of a graph's node events that no step changes, one string per node, in the documented key order."""
+    """The parts of a graph's node events that no step changes, in the documented key order: each part as
+    columns (``NodeText.columns``: constants and one text per node), which the writer lays between the
+    step's numbers as they are.
+
+    Why columns and not a string per node: most of a node's text is a few distinct texts (a ``Coded``
+    table's entries, shared by the nodes that have them); joining them into a string per node made
+    tens of MB of strings at 100,000 nodes, a quarter of a trace export, that the writer then copied
+    again in every step. Laid as columns, a step's text is one join of the shared strings."""
 
     #: ``,{"name":…,"cat":…,"ph":"X","ts":`` (the comma before every event included).
-    lead: list[str]
+    lead: list[Column]
     #: ``,"pid":…,"tid":…,"args":{"graph":…,"node":…,"name":…,"op":…,"step":``
-    middle: list[str]
+    middle: list[Column]
     #: ``,"module":…`` up to ``"critical_path":…`` (the static args after ``step``).
-    tail: list[str]
+    tail: list[Column]
     #: The bound, then the end of the event (with the critical path's colour).
-    close: list[str]
+    close: list[Column]
     #: The live-memory counter's args, None without memory.
     series: list[str | None]
+
+    def strings(self) -> tuple[list[str], list[str], list[str], list[str]]:
+        """Each node's lead, middle, tail and close as a string of its own (for the event-by-event writer)."""
+        size = len(self.series)
+        return joined(self.lead, size), joined(self.middle, size), joined(self.tail, size), joined(self.close, size)
 
 
 def _json_inner(text: str) -> str:
@@ -237,11 +259,12 @@ def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical:
     for key in ("module", "module_type", "source", "phase", "scope"):
         tail.text(f',"{key}":').column(string(key))
     tail.between(',"in_shapes":', shapes("in_shapes"), ',"out_shapes":').column(shapes("out_shapes"))
-    tail.between(',"in_dtypes":', dtypes, ',"flops":').column(_counts(col("flops")))
-    tail.between(',"bytes_read":', _counts(col("bytes_read")), ',"bytes_written":').column(_counts(col("bytes_written")))
+    tail.between(',"in_dtypes":', dtypes, ',"flops":').column(_coded_counts(col("flops")))
+    tail.between(',"bytes_read":', _coded_counts(col("bytes_read")), ',"bytes_written":').column(
+        _coded_counts(col("bytes_written")))
     tail.between(',"critical_path":', on_path, "")
     close = NodeText().column(encoded(bounds, str)).column(Coded(list(_END), on_path.codes))
-    return NodeTexts(lead.strings(size), middle.strings(size), tail.strings(size), close.strings(size), series)
+    return NodeTexts(lead.columns(size), middle.columns(size), tail.columns(size), close.columns(size), series)
 
 
 def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:
