@@ -130,6 +130,8 @@ def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, 
 def _blank(pieces: list[str], width: int, where: np.ndarray, first: int, count: int) -> None:
     """Empty the ``count`` pieces from ``first`` on of the events ``where`` holds (a part an event lacks)."""
     slots = range(first, first + count)
+    if not where.any():  # (the usual block: every event has every part)
+        return
     if where.all():
         for slot in slots:
             pieces[slot::width] = [""] * len(where)
