@@ -114,17 +114,17 @@ class _Blocks:
     no_counter: np.ndarray
 
 
-def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int,
-            pid: int) -> _Blocks:
+def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int) -> _Blocks:
     """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
     flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
-    tail = f',"pid":{pid},"tid":{STEP_TID},"args":'
-    counter = ["" if s is None else f"{tail}{s}}}" for s in texts.series]
+    no_counter = np.array([s is None for s in texts.counter], dtype=bool)
+    counter: list[str] = ["" if s is None else s for s in texts.counter] if no_counter.any() else \
+        texts.counter  # type: ignore[assignment]  # no None, as just checked
     layout: list[Column | int] = [*texts.lead, _TS, ',"dur":', _DUR, *texts.middle, _STEP, *texts.tail]
     slots = (len(layout), len(layout) + 2, len(layout) + 4 + len(texts.close))
     layout += [_FLOPS_KEY, _FLOPS, _BANDWIDTH_KEY, _MOVED, *texts.close, _COUNTER_HEAD, _END, counter]
     return _Blocks(layout, slots, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
-                   ~flops_known, ~moved_known, np.array([s is None for s in texts.series], dtype=bool))
+                   ~flops_known, ~moved_known, no_counter)
 
 
 def _blank(pieces: list[str], width: int, where: np.ndarray, first: int, count: int) -> None:
@@ -191,10 +191,9 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
                  out: list[str], f: IO[str]) -> float:
     """Step ``k``'s events of ``p``'s nodes that have it, one at a time into ``out`` (written to ``f`` every
     ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
-    counter_tail = f',"pid":{p.pid},"tid":{STEP_TID},"args":'
     lead_of, middle_of, tail_of, close_of = p.strings or ([], [], [], [])
-    for lead, middle, tail, close, series, times, flops, moved, node_id in zip(
-            lead_of, middle_of, tail_of, close_of, p.texts.series, p.times or (), p.flops, p.moved, p.ids):
+    for lead, middle, tail, close, counter, times, flops, moved, node_id in zip(
+            lead_of, middle_of, tail_of, close_of, p.texts.counter, p.times or (), p.flops, p.moved, p.ids):
         if k >= len(times):
             continue
         time_s = times[k]
@@ -207,8 +206,8 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
                 rates += f"{_BANDWIDTH_KEY}{moved / time_s!r}"
         out.append(f'{lead}{t_us!r},"dur":{dur_us!r}{middle}{step_index}{tail}{rates}{close}')
         t_us += dur_us
-        if series is not None:
-            out.append(f"{_COUNTER_HEAD}{t_us!r}{counter_tail}{series}}}")
+        if counter is not None:
+            out.append(f"{_COUNTER_HEAD}{t_us!r}{counter}")
         read = allocator.get((p.graph.id, step_index, node_id)) if allocator else None
         if read is not None:
             out.append("," + json_text({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
@@ -228,12 +227,16 @@ def _counts_as_arrays(frame: NodeFrame) -> tuple[np.ndarray, ...] | None:
         return None
 
 
-def _series(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> list[str | None]:
-    """The live-memory counter's args of the graph's nodes ``[lo, hi)`` (``chrome_texts.series_texts``)."""
+def _counters(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int, pid: int) -> list[str | None]:
+    """The live-memory counter events of the graph's nodes ``[lo, hi)`` after their ``ts``: pid, tid and
+    args (``chrome_texts.series_texts``), None for a node without memory. A loaded graph's are made in
+    the join that makes its args (``loaded_series_texts``), without a string per node more."""
+    before, after = f',"pid":{pid},"tid":{STEP_TID},"args":', "}"
     source = node_source(graph)
-    texts = loaded_series_texts(source) if isinstance(source, NodeColumns) else None
+    texts = loaded_series_texts(source, before, after) if isinstance(source, NodeColumns) else None
     if texts is None:
-        texts = series_texts(frame.column("live_by_category_bytes")[lo:hi], frame.column("live_bytes")[lo:hi])
+        args = series_texts(frame.column("live_by_category_bytes")[lo:hi], frame.column("live_bytes")[lo:hi])
+        texts = [None if s is None else f"{before}{s}{after}" for s in args]
     return texts
 
 
@@ -277,12 +280,12 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
         static = node_texts(frame, graph, lo, hi, critical.get(graph.id, frozenset()), pid, track_of,
-                            _series(graph, frame, lo, hi), bound_texts(bounds, graph.id, ids[lo:hi]))
+                            _counters(graph, frame, lo, hi, pid), bound_texts(bounds, graph.id, ids[lo:hi]))
         samples_ns, most = _samples_ns(graph, frame, lo, hi)
         n_steps = max(n_steps, most)
         blocks = None
         if samples_ns is not None and counts is not None and not any(key[0] == graph.id for key in allocator):
-            blocks = _blocks(static, samples_ns, counts, lo, hi, pid)
+            blocks = _blocks(static, samples_ns, counts, lo, hi)
         times = None
         if blocks is None or blocks.samples_ns.shape[0] < most:  # some step is written event by event
             times = [tuple([t / NS_PER_S for t in (d or h)]) for d, h in

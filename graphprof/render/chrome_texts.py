@@ -126,24 +126,26 @@ def series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
 _MOST_CATEGORIES = 62
 
 
-def _mapping_texts(keys: list[str], values: np.ndarray) -> list[str]:
-    """``json_text`` of ``dict(zip(keys, row))`` for each row of the int64 matrix ``values``: each column's
-    numbers from one ``orjson.dumps`` (an int64's text is ``str``'s), laid between the keys' texts and
-    joined once; NUL, which ``encode_basestring_ascii`` always escapes, parts the rows."""
+def _mapping_texts(keys: list[str], values: np.ndarray, before: str = "", after: str = "") -> list[str]:
+    """``json_text`` of ``dict(zip(keys, row))`` for each row of the int64 matrix ``values``, between ``before``
+    and ``after``: each column's numbers from one ``orjson.dumps`` (an int64's text is ``str``'s), laid
+    between the keys' texts and joined once; NUL, which ``encode_basestring_ascii`` always escapes, parts
+    the rows."""
     n, width = values.shape
     if not n:
         return []
     step = 2 * width + 1
     pieces = [""] * (n * step)
     for j, key in enumerate(keys):
-        pieces[2 * j::step] = [("{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
+        pieces[2 * j::step] = [(before + "{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
         pieces[2 * j + 1::step] = number_texts(values[:, j])
-    pieces[step - 1::step] = ["}\x00"] * n
+    pieces[step - 1::step] = ["}" + after + "\x00"] * n
     return "".join(pieces).split("\x00")[:-1]
 
 
-def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
-    """``series_texts`` of a loaded graph's nodes, from its memory columns as the file holds them: the
+def loaded_series_texts(source: NodeColumns, before: str = "", after: str = "") -> list[str | None] | None:
+    """``series_texts`` of a loaded graph's nodes, each between ``before`` and ``after`` (the counter event's
+    text around its args, laid in the same join), from its memory columns as the file holds them: the
     categories as one int64 matrix over the nodes with a row, grouped by which categories are non-zero
     (what the node's mapping keeps), each group's texts laid from one dump per category (``_mapping_texts``).
     None where the columns' layout needs the mappings (a category named twice, which the mapping
@@ -181,13 +183,15 @@ def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
         members = np.flatnonzero(patterns == pattern)
         made[at[members]] = True
         out[at[members]] = _mapping_texts([maps.keys[c] for c in columns],
-                                          matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns])
+                                          matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns],
+                                          before, after)
     texts: list[str | None] = out.tolist()
     live: list[Any] | None = None
     for i in np.flatnonzero(~made).tolist():
         if present[i]:  # a record without categories (a null row, or only zeros): ``_series`` writes live bytes
             live = memory.field_values("live_bytes") if live is None else live
-            texts[i] = _series(memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}, live[i])
+            mapping = memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}
+            texts[i] = f"{before}{_series(mapping, live[i])}{after}"
     return texts
 
 
@@ -210,12 +214,12 @@ class NodeTexts:
     tail: list[Column]
     #: The bound, then the end of the event (with the critical path's colour).
     close: list[Column]
-    #: The live-memory counter's args, None without memory.
-    series: list[str | None]
+    #: The live-memory counter event after its ``ts`` (its pid, tid, args and closing brace), None without memory.
+    counter: list[str | None]
 
     def strings(self) -> tuple[list[str], list[str], list[str], list[str]]:
         """Each node's lead, middle, tail and close as a string of its own (for the event-by-event writer)."""
-        size = len(self.series)
+        size = len(self.counter)
         return joined(self.lead, size), joined(self.middle, size), joined(self.tail, size), joined(self.close, size)
 
 
@@ -225,7 +229,7 @@ def _json_inner(text: str) -> str:
 
 
 def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical: frozenset[int], pid: int,
-               track_of: dict[str, int], series: list[str | None], bounds: list[str]) -> NodeTexts:
+               track_of: dict[str, int], counter: list[str | None], bounds: list[str]) -> NodeTexts:
     """``NodeTexts`` of ``graph``'s nodes, ``[lo, hi)`` in ``frame``.
 
     Each text and shape column's text is made once per distinct value (from the graph's stored table
@@ -264,7 +268,7 @@ def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical:
         _coded_counts(col("bytes_written")))
     tail.between(',"critical_path":', on_path, "")
     close = NodeText().column(encoded(bounds, str)).column(Coded(list(_END), on_path.codes))
-    return NodeTexts(lead.columns(size), middle.columns(size), tail.columns(size), close.columns(size), series)
+    return NodeTexts(lead.columns(size), middle.columns(size), tail.columns(size), close.columns(size), counter)
 
 
 def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:

@@ -84,6 +84,8 @@ def test_loaded_series_texts_are_the_mappings_texts(memory: list[MemoryRecord | 
     loaded = _loaded(memory, edit)
     texts = loaded_series_texts(node_source(loaded.graphs[0]))
     assert texts == _by_the_mappings(loaded)
+    wrapped = loaded_series_texts(node_source(loaded.graphs[0]), ',"args":', "}")  # the counter event's text around them
+    assert wrapped == [None if t is None else f',"args":{t}}}' for t in texts]
 
 
 def test_a_graph_without_a_memory_column_has_no_counter_args() -> None:
