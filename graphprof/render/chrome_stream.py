@@ -148,11 +148,13 @@ def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: flo
     time_s = b.samples_ns[k, lo:hi] / NS_PER_S  # as Python's int / int rounds, below _EXACT_NS
     durations = time_s * _US
     ends = np.cumsum(np.concatenate(([t_us], durations)))  # one addition after another, as ``+=`` did
-    stamps = float_texts(ends)
     timed = time_s > 0
     divisor = np.where(timed, time_s, 1.0)
-    numbers = (stamps[:-1], float_texts(durations), [str(step_index)] * n, float_texts(b.flops[lo:hi] / divisor),
-               float_texts(b.moved[lo:hi] / divisor), stamps[1:])
+    # The block's numbers formatted at once (one dump and one split, not four): the n + 1 stamps (each
+    # node's start, the last one's end), then the durations, FLOP/s and bytes/s.
+    texts = float_texts(np.concatenate((ends, durations, b.flops[lo:hi] / divisor, b.moved[lo:hi] / divisor)))
+    numbers = (texts[:n], texts[n + 1:2 * n + 1], [str(step_index)] * n, texts[2 * n + 1:3 * n + 1],
+               texts[3 * n + 1:], texts[1:n + 1])
     width = len(b.layout)
     pieces = [""] * (n * width)
     for j, column in enumerate(b.layout):
