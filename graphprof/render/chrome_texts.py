@@ -53,13 +53,21 @@ def _counts(values: list[Any]) -> list[str]:
 
 
 def _coded_counts(values: list[Any]) -> Coded | list[str]:
-    """``_counts`` of a column, as a ``Coded`` column where its values are plain ints of a few distinct
-    values (FLOPs and bytes of layers repeated through a model): the neighbouring static args are then
-    made into one column of their combinations (``column_text.combined``), fewer pieces for every step
-    of the trace to place. Only plain ints: a dict would take ``True`` and ``1.0`` for ``1``."""
-    if values and set(map(type, values)) <= {int} and len(set(values)) <= SMALL_TABLE:
-        return encoded(values, str)
-    return _counts(values)
+    """``_counts`` of a column, as a ``Coded`` column where its values are int64s of a few distinct values
+    (FLOPs and bytes of layers repeated through a model): the neighbouring static args are then made
+    into one column of their combinations (``column_text.combined``), fewer pieces for every step of the
+    trace to place. The distinct values and each node's are found by sorting (``np.unique``), not by a
+    dict, which would also take ``True`` and ``1.0`` for ``1``: only plain ints are coded."""
+    if not values or not set(map(type, values)) <= {int}:
+        return _counts(values)
+    try:
+        array = np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:  # beyond 64 bits
+        return _counts(values)
+    distinct, codes = np.unique(array, return_inverse=True)
+    if len(distinct) > SMALL_TABLE:  # mostly distinct: a column of its own, from one dump
+        return _counts(values)
+    return Coded(number_texts(distinct), codes.reshape(-1).astype(np.intp, copy=False))
 
 
 def _series(by_category: Any, live: Any) -> str | None:

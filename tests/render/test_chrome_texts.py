@@ -40,6 +40,7 @@ def test_counts_are_what_json_writes(values: list[Any]) -> None:
 
 
 @pytest.mark.parametrize("values", [[0, -1, 7, 2**63 - 1, -2**63, 2**64 - 1, 7, 0], [2**70, 3, 2**70], [5] * 9,
+                                    [2**63 - 1, -2**63, 0, -1, 2**63 - 1, 10**18, -2**63],
                                     [1, True, 1.0, None, 1], [], list(range(5000)) + [1, 2]])
 def test_coded_counts_are_the_counts(values: list[Any]) -> None:
     """As a table of distinct texts or as a column, each node's count is the text ``_counts`` writes (a
