@@ -37,10 +37,10 @@ from graphprof.analysis.node_arrays import int_array
 from graphprof.profile.merge import graph_ranks, rank_info
 from graphprof.profile.model import NS_PER_S, GraphRecord, Profile, node_source
 from graphprof.profile.node_columns import NodeColumns
-from graphprof.render.column_text import Column
 from graphprof.render.chrome_texts import (
     NodeTexts, bound_texts, json_text, loaded_series_texts, node_texts, series_texts,
 )
+from graphprof.render.column_text import Column
 from graphprof.render.export_options import Bounds
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import graph_spans

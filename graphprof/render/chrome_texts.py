@@ -1,13 +1,12 @@
-"""The parts of a Chrome trace's node events that no step changes, one string per node.
+"""The parts of a Chrome trace's node events that no step changes, as columns of text.
 
 Why apart from ``chrome_stream``: a trace repeats each node once per step,
 so everything but the step's numbers (name, track, static args, bound,
-memory counter args) is encoded once per node here, as the JSON text the
+memory counter) is encoded once per node here, as the JSON text the
 dict-per-event trace had (keys in the documented order), and the writer
-only puts numbers between these strings. Columns' texts are made once per
-distinct value (``Encoded``) where values repeat.
+only puts numbers between these columns (``NodeTexts``). Columns' texts are
+made once per distinct value (``Encoded``, ``Coded``) where values repeat.
 """
-
 from __future__ import annotations
 
 import itertools
