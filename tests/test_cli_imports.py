@@ -21,9 +21,9 @@ print(json.dumps({name: name in sys.modules for name in NAMES}), file=sys.stderr
 """
 
 
-def _imported(*argv: str) -> dict[str, bool]:
-    names = ["graphprof.analysis.diff", "graphprof.render.exporters", "graphprof.version", "numpy.ma",
-             "graphprof.analysis.distributed", "torch", "tabulate"]
+def _imported(*argv: str, names: list[str] | None = None) -> dict[str, bool]:
+    names = names or ["graphprof.analysis.diff", "graphprof.render.exporters", "graphprof.version", "numpy.ma",
+                      "graphprof.analysis.distributed", "torch", "tabulate"]
     code = f"NAMES = {names!r}\n" + _PROBE
     done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -44,6 +44,15 @@ def test_diff_and_export_import_their_own_modules(tmp_path) -> None:
     diff = _imported("diff", str(path), str(path))
     assert diff["graphprof.analysis.diff"] and not diff["tabulate"]  # its simple tables are made without tabulate
     assert _imported("export", str(path), "-o", str(tmp_path / "p.folded"))["graphprof.render.exporters"]
+
+
+def test_export_does_not_import_the_tables_options(tmp_path) -> None:
+    """``analyze``'s table options (and the column names they check, with difflib) are built only for ``analyze``."""
+    path = tmp_path / "p.json"
+    small_profile().save(str(path))
+    names = ["graphprof.analysis.options", "difflib"]
+    assert not any(_imported("export", str(path), "-o", str(tmp_path / "p.trace.json"), names=names).values())
+    assert all(_imported("analyze", str(path), names=names).values())
 
 
 def test_help_still_lists_every_command() -> None:

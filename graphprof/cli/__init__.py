@@ -263,8 +263,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``graphprof`` parser; given the ``command`` about to run, only its own options are complete.
 
-    Why: the options of ``export`` and ``diff`` name the export formats and the
-    diff's columns, and importing those modules was a good part of the start of
+    Why: the options of ``analyze``, ``export`` and ``diff`` name the table's columns, the export
+    formats and the diff's columns, and importing those modules was a good part of the start of
     every other command. The other commands' entries still list them in ``--help``.
     """
     parser = _Parser(prog="graphprof", description="Profile PyTorch programs as static graphs.")
@@ -283,8 +283,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "analyze", help="summary and table of a saved profile (like MegEngine's profile_analyze)",
         description="Summary and per-node or aggregated table of a saved profile. A filter that selects "
                     "nothing is not an error: it prints why and exits 0.")
-    analyze.add_argument("profile", help="a profile JSON file (Profile.save or json.dump of get_profile())")
-    add_table_options(analyze)
+    if command in (None, "analyze"):  # its table options import the table's columns (see above)
+        analyze.add_argument("profile", help="a profile JSON file (Profile.save or json.dump of get_profile())")
+        add_table_options(analyze)
     analyze.set_defaults(func=_cmd_analyze)
 
     report = sub.add_parser("report", help="bottleneck report: roofline, critical path, breakdowns, findings")

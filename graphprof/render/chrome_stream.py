@@ -9,10 +9,11 @@ Why text made by columns: a 100,000-node profile of 5 steps makes a million
 events (one per node per step, and a live-memory counter after each). A dict
 per event took 30 s; a ``repr`` per number and an f-string per event still
 4 s. Here every part of an event that no step changes (name, track, static
-args, memory series) is one string per node, made once; a step adds four
+args, memory series) is made once, as columns (``chrome_texts.NodeTexts``:
+constants, and per-node texts mostly shared between nodes), a step adds four
 numbers per event (start, duration, FLOP/s, bytes/s), formatted as arrays
 (``json_floats``), and the events of a block of nodes are one ``str.join``
-of the nodes' strings and the numbers, interleaved by list slicing
+of those columns and the numbers, interleaved by list slicing
 (``_block_text``). Python code runs per block of nodes, not per event.
 
 Graphs with device-memory reads (an extra counter after some events), steps
@@ -39,6 +40,7 @@ from graphprof.profile.node_columns import NodeColumns
 from graphprof.render.chrome_texts import (
     NodeTexts, bound_texts, json_text, loaded_series_texts, node_texts, series_texts,
 )
+from graphprof.render.column_text import Column
 from graphprof.render.export_options import Bounds
 from graphprof.render.json_floats import float_texts
 from graphprof.render.node_columns import graph_spans
@@ -53,8 +55,6 @@ _EXACT_NS = 2**53
 _COUNTER_HEAD = ',{"name":"live memory (bytes)","ph":"C","ts":'
 _FLOPS_KEY = ',"flop_per_s":'
 _BANDWIDTH_KEY = ',"bandwidth_bytes_per_s":'
-#: Strings per node event in ``_block_text``.
-_PIECES = 15
 
 def _metadata(name: str, tid: int, value: str, sort_index: int | None = None, pid: int = PID) -> list[dict[str, Any]]:
     events = [{"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": value}}]
@@ -89,67 +89,81 @@ def _samples_ns(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> tuple
     return matrix, most
 
 
+#: The step's numbers in an event's layout (``_Blocks.layout``), by their index in ``_block_text``'s tuple.
+_TS, _DUR, _STEP, _FLOPS, _MOVED, _END = range(6)
+
+
 @dataclass(frozen=True)
 class _Blocks:
-    """What ``_block_text`` needs of a graph besides its texts: its samples and counts as arrays, and which
-    of an event's optional parts each node lacks."""
+    """What ``_block_text`` needs of a graph: an event's layout, its samples and counts as arrays, and
+    which of an event's optional parts each node lacks."""
 
-    texts: NodeTexts
+    #: An event as columns (``NodeTexts``' constants and per-node texts) and the step's numbers (an
+    #: int: which), in order; the parts an event may lack each a column of their own, at ``slots``.
+    layout: list[Column | int]
+    #: Where the FLOP/s key, the bandwidth key and the memory counter's head stand in ``layout``.
+    slots: tuple[int, int, int]
     #: Samples in ns, steps x nodes, of the steps every node has.
     samples_ns: np.ndarray
     #: FLOPs and bytes moved as float64 (what ``count / time_s`` divides), 0 where unknown.
     flops: np.ndarray
     moved: np.ndarray
-    #: The memory counter's pid, tid and args ("" where a node has none).
-    counter: list[str]
     #: Nodes without FLOPs, without bytes moved, without a memory counter.
     no_flops: np.ndarray
     no_moved: np.ndarray
     no_counter: np.ndarray
 
 
-def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int,
-            pid: int) -> _Blocks:
+def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, ...], lo: int, hi: int) -> _Blocks:
     """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
     flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
-    tail = f',"pid":{pid},"tid":{STEP_TID},"args":'
-    return _Blocks(texts, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
-                   ["" if s is None else f"{tail}{s}}}" for s in texts.series], ~flops_known, ~moved_known,
-                   np.array([s is None for s in texts.series], dtype=bool))
+    no_counter = np.array([s is None for s in texts.counter], dtype=bool)
+    counter: list[str] = ["" if s is None else s for s in texts.counter] if no_counter.any() else \
+        texts.counter  # type: ignore[assignment]  # no None, as just checked
+    layout: list[Column | int] = [*texts.lead, _TS, ',"dur":', _DUR, *texts.middle, _STEP, *texts.tail]
+    slots = (len(layout), len(layout) + 2, len(layout) + 4 + len(texts.close))
+    layout += [_FLOPS_KEY, _FLOPS, _BANDWIDTH_KEY, _MOVED, *texts.close, _COUNTER_HEAD, _END, counter]
+    return _Blocks(layout, slots, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
+                   ~flops_known, ~moved_known, no_counter)
 
 
-def _blank(pieces: list[str], where: np.ndarray, slots: tuple[int, ...]) -> None:
-    """Empty the pieces ``slots`` of the events ``where`` holds (a part an event lacks)."""
+def _blank(pieces: list[str], width: int, where: np.ndarray, first: int, count: int) -> None:
+    """Empty the ``count`` pieces from ``first`` on of the events ``where`` holds (a part an event lacks)."""
+    slots = range(first, first + count)
+    if not where.any():  # (the usual block: every event has every part)
+        return
     if where.all():
         for slot in slots:
-            pieces[slot::_PIECES] = [""] * len(where)
+            pieces[slot::width] = [""] * len(where)
         return
     for i in np.flatnonzero(where).tolist():
         for slot in slots:
-            pieces[i * _PIECES + slot] = ""
+            pieces[i * width + slot] = ""
 
 
 def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: float) -> tuple[str, float]:
     """The events of step ``k`` of nodes ``[lo, hi)`` laid end to end from ``t_us`` (a node's counter sits
-    at the next node's start), and the end time: one join of the nodes' texts and the step's numbers."""
+    at the next node's start), and the end time: one join of the layout's columns and the step's numbers."""
     n = hi - lo
     time_s = b.samples_ns[k, lo:hi] / NS_PER_S  # as Python's int / int rounds, below _EXACT_NS
     durations = time_s * _US
     ends = np.cumsum(np.concatenate(([t_us], durations)))  # one addition after another, as ``+=`` did
-    stamps = float_texts(ends)
     timed = time_s > 0
     divisor = np.where(timed, time_s, 1.0)
-    texts = b.texts
-    pieces = [""] * (n * _PIECES)
-    for j, column in enumerate((
-            texts.lead[lo:hi], stamps[:-1], [',"dur":'] * n, float_texts(durations), texts.middle[lo:hi],
-            [str(step_index)] * n, texts.tail[lo:hi], [_FLOPS_KEY] * n, float_texts(b.flops[lo:hi] / divisor),
-            [_BANDWIDTH_KEY] * n, float_texts(b.moved[lo:hi] / divisor), texts.close[lo:hi], [_COUNTER_HEAD] * n,
-            stamps[1:], b.counter[lo:hi])):
-        pieces[j::_PIECES] = column
-    _blank(pieces, b.no_flops[lo:hi] | ~timed, (7, 8))  # rates only at a time above zero
-    _blank(pieces, b.no_moved[lo:hi] | ~timed, (9, 10))
-    _blank(pieces, b.no_counter[lo:hi], (12, 13, 14))
+    # The block's numbers formatted at once (one dump and one split, not four): the n + 1 stamps (each
+    # node's start, the last one's end), then the durations, FLOP/s and bytes/s.
+    texts = float_texts(np.concatenate((ends, durations, b.flops[lo:hi] / divisor, b.moved[lo:hi] / divisor)))
+    numbers = (texts[:n], texts[n + 1:2 * n + 1], [str(step_index)] * n, texts[2 * n + 1:3 * n + 1],
+               texts[3 * n + 1:], texts[1:n + 1])
+    width = len(b.layout)
+    pieces = [""] * (n * width)
+    for j, column in enumerate(b.layout):
+        pieces[j::width] = (numbers[column] if type(column) is int else [column] * n if type(column) is str
+                            else column[lo:hi])  # type: ignore[index]
+    flops_at, moved_at, counter_at = b.slots
+    _blank(pieces, width, b.no_flops[lo:hi] | ~timed, flops_at, 2)  # rates only at a time above zero
+    _blank(pieces, width, b.no_moved[lo:hi] | ~timed, moved_at, 2)
+    _blank(pieces, width, b.no_counter[lo:hi], counter_at, 3)
     return "".join(pieces), float(ends[-1])
 
 
@@ -161,6 +175,8 @@ class _Planned:
     pid: int
     texts: NodeTexts
     blocks: _Blocks | None
+    #: Each node's lead, middle, tail and close (``NodeTexts.strings``), for the event-by-event loop.
+    strings: tuple[list[str], list[str], list[str], list[str]] | None
     #: Each node's samples in seconds, for the event-by-event loop (None when blocks cover every step).
     times: list[tuple[float, ...]] | None
     ids: list[int]
@@ -177,10 +193,9 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
                  out: list[str], f: IO[str]) -> float:
     """Step ``k``'s events of ``p``'s nodes that have it, one at a time into ``out`` (written to ``f`` every
     ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
-    counter_tail = f',"pid":{p.pid},"tid":{STEP_TID},"args":'
-    texts = p.texts
-    for lead, middle, tail, close, series, times, flops, moved, node_id in zip(
-            texts.lead, texts.middle, texts.tail, texts.close, texts.series, p.times or (), p.flops, p.moved, p.ids):
+    lead_of, middle_of, tail_of, close_of = p.strings or ([], [], [], [])
+    for lead, middle, tail, close, counter, times, flops, moved, node_id in zip(
+            lead_of, middle_of, tail_of, close_of, p.texts.counter, p.times or (), p.flops, p.moved, p.ids):
         if k >= len(times):
             continue
         time_s = times[k]
@@ -193,8 +208,8 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
                 rates += f"{_BANDWIDTH_KEY}{moved / time_s!r}"
         out.append(f'{lead}{t_us!r},"dur":{dur_us!r}{middle}{step_index}{tail}{rates}{close}')
         t_us += dur_us
-        if series is not None:
-            out.append(f"{_COUNTER_HEAD}{t_us!r}{counter_tail}{series}}}")
+        if counter is not None:
+            out.append(f"{_COUNTER_HEAD}{t_us!r}{counter}")
         read = allocator.get((p.graph.id, step_index, node_id)) if allocator else None
         if read is not None:
             out.append("," + json_text({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
@@ -214,12 +229,16 @@ def _counts_as_arrays(frame: NodeFrame) -> tuple[np.ndarray, ...] | None:
         return None
 
 
-def _series(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int) -> list[str | None]:
-    """The live-memory counter's args of the graph's nodes ``[lo, hi)`` (``chrome_texts.series_texts``)."""
+def _counters(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int, pid: int) -> list[str | None]:
+    """The live-memory counter events of the graph's nodes ``[lo, hi)`` after their ``ts``: pid, tid and
+    args (``chrome_texts.series_texts``), None for a node without memory. A loaded graph's are made in
+    the join that makes its args (``loaded_series_texts``), without a string per node more."""
+    before, after = f',"pid":{pid},"tid":{STEP_TID},"args":', "}"
     source = node_source(graph)
-    texts = loaded_series_texts(source) if isinstance(source, NodeColumns) else None
+    texts = loaded_series_texts(source, before, after) if isinstance(source, NodeColumns) else None
     if texts is None:
-        texts = series_texts(frame.column("live_by_category_bytes")[lo:hi], frame.column("live_bytes")[lo:hi])
+        args = series_texts(frame.column("live_by_category_bytes")[lo:hi], frame.column("live_bytes")[lo:hi])
+        texts = [None if s is None else f"{before}{s}{after}" for s in args]
     return texts
 
 
@@ -263,18 +282,19 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
         static = node_texts(frame, graph, lo, hi, critical.get(graph.id, frozenset()), pid, track_of,
-                            _series(graph, frame, lo, hi), bound_texts(bounds, graph.id, ids[lo:hi]))
+                            _counters(graph, frame, lo, hi, pid), bound_texts(bounds, graph.id, ids[lo:hi]))
         samples_ns, most = _samples_ns(graph, frame, lo, hi)
         n_steps = max(n_steps, most)
         blocks = None
         if samples_ns is not None and counts is not None and not any(key[0] == graph.id for key in allocator):
-            blocks = _blocks(static, samples_ns, counts, lo, hi, pid)
+            blocks = _blocks(static, samples_ns, counts, lo, hi)
         times = None
         if blocks is None or blocks.samples_ns.shape[0] < most:  # some step is written event by event
             times = [tuple([t / NS_PER_S for t in (d or h)]) for d, h in
                      zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
             _finite(chain.from_iterable(times))
-        plan.append(_Planned(graph, pid, static, blocks, times, ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
+        plan.append(_Planned(graph, pid, static, blocks, None if times is None else static.strings(), times,
+                             ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
     offset_us = 0.0
     chunk: list[str] = []
     for k in range(n_steps):

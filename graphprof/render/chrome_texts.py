@@ -1,13 +1,12 @@
-"""The parts of a Chrome trace's node events that no step changes, one string per node.
+"""The parts of a Chrome trace's node events that no step changes, as columns of text.
 
 Why apart from ``chrome_stream``: a trace repeats each node once per step,
 so everything but the step's numbers (name, track, static args, bound,
-memory counter args) is encoded once per node here, as the JSON text the
+memory counter) is encoded once per node here, as the JSON text the
 dict-per-event trace had (keys in the documented order), and the writer
-only puts numbers between these strings. Columns' texts are made once per
-distinct value (``Encoded``) where values repeat.
+only puts numbers between these columns (``NodeTexts``). Columns' texts are
+made once per distinct value (``Encoded``, ``Coded``) where values repeat.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -23,7 +22,7 @@ import orjson
 from graphprof.analysis.frame import NodeFrame
 from graphprof.profile.model import GraphRecord
 from graphprof.profile.node_columns import NodeColumns, SparseMaps
-from graphprof.render.column_text import Coded, NodeText, encoded, escaped
+from graphprof.render.column_text import SMALL_TABLE, Coded, Column, NodeText, encoded, escaped, joined
 from graphprof.render.graph_columns import indexed_texts
 from graphprof.render.json_floats import number_texts
 from graphprof.render.labels import shapes_text
@@ -50,6 +49,24 @@ def _counts(values: list[Any]) -> list[str]:
         return number_texts(values)
     except orjson.JSONEncodeError:
         return list(map(str, values))
+
+
+def _coded_counts(values: list[Any]) -> Coded | list[str]:
+    """``_counts`` of a column, as a ``Coded`` column where its values are int64s of a few distinct values
+    (FLOPs and bytes of layers repeated through a model): the neighbouring static args are then made
+    into one column of their combinations (``column_text.combined``), fewer pieces for every step of the
+    trace to place. The distinct values and each node's are found by sorting (``np.unique``), not by a
+    dict, which would also take ``True`` and ``1.0`` for ``1``: only plain ints are coded."""
+    if not values or not set(map(type, values)) <= {int}:
+        return _counts(values)
+    try:
+        array = np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:  # beyond 64 bits
+        return _counts(values)
+    distinct, codes = np.unique(array, return_inverse=True)
+    if len(distinct) > SMALL_TABLE:  # mostly distinct: a column of its own, from one dump
+        return _counts(values)
+    return Coded(number_texts(distinct), codes.reshape(-1).astype(np.intp, copy=False))
 
 
 def _series(by_category: Any, live: Any) -> str | None:
@@ -116,24 +133,26 @@ def series_texts(by_category: list[Any], live: list[Any]) -> list[str | None]:
 _MOST_CATEGORIES = 62
 
 
-def _mapping_texts(keys: list[str], values: np.ndarray) -> list[str]:
-    """``json_text`` of ``dict(zip(keys, row))`` for each row of the int64 matrix ``values``: each column's
-    numbers from one ``orjson.dumps`` (an int64's text is ``str``'s), laid between the keys' texts and
-    joined once; NUL, which ``encode_basestring_ascii`` always escapes, parts the rows."""
+def _mapping_texts(keys: list[str], values: np.ndarray, before: str = "", after: str = "") -> list[str]:
+    """``json_text`` of ``dict(zip(keys, row))`` for each row of the int64 matrix ``values``, between ``before``
+    and ``after``: each column's numbers from one ``orjson.dumps`` (an int64's text is ``str``'s), laid
+    between the keys' texts and joined once; NUL, which ``encode_basestring_ascii`` always escapes, parts
+    the rows."""
     n, width = values.shape
     if not n:
         return []
     step = 2 * width + 1
     pieces = [""] * (n * step)
     for j, key in enumerate(keys):
-        pieces[2 * j::step] = [("{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
+        pieces[2 * j::step] = [(before + "{" if not j else ",") + encode_basestring_ascii(key) + ":"] * n
         pieces[2 * j + 1::step] = number_texts(values[:, j])
-    pieces[step - 1::step] = ["}\x00"] * n
+    pieces[step - 1::step] = ["}" + after + "\x00"] * n
     return "".join(pieces).split("\x00")[:-1]
 
 
-def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
-    """``series_texts`` of a loaded graph's nodes, from its memory columns as the file holds them: the
+def loaded_series_texts(source: NodeColumns, before: str = "", after: str = "") -> list[str | None] | None:
+    """``series_texts`` of a loaded graph's nodes, each between ``before`` and ``after`` (the counter event's
+    text around its args, laid in the same join), from its memory columns as the file holds them: the
     categories as one int64 matrix over the nodes with a row, grouped by which categories are non-zero
     (what the node's mapping keeps), each group's texts laid from one dump per category (``_mapping_texts``).
     None where the columns' layout needs the mappings (a category named twice, which the mapping
@@ -171,30 +190,44 @@ def loaded_series_texts(source: NodeColumns) -> list[str | None] | None:
         members = np.flatnonzero(patterns == pattern)
         made[at[members]] = True
         out[at[members]] = _mapping_texts([maps.keys[c] for c in columns],
-                                          matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns])
+                                          matrix[members][:, columns] if len(members) < len(at) else matrix[:, columns],
+                                          before, after)
     texts: list[str | None] = out.tolist()
     live: list[Any] | None = None
     for i in np.flatnonzero(~made).tolist():
         if present[i]:  # a record without categories (a null row, or only zeros): ``_series`` writes live bytes
             live = memory.field_values("live_bytes") if live is None else live
-            texts[i] = _series(memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}, live[i])
+            mapping = memory.defaults["live_by_category_bytes"] if maps.rows[i] is None else {}
+            texts[i] = f"{before}{_series(mapping, live[i])}{after}"
     return texts
 
 
 @dataclass(frozen=True)
 class NodeTexts:
-    """The parts of a graph's node events that no step changes, one string per node, in the documented key order."""
+    """The parts of a graph's node events that no step changes, in the documented key order: each part as
+    columns (``NodeText.columns``: constants and one text per node), which the writer lays between the
+    step's numbers as they are.
+
+    Why columns and not a string per node: most of a node's text is a few distinct texts (a ``Coded``
+    table's entries, shared by the nodes that have them); joining them into a string per node made
+    tens of MB of strings at 100,000 nodes, a quarter of a trace export, that the writer then copied
+    again in every step. Laid as columns, a step's text is one join of the shared strings."""
 
     #: ``,{"name":…,"cat":…,"ph":"X","ts":`` (the comma before every event included).
-    lead: list[str]
+    lead: list[Column]
     #: ``,"pid":…,"tid":…,"args":{"graph":…,"node":…,"name":…,"op":…,"step":``
-    middle: list[str]
+    middle: list[Column]
     #: ``,"module":…`` up to ``"critical_path":…`` (the static args after ``step``).
-    tail: list[str]
+    tail: list[Column]
     #: The bound, then the end of the event (with the critical path's colour).
-    close: list[str]
-    #: The live-memory counter's args, None without memory.
-    series: list[str | None]
+    close: list[Column]
+    #: The live-memory counter event after its ``ts`` (its pid, tid, args and closing brace), None without memory.
+    counter: list[str | None]
+
+    def strings(self) -> tuple[list[str], list[str], list[str], list[str]]:
+        """Each node's lead, middle, tail and close as a string of its own (for the event-by-event writer)."""
+        size = len(self.counter)
+        return joined(self.lead, size), joined(self.middle, size), joined(self.tail, size), joined(self.close, size)
 
 
 def _json_inner(text: str) -> str:
@@ -203,7 +236,7 @@ def _json_inner(text: str) -> str:
 
 
 def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical: frozenset[int], pid: int,
-               track_of: dict[str, int], series: list[str | None], bounds: list[str]) -> NodeTexts:
+               track_of: dict[str, int], counter: list[str | None], bounds: list[str]) -> NodeTexts:
     """``NodeTexts`` of ``graph``'s nodes, ``[lo, hi)`` in ``frame``.
 
     Each text and shape column's text is made once per distinct value (from the graph's stored table
@@ -237,11 +270,12 @@ def node_texts(frame: NodeFrame, graph: GraphRecord, lo: int, hi: int, critical:
     for key in ("module", "module_type", "source", "phase", "scope"):
         tail.text(f',"{key}":').column(string(key))
     tail.between(',"in_shapes":', shapes("in_shapes"), ',"out_shapes":').column(shapes("out_shapes"))
-    tail.between(',"in_dtypes":', dtypes, ',"flops":').column(_counts(col("flops")))
-    tail.between(',"bytes_read":', _counts(col("bytes_read")), ',"bytes_written":').column(_counts(col("bytes_written")))
+    tail.between(',"in_dtypes":', dtypes, ',"flops":').column(_coded_counts(col("flops")))
+    tail.between(',"bytes_read":', _coded_counts(col("bytes_read")), ',"bytes_written":').column(
+        _coded_counts(col("bytes_written")))
     tail.between(',"critical_path":', on_path, "")
     close = NodeText().column(encoded(bounds, str)).column(Coded(list(_END), on_path.codes))
-    return NodeTexts(lead.strings(size), middle.strings(size), tail.strings(size), close.strings(size), series)
+    return NodeTexts(lead.columns(size), middle.columns(size), tail.columns(size), close.columns(size), counter)
 
 
 def bound_texts(bounds: Mapping[Any, Any] | None, graph_id: int, ids: list[int]) -> list[str]:

@@ -53,6 +53,8 @@ class Coded:
 
 
 Part = Union[str, Sequence[str], Coded]
+#: A laid part: a constant, or one text per node.
+Column = Union[str, Sequence[str]]
 #: A ``Coded`` column of more distinct texts than this stays a column of its own.
 SMALL_TABLE = 4096
 #: Neighbouring ``Coded`` columns are combined while the product of their table sizes stays below this.
@@ -80,29 +82,17 @@ class NodeText:
     def between(self, before: str, values: Sequence[str] | Coded, after: str) -> NodeText:
         return self.text(before).column(values).text(after)
 
-    def _laid(self, size: int) -> list[str | Sequence[str]]:
-        """The parts as constants and per-node columns, runs of small ``Coded`` columns combined first."""
+    def columns(self, size: int) -> list[Column]:
+        """The parts as constants and per-node columns, runs of small ``Coded`` columns combined first.
+
+        A column's strings are shared between the nodes that have the same text (a ``Coded`` table's
+        entries): a writer that lays these columns between its own makes no string per node, where
+        ``joined`` makes one."""
         return [p.texts() if isinstance(p, Coded) else p for p in combined(self.parts, size)]
-
-    def strings(self, size: int) -> list[str]:
-        """Each node's text as a string of its own, for a writer that places it among other texts.
-
-        The parts are laid side by side with a NUL after each node, joined once and split once: the
-        parts must hold no NUL, which JSON and XML text never do (both escape or drop it).
-        """
-        parts = self._laid(size)
-        if len(parts) == 1 and not isinstance(parts[0], str):
-            return list(parts[0])
-        width = len(parts) + 1
-        pieces = [""] * (size * width)
-        for j, part in enumerate(parts):
-            pieces[j::width] = [part] * size if isinstance(part, str) else part
-        pieces[width - 1::width] = ["\x00"] * size
-        return "".join(pieces).split("\x00")[:-1]
 
     def write(self, f: TextSink, size: int, skip: int = 0) -> None:
         """Write the text of nodes ``0..size-1`` to ``f``, leaving out the first ``skip`` characters."""
-        parts = self._laid(size)
+        parts = self.columns(size)
         width = len(parts)
         for start in range(0, size, CHUNK_NODES):
             count = min(CHUNK_NODES, size - start)
@@ -111,6 +101,22 @@ class NodeText:
                 pieces[j::width] = [part] * count if isinstance(part, str) else part[start:start + count]
             text = "".join(pieces)
             f.write(text[skip:] if skip and start == 0 else text)
+
+
+def joined(columns: list[Column], size: int) -> list[str]:
+    """Each node's text from ``columns`` (``NodeText.columns``), as a string of its own.
+
+    The columns are laid side by side with a NUL after each node, joined once and split once: they
+    must hold no NUL, which JSON and XML text never do (both escape or drop it).
+    """
+    if len(columns) == 1 and not isinstance(columns[0], str):
+        return list(columns[0])
+    width = len(columns) + 1
+    pieces = [""] * (size * width)
+    for j, column in enumerate(columns):
+        pieces[j::width] = [column] * size if isinstance(column, str) else column
+    pieces[width - 1::width] = ["\x00"] * size
+    return "".join(pieces).split("\x00")[:-1]
 
 
 def combined(parts: list[Part], size: int) -> list[Part]:

@@ -28,11 +28,12 @@ def float_texts(values: np.ndarray) -> list[str]:
     values = np.ascontiguousarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         odd = ~(np.isfinite(values) & ((np.abs(values) >= _FIXED_FROM) | (values == 0)))
-    if 2 * np.count_nonzero(odd) > len(values):  # mostly small (times in seconds): orjson's text would be redone
+    mended = np.count_nonzero(odd)
+    if 2 * mended > len(values):  # mostly small (times in seconds): orjson's text would be redone
         return _distinct_reprs(values)
     texts = number_texts(values)
-    where = np.flatnonzero(odd)
-    if len(where):
+    if mended:  # (usually none: no search for them)
+        where = np.flatnonzero(odd)
         for i, text in zip(where.tolist(), _distinct_reprs(values[where])):
             texts[i] = text
     return texts

@@ -12,7 +12,7 @@ import pytest
 from graphprof.analysis.frame import node_frame
 from graphprof.profile import GraphKind, GraphRecord, MemoryRecord, NodeRecord, Profile, StepRecord
 from graphprof.profile.model import node_source, profile_from_document
-from graphprof.render.chrome_texts import _counts, _mapping_texts, _series, loaded_series_texts, series_texts
+from graphprof.render.chrome_texts import _coded_counts, _counts, _mapping_texts, _series, loaded_series_texts, series_texts
 from graphprof.render.chrome_trace import chrome_trace
 
 HOSTILE_KEYS = ["act\u00e9", 'a"b', "a\\b", "a\x01b", "},{", "\x7f", "\u2028", "%d"]
@@ -37,6 +37,16 @@ def test_series_texts_are_each_nodes_json(rows: list[Any]) -> None:
 @pytest.mark.parametrize("values", [[0, -1, 7, 2**63 - 1, -2**63, 2**64 - 1], [2**64, 3], [5], [1, None, 2.5, True], []])
 def test_counts_are_what_json_writes(values: list[Any]) -> None:
     assert _counts(values) == [json.dumps(v) for v in values]
+
+
+@pytest.mark.parametrize("values", [[0, -1, 7, 2**63 - 1, -2**63, 2**64 - 1, 7, 0], [2**70, 3, 2**70], [5] * 9,
+                                    [2**63 - 1, -2**63, 0, -1, 2**63 - 1, 10**18, -2**63],
+                                    [1, True, 1.0, None, 1], [], list(range(5000)) + [1, 2]])
+def test_coded_counts_are_the_counts(values: list[Any]) -> None:
+    """As a table of distinct texts or as a column, each node's count is the text ``_counts`` writes (a
+    ``True`` or ``1.0`` beside a ``1`` keeps its own text)."""
+    coded = _coded_counts(values)
+    assert (coded if isinstance(coded, list) else coded.texts()) == _counts(values)
 
 
 def _loaded(memory: list[MemoryRecord | None], edit: Callable[[dict[str, Any]], None] | None = None) -> Profile:
@@ -75,6 +85,8 @@ def test_loaded_series_texts_are_the_mappings_texts(memory: list[MemoryRecord | 
     loaded = _loaded(memory, edit)
     texts = loaded_series_texts(node_source(loaded.graphs[0]))
     assert texts == _by_the_mappings(loaded)
+    wrapped = loaded_series_texts(node_source(loaded.graphs[0]), ',"args":', "}")  # the counter event's text around them
+    assert wrapped == [None if t is None else f',"args":{t}}}' for t in texts]
 
 
 def test_a_graph_without_a_memory_column_has_no_counter_args() -> None:

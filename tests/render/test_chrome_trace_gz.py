@@ -10,7 +10,7 @@ import pytest
 
 from graphprof.api import Profile
 from graphprof.cli import main
-from graphprof.render.chrome_trace import bytes_per_node_step, node_events
+from graphprof.render.chrome_trace import bytes_per_node_step, chrome_trace, node_events
 from graphprof.render.exporters import export_profile
 from tests.render.export_profiles import HOSTILE, empty_profile, make_profile, node
 
@@ -46,3 +46,12 @@ def test_size_per_node_per_step(real: Profile, tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     per = out.stat().st_size / node_events(real)
     assert "(chrome-gz, " in err and f"{per:.0f} bytes per node per step" in err
+
+
+def test_node_events_count_device_samples_where_a_node_has_them_else_host_samples() -> None:
+    nodes = [node(0, "mm", times=(1e-3, 2e-3, 3e-3)), node(1, "add", times=(1e-3,), device_time_ns=(5, 6)),
+             node(2, "relu", times=(1e-3, 1e-3), device_time_ns=()), node(3, "view", times=())]
+    profile = make_profile(nodes, steps=3)
+    assert node_events(profile) == 3 + 2 + 2 + 0
+    events = chrome_trace(profile)["traceEvents"]
+    assert sum(1 for e in events if e["ph"] == "X" and e.get("cat") != "step") == node_events(profile)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from graphprof.render import column_text
-from graphprof.render.column_text import Coded, NodeText, combined, encoded
+from graphprof.render.column_text import Coded, NodeText, combined, encoded, joined
 
 
 def _node_text(size: int, seed: int) -> tuple[NodeText, list[str]]:
@@ -50,3 +50,11 @@ def test_a_run_of_small_coded_columns_becomes_one_column_of_its_combinations() -
     assert len(parts[0].table) == 2  # (True, 1) and (False, 2): made once each
     assert parts[0].texts() == ["<n><f>True</f>|1</n>", "<n><f>False</f>|2</n>", "<n><f>True</f>|1</n>",
                                 "<n><f>True</f>|1</n>"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_joined_columns_are_each_nodes_text(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Laid as columns (constants, shared table entries, per-node texts) and joined, each node's text is the same."""
+    monkeypatch.setattr(column_text, "SMALL_TABLE", 10)
+    text, expected = _node_text(40, seed)
+    assert joined(text.columns(40), 40) == expected
