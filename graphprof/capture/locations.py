@@ -151,7 +151,8 @@ def buffer_locations(module: nn.Module, label: str) -> Iterator[tuple[Location, 
     for name, value in list(buffers.items()):
         if value is not None:
             yield Location(f"{label}.{name}" if label else name, lambda n=name: buffers[n],  # type: ignore[misc]  # binds by default arguments
-                           lambda v, n=name: buffers.__setitem__(n, v), Place.ITEM, buffers, name, module), value, False
+                           lambda v, n=name: buffers.__setitem__(n, v),  # type: ignore[misc]
+                           Place.ITEM, buffers, name, module), value, False
 
 
 def _held_by_module(value: Any) -> bool:

@@ -113,7 +113,7 @@ class ModuleStructure:
         """Take the counts and hook dicts as they are after the capture call: the modules' and their
         parameters' (a gradient hook changes what backward computes as a module hook does)."""
         self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]
-        holders = [(m, HOOK_DICTS, type(m).__name__) for m in self.modules]
+        holders: list[tuple[Any, tuple[str, ...], str]] = [(m, HOOK_DICTS, type(m).__name__) for m in self.modules]
         holders += [(p, TENSOR_HOOK_DICTS, f"{type(m).__name__}'s parameter {name}")
                     for m in self.modules for name, p in m._parameters.items() if p is not None]
         self._hooks = tuple((obj, names, what, _hook_keys(obj, names)) for obj, names, what in holders)
