@@ -45,6 +45,9 @@ class SchedulerCalls:
         self.record = record
         self.source = source
         self.depth = 0
+        #: Called before and after each scheduler step of the capture call (capture/optimizer_groups.py).
+        self.before_step: Callable[[], None] = lambda: None
+        self.on_step: Callable[[], None] = lambda: None
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
@@ -70,6 +73,7 @@ class SchedulerCalls:
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"
             template, slots = template_of((args, kwargs), calls.node_of, what, lambda _: "")
+            calls.before_step()
             calls.depth += 1
             try:
                 with _disable_current_modes(), torch._C.DisableTorchFunction():
@@ -77,6 +81,7 @@ class SchedulerCalls:
                     result = original(sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
+            calls.on_step()
 
             def replay(values: tuple) -> None:
                 call_args, call_kwargs = filled(template, values)

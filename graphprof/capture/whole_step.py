@@ -37,6 +37,7 @@ from graphprof.capture.module_structure import ModuleStructure
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.state import StateIndex, discover_state
+from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
@@ -209,9 +210,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()))
         holder["python"] = python
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched)])
+        groups = GroupWrites(state.optimizers, assignment_source(fn))
+        recorder.schedulers.before_step, recorder.schedulers.on_step = groups.before_scheduler, groups.settle
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
+        groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):

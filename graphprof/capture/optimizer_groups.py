@@ -1,0 +1,83 @@
+"""Hyperparameters the step writes into an optimizer's ``param_groups`` itself.
+
+A hand-written warm-up (``for g in opt.param_groups: g["lr"] = base *
+min(1, self.it / warm)``) or decay (``g["lr"] *= 0.99``) changes the
+optimizer's groups from the step's own Python. An LR scheduler does the
+same through its ``step``, which is replayed as a host call
+(capture/host_calls.py); these writes are nobody's call.
+
+Optimizers are not watched state (capture/locations.py), so the capture
+call's write was never repeated: a replay left ``lr`` as it was, and a
+value computed from the step's counters stayed in the group as graphprof's
+traced number. ``GroupWrites`` notes the groups' values before the step and
+after each scheduler step, and afterwards looks at what changed:
+
+* a value computed from the step's inputs (a traced number, or a tuple of
+  them) becomes an effect at the graph's end that writes the value the
+  replay computed, and the group gets the capture call's real number;
+* any other change (``g["lr"] *= 0.99`` reads the group's own number,
+  which no graph input carries) refuses the capture, naming the group.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
+from graphprof.capture.scalars import contains_traced_scalar
+
+
+class GroupWrites:
+    """The optimizers' group values, as the step found them or a scheduler last left them."""
+
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], source: Callable[[str], str]) -> None:
+        self.source = source
+        distinct = {id(o): o for o in optimizers}.values()  # one optimizer may be reached twice
+        self._groups = [(f"{type(o).__name__}.param_groups[{i}]", group)
+                        for o in distinct for i, group in enumerate(o.param_groups)]
+        self._expected: dict[tuple[int, Any], Any] = {}
+        self.settle()
+
+    def before_scheduler(self) -> None:
+        """Refuse a write of the step's own that a scheduler is about to read (capture/host_calls.py
+        runs the scheduler with real numbers, and the replay of its call would read the group)."""
+        changed = next(self._changes(), None)
+        if changed is not None:
+            raise refusal(changed[0], "changes", self.source)
+
+    def settle(self) -> None:
+        """Take the values as they are now: before the step, or after a scheduler wrote its own."""
+        self._expected = {(id(group), key): value for _, group in self._groups
+                          for key, value in group.items() if key != "params"}
+
+    def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], record: Any) -> None:
+        """Turn the step's own writes into effects, or refuse the capture (see the module's docstring)."""
+        for what, group, key, now in self._changes():
+            if not contains_traced_scalar(now):
+                raise refusal(what, "changes", self.source)
+            template, slots = template_of(now, node_of, what, self.source)
+            group[key] = real_values(now)
+            effect_node(graph, f"set {what}", lambda vals, g=group, k=key, t=template:  # type: ignore[misc]  # binds by default arguments
+                        g.__setitem__(k, filled(t, vals)), slots, record)
+
+    def _changes(self) -> Iterator[tuple[str, dict, Any, Any]]:
+        """(what, group, key, value) of each value changed since ``settle``."""
+        for label, group in self._groups:
+            for key, now in list(group.items()):
+                if key == "params":
+                    continue
+                was = self._expected.get((id(group), key), _MISSING)
+                if now is not was and not (type(now) is type(was) and _equal(now, was)):
+                    yield f"{label}[{key!r}]", group, key, now
+
+
+_MISSING = object()
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a tensor hyperparameter: compared as the same object only
+        return False

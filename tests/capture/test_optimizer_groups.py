@@ -1,0 +1,91 @@
+"""Hyperparameters the step writes into ``param_groups`` itself: replayed, or refused, never frozen.
+
+Each scenario runs the same loop eagerly and traced and compares after
+every call: the loss, the parameters and every group's hyperparameters.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+
+class _Loop:
+    def __init__(self, write: Callable[["_Loop"], None], sched: bool = False) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Linear(4, 1)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=0.1)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5) if sched else None
+        self.it = 0
+        self.write = write
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.it += 1
+        self.write(self)
+        self.opt.zero_grad()
+        loss = F.mse_loss(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+        return loss.detach()
+
+
+def _groups(loop: _Loop) -> list[dict[str, Any]]:
+    return [{k: v for k, v in g.items() if k != "params"} for g in loop.opt.param_groups]
+
+
+def _run(write: Callable[[_Loop], None], sched: bool = False, calls: int = 7) -> tuple[Any, list[str]]:
+    eager, copy = _Loop(write, sched), _Loop(write, sched)
+    traced = graphprof.trace(copy.step)
+    messages: list[str] = []
+    for i in range(calls):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(5, 4, generator=g), torch.randn(5, 1, generator=g)
+        expected = eager.step(x, y)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = traced(x, y)
+        messages += [str(w.message) for w in caught]
+        assert torch.equal(expected, got), f"loss differs on call {i}"
+        for a, b in zip(eager.model.parameters(), copy.model.parameters()):
+            assert torch.equal(a, b), f"parameters differ after call {i}"
+        assert _groups(eager) == _groups(copy), f"param_groups differ after call {i}"
+        assert all(type(v) is type(w) for e, c in zip(_groups(eager), _groups(copy)) for v, w in zip(e.values(), c.values()))
+    return traced, messages
+
+
+def _warmup(loop: _Loop) -> None:
+    for group in loop.opt.param_groups:
+        group["lr"] = 0.01 * loop.it  # computed from a counter the step keeps: an input
+
+
+def _decay(loop: _Loop) -> None:
+    loop.opt.param_groups[0]["lr"] *= 0.9  # computed from the group's own number
+
+
+def test_a_learning_rate_computed_from_the_steps_counter_is_written_on_every_replay() -> None:
+    traced, messages = _run(_warmup)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def test_a_learning_rate_decayed_in_place_refuses_the_capture_with_one_warning() -> None:
+    traced, messages = _run(_decay)
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "changes AdamW.param_groups[0]['lr']" in messages[0]
+
+
+def test_a_scheduler_stepped_in_the_step_writes_its_own_learning_rate() -> None:
+    traced, messages = _run(lambda loop: None, sched=True)
+    assert traced.capture_mode == "whole-step" and not messages
+
+
+def test_a_write_before_a_scheduler_steps_is_still_the_steps_own() -> None:
+    traced, messages = _run(_decay, sched=True)
+    assert traced.capture_mode == "segments" and len(messages) == 1
