@@ -18,6 +18,8 @@ state tensors cover their local shards too (``capture/state.py``).
 
 from __future__ import annotations
 
+import torch
+
 from typing import Any
 
 
@@ -48,7 +50,8 @@ def same_gradient(current: Any, produced: Any) -> bool:
 
 
 def check_new_gradients(params: list[Any], grads_before: dict[int, Any]) -> None:
-    """Refuse a step that creates a DTensor gradient: the graph would hand back its local shard only.
+    """Refuse a step that creates a DTensor gradient: the graph would hand back its local shard only;
+    and one that makes sparse gradients (``nn.Embedding(sparse=True)``), which it does not replay.
 
     FSDP2 steps are refused earlier (``capture/fsdp.py``); this catches other DTensor users.
     """
@@ -56,3 +59,7 @@ def check_new_gradients(params: list[Any], grads_before: dict[int, Any]) -> None
         if grads_before.get(id(p)) is None and is_dtensor(p.grad):
             raise RuntimeError("the step creates DTensor gradients, which a static graph would hand back as their "
                                "local shards")
+        if p.grad is not None and p.grad.layout is not torch.strided:
+            # A replayed SparseAdam step on them left eager's results from the first replay on.
+            raise RuntimeError(f"the step makes {p.grad.layout} gradients ({tuple(p.shape)} parameter), which a "
+                               "static graph does not replay as eager runs them")
