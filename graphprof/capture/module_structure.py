@@ -30,6 +30,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable, Sequence
 
+import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
 from torch.utils.hooks import RemovableHandle
@@ -81,11 +82,19 @@ class _Registrations:
         return entry[1] if entry is not None and entry[0]() is module else 0
 
     def install(self) -> None:
+        """Add the counting hook to torch's registration hooks (once per process).
+
+        Dynamo is kept out of it: a compiled forward that assigns a buffer
+        (segmented capture) traced the hook and guarded on the size of
+        ``_last``, which every GraphModule compiling makes changes, so the
+        forward compiled again on every call.
+        """
         if not self.installed:
             self.installed = True
-            module_globals.register_module_parameter_registration_hook(self.note)
-            module_globals.register_module_buffer_registration_hook(self.note)
-            module_globals.register_module_module_registration_hook(self.note)
+            note = torch._dynamo.disable(self.note)
+            module_globals.register_module_parameter_registration_hook(note)
+            module_globals.register_module_buffer_registration_hook(note)
+            module_globals.register_module_module_registration_hook(note)
 
 
 REGISTRATIONS = _Registrations()

@@ -144,3 +144,38 @@ def test_counting_registrations_never_breaks_a_module_that_cannot_be_hashed() ->
     before = REGISTRATIONS.count
     module.weight = nn.Parameter(torch.zeros(2))
     assert REGISTRATIONS.count == before + 1 and REGISTRATIONS.last(module) == REGISTRATIONS.count
+
+
+class _Replacing(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 1)
+        self.register_buffer("mean", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mean = 0.9 * self.mean + 0.1 * x.mean(0)  # a buffer registration on every call
+        return self.linear(x - self.mean)
+
+
+def test_a_compiled_forward_that_replaces_a_buffer_compiles_once() -> None:
+    """The counting hook is kept out of dynamo: traced, it made every call compile the forward again."""
+    from graphprof.capture.module_structure import REGISTRATIONS
+
+    REGISTRATIONS.install()
+    torch.manual_seed(0)
+    model = _Replacing()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    traced = graphprof.trace(step, capture="dynamo")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            traced(torch.randn(5, 4), torch.randn(5, 1))
+    assert not [w for w in caught if "after the first call" in str(w.message)]
