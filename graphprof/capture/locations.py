@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.held_values import Place
+from graphprof.capture.state import held_in_container
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,14 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
                 yield item_location(globals_, name, name), globals_[name], True
                 roots.append((name, globals_[name]))
     seen: set[int] = set()
+    roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
     for label, obj in roots:
         if not _watched(obj) or id(obj) in seen:
             continue
         objects = [(label, obj)]
         if not isinstance(obj, nn.Module):
             objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
+            objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
         for olabel, o in objects:
             if isinstance(o, nn.Module):
                 members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]

@@ -114,13 +114,30 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str
     # One level into plain user objects (a dataclass or config holding the
     # model and optimizer); never into modules, classes or torch's own objects.
     nested: list[tuple[str, Any]] = []
-    for _name, obj in found:
+    for name, obj in found:
+        nested.extend(held_in_container(obj, name))
         if isinstance(obj, (nn.Module, torch.optim.Optimizer, types.ModuleType, type)) or callable(obj):
             continue
         if type(obj).__module__.startswith("torch") or not hasattr(obj, "__dict__"):
             continue
-        nested.extend((k, v) for k, v in vars(obj).items() if isinstance(v, (nn.Module, torch.optim.Optimizer)))
+        for k, v in vars(obj).items():
+            if isinstance(v, (nn.Module, torch.optim.Optimizer)):
+                nested.append((k, v))
+            else:
+                nested.extend(held_in_container(v, k))
     return found + nested
+
+
+def held_in_container(value: Any, label: str) -> list[tuple[str, Any]]:
+    """The modules and optimizers a plain list, tuple or dict holds (``models = [encoder, decoder]``,
+    ``self.nets = {"G": G, "D": D}``), one level in, labelled ``label[key]``."""
+    if type(value) in (list, tuple):
+        items: Any = enumerate(value)
+    elif type(value) is dict:
+        items = value.items()
+    else:
+        return []
+    return [(f"{label}[{key!r}]", v) for key, v in items if isinstance(v, (nn.Module, torch.optim.Optimizer))]
 
 
 def _filled(cell: types.CellType) -> bool:

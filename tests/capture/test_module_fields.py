@@ -213,3 +213,57 @@ def test_a_buffer_the_forward_replaces_is_read_and_replaced_on_every_replay(rese
             assert torch.equal(a, b), f"parameters differ after call {i}"
     # A buffer assigned by the loop is a registration, which captures again (capture/module_structure.py).
     assert traced.capture_mode == "whole-step" and traced.captures == (1 if reset_at is None else 2)
+
+
+def _in_a_list() -> tuple[Any, Callable[..., torch.Tensor]]:
+    layers = [nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 1)]  # a plain list, not an nn.ModuleList
+    opt = torch.optim.SGD([p for layer in layers for p in layer.parameters()], lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        h = x
+        for layer in layers:
+            h = layer(h)
+        loss = F.mse_loss(h, y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return layers, step
+
+
+def _in_a_dict() -> tuple[Any, Callable[..., torch.Tensor]]:
+    nets = {"body": nn.Linear(4, 8), "drop": nn.Dropout(0.5), "head": nn.Linear(8, 1)}
+    opt = torch.optim.SGD([p for net in nets.values() for p in net.parameters()], lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(nets["head"](nets["drop"](nets["body"](x))), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return list(nets.values()), step
+
+
+@pytest.mark.parametrize("make", [_in_a_list, _in_a_dict])
+@pytest.mark.parametrize("change", ["eval", "p"])
+def test_modules_kept_in_a_plain_list_or_dict_are_watched(make: Callable[[], Any], change: str) -> None:
+    """Switching such a dropout to eval mode, or changing its ``p``, captures again."""
+    torch.manual_seed(0)
+    eager_layers, eager = make()
+    torch.manual_seed(0)
+    layers, step = make()
+    traced = graphprof.trace(step)
+    for i in range(6):
+        if i == 3:
+            for mods in (eager_layers, layers):
+                mods[1].eval() if change == "eval" else setattr(mods[1], "p", 0.1)
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(3, 4, generator=g), torch.randn(3, 1, generator=g)
+        torch.manual_seed(100 + i)
+        expected = eager(x, y)
+        torch.manual_seed(100 + i)
+        assert torch.equal(expected, traced(x, y)), f"loss differs on call {i}"
+        for a, b in zip(eager_layers, layers):
+            for p, q in zip(a.parameters(), b.parameters()):
+                assert torch.equal(p, q), f"parameters differ after call {i}"
+    assert traced.capture_mode == "whole-step" and traced.captures == 2
