@@ -16,6 +16,7 @@ dropped before it runs, so memory behaves as in eager).
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Callable
@@ -246,6 +247,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _read_constants_at_run_time(gm, {key: location.get for key, location
                                          in holder["python"].kept_tensors(model_state).items()})
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
+        _refuse_contained_tensors(gm, {key: where for key, where in _tensors_in_argument_objects(leaves).items()
+                                       if key not in model_state})
         gm.graph.lint()
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]
@@ -310,6 +313,30 @@ def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str
             if where is not None:
                 raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
                                          "hold as the capture call's constant")
+
+
+def _tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
+    """id -> where, for each tensor inside an argument that is not a list, tuple or dict (a
+    ``UserDict`` or ``BatchEncoding`` batch, a dataclass, a plain object).
+
+    Such an argument is one opaque value of the signature, told apart by
+    identity: a loop that refills the same batch object between calls would
+    replay the capture call's tensors, so a graph reading one is refused.
+    """
+    found: dict[int, str] = {}
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor) or is_number_input(leaf) or type(leaf).__module__.startswith("torch"):
+            continue  # torch's own objects (an optimizer passed in) hold model state, read where it lives
+        if isinstance(leaf, Mapping):
+            inner: Any = list(leaf.values())
+        elif hasattr(leaf, "__dict__") and not isinstance(leaf, (type, nn.Module)):
+            inner = list(vars(leaf).values())
+        else:
+            continue
+        for t in pytree.tree_leaves(inner):
+            if isinstance(t, torch.Tensor):
+                found.setdefault(id(t), f"argument {i} (flattened), a {type(leaf).__name__}")
+    return found
 
 
 def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:
