@@ -216,8 +216,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched)])
         groups = GroupWrites(state.optimizers, assignment_source(fn))
         recorder.schedulers.before_step, recorder.schedulers.on_step = groups.before_scheduler, groups.settle
+        storages = _storages(state)
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
+        _refuse_data_assignments(state, storages)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         params = list(state.params.values())
@@ -313,6 +315,36 @@ def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str
             if where is not None:
                 raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
                                          "hold as the capture call's constant")
+
+
+def _storages(state: Any) -> dict[int, tuple[Any, int, Any]]:
+    """id -> (tensor, address of its data, its data) for every parameter and buffer of the step's
+    modules (the data kept to be put back)."""
+    tensors = list(state.params.values())
+    tensors += [b for _, module in state.modules.values() for b in module._buffers.values() if b is not None]
+    found: dict[int, tuple[Any, int, Any]] = {}
+    for t in tensors:
+        try:
+            found[id(t)] = (t, t.data_ptr(), t.data)
+        except RuntimeError:  # a tensor without storage of its own (a DTensor, a meta tensor)
+            continue
+    return found
+
+
+def _refuse_data_assignments(state: Any, before: dict[int, tuple[Any, int, Any]]) -> None:
+    """Refuse a step that gave a parameter or buffer new data (``p.data = ...``,
+    ``nn.utils.vector_to_parameters``): the assignment is no op of the trace, so a replay would
+    compute the new values and drop them. In-place updates (an optimizer's) keep the address.
+    Every tensor given new data gets its own back first: the write log undoes in-place writes only."""
+    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
+    if not changed:
+        return
+    for t, data in changed:
+        t.data = data
+    record = state.describe(changed[0][0])
+    name = record.name if record is not None else f"a {tuple(changed[0][0].shape)} tensor"
+    raise DataDependentError(f"the step assigns new data to {name} (.data = ...), which a replayed graph "
+                             "would not repeat")
 
 
 def _tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
