@@ -197,6 +197,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
+    storages = _storages(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
 
     def traced(*inputs: Any) -> Any:
         mode = get_proxy_mode()
@@ -216,10 +217,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched)])
         groups = GroupWrites(state.optimizers, assignment_source(fn))
         recorder.schedulers.before_step, recorder.schedulers.on_step = groups.before_scheduler, groups.settle
-        storages = _storages(state)
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
-        _refuse_data_assignments(state, storages)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         params = list(state.params.values())
@@ -235,6 +234,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
     try:
         gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
+        _refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         _name_state(gm, state)
