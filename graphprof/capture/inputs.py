@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch import nn
 import torch.fx
+from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, tensor_fields

@@ -55,9 +55,9 @@ def _cell(cell: types.CellType, label: str) -> Location:
     return Location(label, lambda: cell.cell_contents, put, Place.CELL, cell)
 
 
-def item_location(container: dict, key: Any, label: str) -> Location:
+def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> Location:
     return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
-                    container, key)
+                    container, key, keeper)
 
 
 def _watched(value: Any) -> bool:
@@ -153,9 +153,7 @@ def buffer_locations(module: nn.Module, label: str) -> Iterator[tuple[Location, 
     buffers = module._buffers
     for name, value in list(buffers.items()):
         if value is not None:
-            yield Location(f"{label}.{name}" if label else name, lambda n=name: buffers[n],  # type: ignore[misc]  # binds by default arguments
-                           lambda v, n=name: buffers.__setitem__(n, v),  # type: ignore[misc]
-                           Place.ITEM, buffers, name, module), value, False
+            yield item_location(buffers, name, f"{label}.{name}" if label else name, module), value, False
 
 
 def _held_by_module(value: Any) -> bool:
@@ -179,5 +177,4 @@ def _fields_of(obj: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
     fields = vars(obj)
     for k, v in list(fields.items()):
         if isinstance(k, str):
-            yield Location(f"{label}.{k}", lambda k=k: fields[k], lambda v, k=k: fields.__setitem__(k, v),  # type: ignore[misc]  # binds by default arguments
-                           Place.ITEM, fields, k, obj), v, False
+            yield item_location(fields, k, f"{label}.{k}", obj), v, False
