@@ -16,7 +16,6 @@ dropped before it runs, so memory behaves as in eager).
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Callable
@@ -40,6 +39,7 @@ from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, d
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
+from graphprof.capture.unseen_writes import refuse_data_assignments, storages_of, tensors_in_argument_objects
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
 _grad_enabled = torch.is_grad_enabled
@@ -197,7 +197,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
-    storages = _storages(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
+    storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
 
     def traced(*inputs: Any) -> Any:
         mode = get_proxy_mode()
@@ -234,7 +234,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
     try:
         gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
-        _refuse_data_assignments(state, storages)
+        refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         _name_state(gm, state)
@@ -249,7 +249,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _read_constants_at_run_time(gm, {key: location.get for key, location
                                          in holder["python"].kept_tensors(model_state).items()})
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
-        _refuse_contained_tensors(gm, {key: where for key, where in _tensors_in_argument_objects(leaves).items()
+        _refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
                                        if key not in model_state})
         gm.graph.lint()
         gm.recompile()
@@ -315,60 +315,6 @@ def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str
             if where is not None:
                 raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
                                          "hold as the capture call's constant")
-
-
-def _storages(state: Any) -> dict[int, tuple[Any, int, Any]]:
-    """id -> (tensor, address of its data, its data) for every parameter and buffer of the step's
-    modules (the data kept to be put back)."""
-    tensors = list(state.params.values())
-    tensors += [b for _, module in state.modules.values() for b in module._buffers.values() if b is not None]
-    found: dict[int, tuple[Any, int, Any]] = {}
-    for t in tensors:
-        try:
-            found[id(t)] = (t, t.data_ptr(), t.data)
-        except RuntimeError:  # a tensor without storage of its own (a DTensor, a meta tensor)
-            continue
-    return found
-
-
-def _refuse_data_assignments(state: Any, before: dict[int, tuple[Any, int, Any]]) -> None:
-    """Refuse a step that gave a parameter or buffer new data (``p.data = ...``,
-    ``nn.utils.vector_to_parameters``): the assignment is no op of the trace, so a replay would
-    compute the new values and drop them. In-place updates (an optimizer's) keep the address.
-    Every tensor given new data gets its own back first: the write log undoes in-place writes only."""
-    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
-    if not changed:
-        return
-    for t, data in changed:
-        t.data = data
-    record = state.describe(changed[0][0])
-    name = record.name if record is not None else f"a {tuple(changed[0][0].shape)} tensor"
-    raise DataDependentError(f"the step assigns new data to {name} (.data = ...), which a replayed graph "
-                             "would not repeat")
-
-
-def _tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
-    """id -> where, for each tensor inside an argument that is not a list, tuple or dict (a
-    ``UserDict`` or ``BatchEncoding`` batch, a dataclass, a plain object).
-
-    Such an argument is one opaque value of the signature, told apart by
-    identity: a loop that refills the same batch object between calls would
-    replay the capture call's tensors, so a graph reading one is refused.
-    """
-    found: dict[int, str] = {}
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, torch.Tensor) or is_number_input(leaf) or type(leaf).__module__.startswith("torch"):
-            continue  # torch's own objects (an optimizer passed in) hold model state, read where it lives
-        if isinstance(leaf, Mapping):
-            inner: Any = list(leaf.values())
-        elif hasattr(leaf, "__dict__") and not isinstance(leaf, (type, nn.Module)):
-            inner = list(vars(leaf).values())
-        else:
-            continue
-        for t in pytree.tree_leaves(inner):
-            if isinstance(t, torch.Tensor):
-                found.setdefault(id(t), f"argument {i} (flattened), a {type(leaf).__name__}")
-    return found
 
 
 def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:

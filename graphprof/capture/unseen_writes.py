@@ -1,0 +1,79 @@
+"""What the trace cannot see the step do with tensors, found around it and refused.
+
+make_fx records aten ops. Two things a step does with tensors are none:
+
+* giving a parameter or buffer new data (``p.data = ...``,
+  ``nn.utils.vector_to_parameters``): the graph computes the new values and
+  drops them, so a replay would leave the old data in place;
+* reading tensors from an argument torch's flattening does not open (a
+  ``UserDict`` batch, a dataclass, a plain object): the argument is one
+  opaque value of the signature, so the graph holds its tensors as the
+  capture call's constants.
+
+Both are found by looking before and after the trace, and refuse the capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from graphprof.capture.scalars import DataDependentError
+
+
+def storages_of(state: Any) -> dict[int, tuple[Any, int, Any]]:
+    """id -> (tensor, address of its data, its data) for every parameter and buffer of the step's
+    modules (the data kept to be put back)."""
+    tensors = list(state.params.values())
+    tensors += [b for _, module in state.modules.values() for b in module._buffers.values() if b is not None]
+    found: dict[int, tuple[Any, int, Any]] = {}
+    for t in tensors:
+        try:
+            found[id(t)] = (t, t.data_ptr(), t.data)
+        except RuntimeError:  # a tensor without storage of its own (a DTensor, a meta tensor)
+            continue
+    return found
+
+
+def refuse_data_assignments(state: Any, before: dict[int, tuple[Any, int, Any]]) -> None:
+    """Refuse a step that gave a parameter or buffer new data (``p.data = ...``,
+    ``nn.utils.vector_to_parameters``): the assignment is no op of the trace, so a replay would
+    compute the new values and drop them. In-place updates (an optimizer's) keep the address.
+    Every tensor given new data gets its own back first: the write log undoes in-place writes only."""
+    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
+    if not changed:
+        return
+    for t, data in changed:
+        t.data = data
+    record = state.describe(changed[0][0])
+    name = record.name if record is not None else f"a {tuple(changed[0][0].shape)} tensor"
+    raise DataDependentError(f"the step assigns new data to {name} (.data = ...), which a replayed graph "
+                             "would not repeat")
+
+
+def tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
+    """id -> where, for each tensor inside an argument that is not a list, tuple or dict (a
+    ``UserDict`` or ``BatchEncoding`` batch, a dataclass, a plain object).
+
+    Such an argument is one opaque value of the signature, told apart by
+    identity: a loop that refills the same batch object between calls would
+    replay the capture call's tensors, so a graph reading one is refused.
+    """
+    found: dict[int, str] = {}
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor) or type(leaf).__module__.startswith("torch"):
+            continue  # torch's own objects (an optimizer passed in) hold model state, read where it lives
+        if isinstance(leaf, Mapping):
+            inner: Any = list(leaf.values())
+        elif hasattr(leaf, "__dict__") and not isinstance(leaf, (type, nn.Module)):
+            inner = list(vars(leaf).values())
+        else:
+            continue
+        for t in pytree.tree_leaves(inner):
+            if isinstance(t, torch.Tensor):
+                found.setdefault(id(t), f"argument {i} (flattened), a {type(leaf).__name__}")
+    return found
