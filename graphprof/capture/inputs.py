@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -127,9 +127,10 @@ class PythonState:
     pinned: set[int] = field(default_factory=set)
 
     @classmethod
-    def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any]) -> "PythonState":
+    def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
+              arguments: Sequence[tuple[str, Any]] = ()) -> "PythonState":
         state = cls()
-        for location, value, user_state in reachable_locations(fn):
+        for location, value, user_state in reachable_locations(fn, arguments):
             entry = _Watched(location, value, _contents(value))
             state.watched.append(entry)
             if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):

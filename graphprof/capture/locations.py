@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -74,8 +74,10 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
 
 
-def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any, bool]]:
-    """Every (location, value, is_user_state) the step can reach by name, one level into plain objects.
+def reachable_locations(fn: Callable[..., Any],
+                        arguments: Sequence[tuple[str, Any]] = ()) -> Iterator[tuple[Location, Any, bool]]:
+    """Every (location, value, is_user_state) the step can reach by name or is given as an object
+    (``arguments``, capture/arguments.py), one level into plain objects.
 
     Modules' attributes are watched for changes but are not user state: their
     numbers (``in_features``, a dropout ``p``) are configuration that library
@@ -115,6 +117,7 @@ def reachable_locations(fn: Callable[..., Any]) -> Iterator[tuple[Location, Any,
                 named.add((id(globals_), name))
                 yield item_location(globals_, name, name), globals_[name], True
                 roots.append((name, globals_[name]))
+    roots += arguments
     seen: set[int] = set()
     roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
     for label, obj in roots:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -79,8 +79,10 @@ class StateIndex:
                 self.name(p.grad, StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module))
 
 
-def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str, Any]]:
-    """Objects the function can reach by name: closure, globals, bound self, defaults.
+def _candidate_objects(fn: Callable[..., Any], depth: int = 0,
+                       arguments: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
+    """Objects the function can reach by name: closure, globals, bound self, defaults, and the
+    objects it is given (``arguments``: a model, an optimizer, capture/arguments.py).
 
     A function held in the closure (a wrapper around the real step: ``def
     call(batch): return step(**batch)``) is followed one level: its model and
@@ -106,6 +108,7 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0) -> list[tuple[str
         found.extend((n, globals_[n]) for n in code.co_names if n in globals_)
     for default in getattr(func, "__defaults__", None) or ():
         found.append(("default", default))
+    found.extend(arguments)
     if depth == 0 and code is not None:
         cells = zip(code.co_freevars, getattr(func, "__closure__", None) or ())
         inner = [c.cell_contents for _, c in cells if _filled(c) and isinstance(c.cell_contents, types.FunctionType)]
@@ -148,10 +151,11 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
-def discover_state(fn: Callable[..., Any]) -> StateIndex:
-    """Build the StateIndex of everything ``fn`` reaches through names."""
+def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = ()) -> StateIndex:
+    """Build the StateIndex of everything ``fn`` reaches through names, and of the objects it is
+    given (``arguments``, capture/arguments.py)."""
     index = StateIndex()
-    candidates = _candidate_objects(fn)
+    candidates = _candidate_objects(fn, arguments=arguments)
     roots = [(n, o) for n, o in candidates if isinstance(o, nn.Module)]
     optimizers = [o for _, o in candidates if isinstance(o, torch.optim.Optimizer)]
     # The root with most parameters is "the model": its paths get no prefix.

@@ -36,6 +36,7 @@ from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
+from graphprof.capture.arguments import argument_objects
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
@@ -186,7 +187,8 @@ def _name_state(gm: torch.fx.GraphModule, state: StateIndex) -> None:
 
 def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> CapturedStep:
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
-    state = discover_state(fn)
+    arguments = argument_objects(fn, args, kwargs)
+    state = discover_state(fn, arguments)
     leaves, in_spec = pytree.tree_flatten((args, kwargs))
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
@@ -212,9 +214,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                 value = TracedScalar(value, node, recorder.graph, f"argument {node.name}", is_input=True)
             filled[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
-        python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()))
+        python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments)
         holder["python"] = python
-        holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched)])
+        holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
+                                                *(obj for _, obj in arguments)])
         groups = GroupWrites(state.optimizers, assignment_source(fn))
         recorder.schedulers.before_step, recorder.schedulers.on_step = groups.before_scheduler, groups.settle
         with recorder.active():
