@@ -30,13 +30,14 @@ from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
-from graphprof.capture.held_values import HeldValue
+from graphprof.capture.held_values import PLAIN_TYPES, HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
-from graphprof.capture.arguments import argument_objects
+from graphprof.capture.argument_writes import ArgumentWrites
+from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
@@ -81,6 +82,10 @@ class CapturedStep:
     #: Per grad param, its ``requires_grad`` at capture: the graph computes exactly those gradients,
     #: so freezing or unfreezing a parameter between calls needs another graph.
     requires_grad_at_entry: tuple[bool, ...] = ()
+
+    #: The lists and dicts among the arguments that the step changes (capture/argument_writes.py):
+    #: the runner gives it each replay's arguments. None when it changes none.
+    argument_writes: ArgumentWrites | None = None
 
     #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
     #: a graph that created the state lazily would create it again on every replay.
@@ -146,6 +151,7 @@ _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
 
 
+
 def _safe_attr(name: str, taken: set[str]) -> str:
     base = "".join(c if c.isalnum() else "_" for c in name) or "state"
     candidate, i = base, 1
@@ -190,6 +196,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     arguments = argument_objects(fn, args, kwargs)
     state = discover_state(fn, arguments)
     leaves, in_spec = pytree.tree_flatten((args, kwargs))
+    containers = not all(isinstance(a, torch.Tensor) or type(a) in PLAIN_TYPES for a in args) or bool(kwargs)
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
@@ -214,6 +221,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                 value = TracedScalar(value, node, recorder.graph, f"argument {node.name}", is_input=True)
             filled[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
+        if containers:  # the step is given rebuilt lists and dicts: what it changes in them is replayed
+            paths = [path for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]]
+            holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments)
         holder["python"] = python
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
@@ -224,6 +234,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
+        if "writes" in holder:
+            holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
+                                     recorder.context(()))
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
@@ -258,21 +271,25 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]
 
+        writes = holder.get("writes")
+        writes = writes if writes else None  # one that changes nothing needs no runner's help
+
         def undo() -> None:
             recorder.write_log.restore()
             python.restore()
             holder["torch_objects"].restore()
 
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
-        return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
-                            undo=undo, guards=distinct_guards(recorder.guards),
-                            held=() if optimizer_only else python.held(model_state), structure=structure,
-                            autocast=autocast,
-                            scalar_positions=holder.get("scalar_positions", {}),
-                            grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
-                            # A parameter first met during the step (registered by it) as it is now.
-                            requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
-                            optimizer_states_at_entry=optimizer_states)
+        captured = CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
+                                undo=undo, guards=distinct_guards(recorder.guards),
+                                held=() if optimizer_only else python.held(model_state), structure=structure,
+                                autocast=autocast,
+                                scalar_positions=holder.get("scalar_positions", {}),
+                                grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
+                                # A parameter first met during the step (registered by it) as it is now.
+                                requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
+                                optimizer_states_at_entry=optimizer_states, argument_writes=writes)
+        return captured
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.

@@ -93,6 +93,8 @@ class WholeStepRunner:
                 runner._measure_workspace(args, kwargs)
         if captured.structure is not None:  # the modules as the capture call leaves them, its own hooks gone
             captured.structure.settle()
+        if captured.argument_writes is not None:  # last: nothing refuses the capture once the caller's lists change
+            captured.argument_writes.commit(args, kwargs)
         return runner
 
     @property
@@ -110,6 +112,16 @@ class WholeStepRunner:
     # -- running ------------------------------------------------------------------
     def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
             leaves: list[Any]) -> Any:
+        writes = self.captured.argument_writes
+        if writes is not None:
+            writes.current = (args, kwargs)  # the graph's effect changes this call's own lists and dicts
+            try:
+                return self._run(call, start_ns, action, leaves)
+            finally:
+                writes.current = None
+        return self._run(call, start_ns, action, leaves)
+
+    def _run(self, call: int, start_ns: int, action: Action, leaves: list[Any]) -> Any:
         if action is Action.NONE:
             return run_captured(self.captured, self.executable(False), leaves)[0]
         if self.sampler is not None:

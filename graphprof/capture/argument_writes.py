@@ -1,0 +1,150 @@
+"""Changes a step makes to the lists and dicts it is given, replayed into the caller's own objects.
+
+``labels = batch.pop("labels")``, ``batch["x"] = batch["x"].float()``,
+``history.append(loss.item())`` with ``history`` an argument, ``state["step"]
++= 1``: eager changes the caller's list or dict, which the caller then sees.
+The capture calls the step with containers rebuilt from the flattened
+arguments (make_fx traces the tensors inside them), so the step changed the
+rebuilt ones; the caller's were left as they were, by the capture call and
+by every replay, silently.
+
+``ArgumentWrites`` notes every list and dict among the arguments before the
+step and compares after it. Each changed one becomes part of one effect at
+the graph's end that gives the caller's container, found by its path in that
+call's arguments, its new items: an item the call was given (the same
+tensor, number or container, wherever it was) is taken from that call's
+arguments, a value the step made is the replay's own (a tensor an op made,
+a number computed from inputs), anything else the same constant. The
+capture call's own changes are made the same way, when nothing can refuse
+the capture any more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from graphprof.capture.arguments import argument_label
+from graphprof.capture.host_nodes import effect_node, filled, real_values, template_of
+
+#: How a final item is found: ("at", path) in the call's arguments, or ("new", index) of the step's values.
+_Item = tuple[str, Any]
+
+
+@dataclass
+class _Container:
+    """A list or dict among the rebuilt arguments, where it is and what it held before the step."""
+
+    path: tuple  # pytree key entries from (args, kwargs)
+    obj: Any
+    before: list[tuple[Any, Any]]  # its items as ``_pairs`` gives them
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A container's new items: (key or None, how to find the item) in order."""
+
+    path: tuple
+    is_list: bool
+    items: tuple[tuple[Any, _Item], ...]
+
+
+def _at(root: Any, path: tuple) -> Any:
+    for key in path:
+        root = key.get(root)
+    return root
+
+
+class ArgumentWrites:
+    """The lists and dicts a step was given, watched for changes during its capture."""
+
+    def __init__(self, rebuilt: tuple[tuple, dict], placed: list[Any], leaf_paths: list[tuple],
+                 names: list[str]) -> None:
+        self._containers: list[_Container] = []
+        #: id of each object the step was given (a container or a leaf as placed) -> its path.
+        self._given: dict[int, tuple] = {id(leaf): path for leaf, path in zip(placed, leaf_paths)}
+        self._names = names
+        self._walk(rebuilt, ())
+        self._changes: tuple[_Change, ...] = ()
+        self._capture_values: list[Any] = []
+        #: The (args, kwargs) of the call being replayed, set by the runner around the graph.
+        self.current: tuple[tuple, dict] | None = None
+
+    def _walk(self, value: Any, path: tuple) -> None:
+        if isinstance(value, (list, dict)) and len(path) >= 2:  # (args, kwargs) and ``**kwargs`` are the step's own
+            self._given[id(value)] = path
+            self._containers.append(_Container(path, value, _pairs(value)))
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                self._walk(item, (*path, pytree.SequenceKey(i)))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                self._walk(item, (*path, pytree.MappingKey(key)))
+
+    def __bool__(self) -> bool:
+        return bool(self._changes)
+
+    def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
+                source: Callable[[str], str], record: Any) -> None:
+        """After the step: one effect node giving each changed container its new items on every replay."""
+        changes: list[_Change] = []
+        new: list[Any] = []
+        for c in self._containers:
+            now = _pairs(c.obj)
+            if len(now) == len(c.before) and all((k is j or k == j) and v is w
+                                                 for (k, v), (j, w) in zip(now, c.before)):
+                continue
+            items: list[tuple[Any, _Item]] = []
+            for key, value in now:
+                where = self._given.get(id(value))
+                if where is not None:
+                    items.append((key, ("at", where)))
+                else:
+                    items.append((key, ("new", len(new))))
+                    new.append(value)
+            changes.append(_Change(c.path, isinstance(c.obj, list), tuple(items)))
+        if not changes:
+            return
+        labels = ", ".join(argument_label(c.path, self._names) for c in changes)
+        template, slots = template_of(new, node_of, labels, source)
+        self._changes = tuple(changes)
+        self._capture_values = real_values(new)
+        effect_node(graph, f"update {labels}", lambda vals: self._replay(filled(template, vals)), slots, record)
+
+    def _replay(self, values: list[Any]) -> None:
+        assert self.current is not None, "a replay that changes its arguments is given them by its runner"
+        self._apply(self.current, values)
+
+    def _apply(self, root: Any, values: list[Any]) -> None:
+        # Every item is found before any container changes: ``batch["y"] = batch.pop("labels")``.
+        resolved = []
+        for change in self._changes:
+            target = _at(root, change.path)
+            pairs = [(key, _at(root, where) if kind == "at" else values[where]) for key, (kind, where) in change.items]
+            resolved.append((target, pairs))
+        for target, pairs in resolved:
+            _fill(target, pairs)
+
+    def commit(self, args: tuple, kwargs: dict) -> None:
+        """Make the capture call's own changes in the caller's containers, once nothing can refuse
+        the capture any more (a refused one leaves them as they were, for the fallback to run)."""
+        self._apply((args, kwargs), self._capture_values)
+        self._capture_values = []
+
+
+def _pairs(obj: Any) -> list[tuple[Any, Any]]:
+    """A list's items as (None, item), a dict's as (key, value), in order."""
+    return [(None, item) for item in obj] if isinstance(obj, list) else list(obj.items())
+
+
+def _fill(target: Any, pairs: list[tuple[Any, Any]]) -> None:
+    """Give ``target`` (the same list or dict object) exactly these items, in this order."""
+    if isinstance(target, list):
+        target[:] = [item for _, item in pairs]
+    else:
+        target.clear()
+        target.update(pairs)
