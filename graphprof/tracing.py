@@ -30,7 +30,7 @@ from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.replay_check import Path
 from graphprof.capture.signature import LastSignature, signature, signature_change
-from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED
+from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
@@ -199,7 +199,7 @@ class TracedFunction:
             mismatch = runner.captured.entry_mismatch()
             if mismatch is not None:
                 reason = mismatch
-                if mismatch == OPTIMIZER_STATE_CREATED:  # it never goes away: neither will this graph run
+                if mismatch in NEVER_AGAIN:  # it never goes away: neither will this graph run
                     paths.remove(path)
                     if last is not None:
                         last.replay = None

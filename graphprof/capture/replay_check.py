@@ -136,6 +136,8 @@ def _optimizers(code: _Code, baked: BakedValues, step: CapturedStep) -> None:
                           for g in range(len(opt.param_groups))])
     code.fail_if_any([f"len({name}.state) != {count}"
                       for name, count in zip(names, step.optimizer_states_at_entry)])
+    code.fail_if_any([f"{name}.state is not {code.bind(state_dict, 'state')}"
+                      for name, state_dict in zip(names, step.optimizer_state_objects)])
 
 
 def _modules(code: _Code, baked: BakedValues) -> None:

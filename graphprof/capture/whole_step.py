@@ -90,6 +90,9 @@ class CapturedStep:
     #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
     #: a graph that created the state lazily would create it again on every replay.
     optimizer_states_at_entry: tuple[int, ...] = ()
+    #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
+    #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
+    optimizer_state_objects: tuple[Any, ...] = ()
 
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
@@ -129,6 +132,8 @@ class CapturedStep:
             if present != expected:
                 return ("parameters' gradients exist where they did not at capture, or the reverse "
                         "(accumulation)")
+        if any(o.state is not s for o, s in zip(self.state.optimizers, self.optimizer_state_objects)):
+            return OPTIMIZER_STATE_REPLACED
         if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
             return OPTIMIZER_STATE_CREATED
         return None
@@ -149,7 +154,9 @@ class CapturedStep:
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
-
+OPTIMIZER_STATE_REPLACED = "the optimizer's state was replaced since the capture (load_state_dict)"
+#: Entry mismatches that never go away: the graph of such a path will not run again.
+NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED})
 
 
 def _safe_attr(name: str, taken: set[str]) -> str:
@@ -201,6 +208,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
+    optimizer_state_objects = tuple(o.state for o in state.optimizers)
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
@@ -288,7 +296,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
-                                optimizer_states_at_entry=optimizer_states, argument_writes=writes)
+                                optimizer_states_at_entry=optimizer_states,
+                                optimizer_state_objects=optimizer_state_objects, argument_writes=writes)
         return captured
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
