@@ -17,6 +17,12 @@ arguments, a value the step made is the replay's own (a tensor an op made,
 a number computed from inputs), anything else the same constant. The
 capture call's own changes are made the same way, when nothing can refuse
 the capture any more.
+
+The tensors a step is given are the caller's own, in the capture call and
+in a replay; a step that sets ``x.requires_grad_()`` on one and gets
+``x.grad`` from a backward (an FGSM-style adversarial step) changed them in
+the capture call only. The same effect sets the flag and the gradient on
+each replay's tensors.
 """
 
 from __future__ import annotations
@@ -69,7 +75,12 @@ class ArgumentWrites:
         self._given: dict[int, tuple] = {id(leaf): path for leaf, path in zip(placed, leaf_paths)}
         self._names = names
         self._walk(rebuilt, ())
+        #: Each tensor given, with its ``requires_grad`` and ``.grad`` before the step.
+        self._tensors = [(t, t.requires_grad, t.grad) for t in placed if isinstance(t, torch.Tensor)]
         self._changes: tuple[_Change, ...] = ()
+        #: Tensors given whose flag or gradient the step changed: (index of the tensor in the replay's
+        #: values, its ``requires_grad`` after the step, index of its new ``.grad`` or None if unchanged).
+        self._flags: tuple[tuple[int, bool, int | None], ...] = ()
         self._capture_values: list[Any] = []
         #: The (args, kwargs) of the call being replayed, set by the runner around the graph.
         self.current: tuple[tuple, dict] | None = None
@@ -86,7 +97,7 @@ class ArgumentWrites:
                 self._walk(item, (*path, pytree.MappingKey(key)))
 
     def __bool__(self) -> bool:
-        return bool(self._changes)
+        return bool(self._changes or self._flags)
 
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
                 source: Callable[[str], str], record: Any) -> None:
@@ -107,17 +118,30 @@ class ArgumentWrites:
                     items.append((key, ("new", len(new))))
                     new.append(value)
             changes.append(_Change(c.path, isinstance(c.obj, list), tuple(items)))
-        if not changes:
+        # ``x.requires_grad_()`` on an input, and the ``x.grad`` a backward then gives it (FGSM-style
+        # adversarial steps): the capture call changed the caller's tensor itself, replays must too.
+        flags = []
+        for t, requires_grad, grad in self._tensors:
+            if t.requires_grad is not requires_grad or t.grad is not grad:
+                flags.append((len(new), t.requires_grad, None if t.grad is grad else len(new) + 1))
+                new += [t, t.grad]
+        self._containers, self._tensors = [], []  # the capture call's objects: not kept with the graph
+        if not changes and not flags:
             return
-        labels = ", ".join(argument_label(c.path, self._names) for c in changes)
+        labels = ", ".join([argument_label(c.path, self._names) for c in changes] + (["inputs"] if flags else []))
         template, slots = template_of(new, node_of, labels, source)
-        self._changes = tuple(changes)
+        self._changes, self._flags = tuple(changes), tuple(flags)
         self._capture_values = real_values(new)
         effect_node(graph, f"update {labels}", lambda vals: self._replay(filled(template, vals)), slots, record)
 
     def _replay(self, values: list[Any]) -> None:
-        assert self.current is not None, "a replay that changes its arguments is given them by its runner"
-        self._apply(self.current, values)
+        if self._changes:
+            assert self.current is not None, "a replay that changes its arguments is given them by its runner"
+            self._apply(self.current, values)
+        for tensor, requires_grad, grad in self._flags:
+            values[tensor].requires_grad_(requires_grad)
+            if grad is not None:
+                values[tensor].grad = values[grad]
 
     def _apply(self, root: Any, values: list[Any]) -> None:
         # Every item is found before any container changes: ``batch["y"] = batch.pop("labels")``.
@@ -131,8 +155,10 @@ class ArgumentWrites:
 
     def commit(self, args: tuple, kwargs: dict) -> None:
         """Make the capture call's own changes in the caller's containers, once nothing can refuse
-        the capture any more (a refused one leaves them as they were, for the fallback to run)."""
-        self._apply((args, kwargs), self._capture_values)
+        the capture any more (a refused one leaves them as they were, for the fallback to run).
+        Tensors' flags and gradients the capture call set are the caller's already."""
+        if self._changes:
+            self._apply((args, kwargs), self._capture_values)
         self._capture_values = []
 
 

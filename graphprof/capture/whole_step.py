@@ -30,7 +30,7 @@ from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
-from graphprof.capture.held_values import PLAIN_TYPES, HeldValue
+from graphprof.capture.held_values import HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure
@@ -83,8 +83,9 @@ class CapturedStep:
     #: so freezing or unfreezing a parameter between calls needs another graph.
     requires_grad_at_entry: tuple[bool, ...] = ()
 
-    #: The lists and dicts among the arguments that the step changes (capture/argument_writes.py):
-    #: the runner gives it each replay's arguments. None when it changes none.
+    #: The lists and dicts among the arguments that the step changes, and the tensors whose
+    #: ``requires_grad`` or ``.grad`` it sets (capture/argument_writes.py): the runner gives it each
+    #: replay's arguments. None when it changes none.
     argument_writes: ArgumentWrites | None = None
 
     #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
@@ -203,7 +204,6 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     arguments = argument_objects(fn, args, kwargs)
     state = discover_state(fn, arguments)
     leaves, in_spec = pytree.tree_flatten((args, kwargs))
-    containers = not all(isinstance(a, torch.Tensor) or type(a) in PLAIN_TYPES for a in args) or bool(kwargs)
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
@@ -229,9 +229,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                 value = TracedScalar(value, node, recorder.graph, f"argument {node.name}", is_input=True)
             filled[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
-        if containers:  # the step is given rebuilt lists and dicts: what it changes in them is replayed
-            paths = [path for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]]
-            holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
+        # The step is given rebuilt lists and dicts, and the caller's tensors: what it changes is replayed.
+        paths = [path for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]]
+        holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments)
         holder["python"] = python
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
@@ -242,9 +242,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
-        if "writes" in holder:
-            holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
-                                     recorder.context(()))
+        holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
+                                 recorder.context(()))
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):

@@ -135,3 +135,32 @@ def test_a_refused_capture_leaves_the_caller_s_dict_to_the_fallback() -> None:
             traced(b)
     assert traced.capture_mode == "segments"
     assert all("labels" not in b and b["model"] is model for b in batches)
+
+
+def test_an_input_made_to_require_grad_gets_its_flag_and_gradient_on_every_call() -> None:
+    """An FGSM-style step: ``x.requires_grad_()``, a backward, then a step on ``x + eps * x.grad.sign()``."""
+    def make() -> tuple[nn.Module, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        torch.manual_seed(0)
+        model = nn.Linear(6, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            x.requires_grad_(True)
+            F.mse_loss(model(x), y).backward()
+            adversarial = (x + 0.1 * x.grad.sign()).detach()
+            opt.zero_grad()
+            loss = F.mse_loss(model(adversarial), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    traced = graphprof.trace(step)
+    for i in range(5):
+        batch = _batch(i)
+        xa, xb = batch["x"], batch["x"].clone()
+        assert torch.equal(eager(xa, batch["labels"]), traced(xb, batch["labels"]))
+        assert xb.requires_grad and xb.grad is not None and torch.equal(xa.grad, xb.grad), f"call {i}"
+        assert torch.equal(eager_model.weight, model.weight)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
