@@ -11,6 +11,10 @@ outside the graph would be frozen at the capture call's value:
   print now and leave a host node that prints again, with that call's
   values, on every replay (values read from tensors are slots filled at run
   time; a tensor or an object that is not a number or a string refuses);
+  so do its own writes to ``sys.stdout`` and ``sys.stderr``
+  (``sys.stderr.write(".")``), which ``sys`` is given stand-ins for while the
+  step is captured. A file the step opens (``open()``) refuses the capture:
+  what it reads or writes would not be read or written again;
 * **random numbers** drawn with ``random`` (module functions and
   ``random.Random`` instances) or numpy's legacy global ``numpy.random``
   functions refuse the capture (``DataDependentError`` naming the line): a
@@ -46,9 +50,9 @@ _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "m
 _RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
 
 
-def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool]) -> bool:
+def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool], depth: int = 2) -> bool:
     """Whether the innermost caller outside ``skip_files`` (random.py itself) is the user's code."""
-    frame: FrameType | None = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None and frame.f_code.co_filename in skip_files:
         frame = frame.f_back
     return frame is not None and not library(frame.f_code.co_filename)
@@ -83,6 +87,13 @@ class HostSources:
                 if hasattr(random.Random, name):
                     self._patch(undo, random.Random, name, self._refuse(f"random.Random.{name}", method=True))
             self._patch(undo, builtins, "print", self._echo("print", ()))
+            self._patch(undo, builtins, "open", self._refuse_open)
+            for name in ("stdout", "stderr"):
+                stream = getattr(sys, name)
+                if stream is not None:
+                    stand_in = _EchoStream(stream, name, self)
+                    setattr(sys, name, stand_in)
+                    undo.append(functools.partial(_put_stream, name, stream, stand_in))
             self._patch(undo, logging.Logger, "_log", self._echo("logging", (logging.__file__,)))
             numpy_random = sys.modules.get("numpy.random")
             if numpy_random is not None:
@@ -141,6 +152,18 @@ class HostSources:
 
         return wrap
 
+    def _refuse_open(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        sources = self
+
+        @functools.wraps(original)
+        def refuse_open(*args: Any, **kwargs: Any) -> Any:
+            if _from_user((), sources.library):
+                raise DataDependentError(f"the step opens a file at {sources.source()}, which a replayed graph "
+                                         "would not read or write again")
+            return original(*args, **kwargs)
+
+        return refuse_open
+
     def _refuse(self, what: str, method: bool = False) -> Callable[[Any], Any]:
         sources = self
 
@@ -156,3 +179,41 @@ class HostSources:
             return draw
 
         return wrap
+
+
+class _EchoStream:
+    """``sys.stdout`` or ``sys.stderr`` while a step is captured: the user's code's writes are made
+    now and left as host nodes that make them again on every replay (to the ``sys`` stream of then,
+    as eager's ``sys.stderr.write`` finds it). Anything else is the stream's own."""
+
+    def __init__(self, stream: Any, name: str, sources: HostSources) -> None:
+        self._stream, self._name, self._sources = stream, name, sources
+        self.capturing = True
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._stream, attr)
+
+    def _echo(self, method: str, *args: Any) -> Any:
+        result = getattr(self._stream, method)(*args)
+        # Frames: _from_user, this one, write/flush, the caller (print's own echo is graphprof's).
+        if self.capturing and _from_user((), self._sources.library, depth=3):
+            name = self._name
+            effect_node(self._sources.graph, f"sys.{name}.{method}",
+                        lambda values: getattr(getattr(sys, name), method)(*args), [], self._sources.record())
+        return result
+
+    def write(self, text: str) -> int:
+        return self._echo("write", text)  # type: ignore[no-any-return]
+
+    def writelines(self, lines: Any) -> None:
+        self._echo("writelines", list(lines))
+
+    def flush(self) -> None:
+        self._echo("flush")
+
+
+def _put_stream(name: str, stream: Any, stand_in: _EchoStream) -> None:
+    """Give ``sys`` its stream back (unless the step replaced it meanwhile, which is the user's)."""
+    stand_in.capturing = False  # a print traced with ``file=sys.stderr`` keeps the stand-in: it forwards
+    if getattr(sys, name) is stand_in:
+        setattr(sys, name, stream)

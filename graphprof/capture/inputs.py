@@ -27,6 +27,7 @@ values into an effect, are made by capture/host_nodes.py.
 from __future__ import annotations
 
 import inspect
+import io
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -39,7 +40,7 @@ from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, tensor_fields
 from graphprof.capture.locations import Location, item_location, reachable_locations
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
-from graphprof.capture.scalars import TracedScalar
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
 
 
@@ -131,6 +132,9 @@ class PythonState:
               arguments: Sequence[tuple[str, Any]] = ()) -> "PythonState":
         state = cls()
         for location, value, user_state in reachable_locations(fn, arguments):
+            if isinstance(value, io.IOBase) and not value.closed:
+                raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
+                                         "graph would not write or read again")
             entry = _Watched(location, value, _contents(value))
             state.watched.append(entry)
             if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):

@@ -1,0 +1,90 @@
+"""Writes a step makes itself: to ``sys.stdout``/``sys.stderr``, and to files.
+
+``sys.stderr.write(".")`` (a progress mark) or ``sys.stdout.write(...)`` in
+the step wrote in the capture call only: a replay does not run the step's
+Python, and only ``print`` and ``logging`` were made again. A file the step
+wrote (held open, or opened in the step) got one line where eager wrote
+one per call, silently.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+CALLS = 6
+
+
+def _make(after: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        after(loss)
+        return loss.detach()
+    return step
+
+
+def _calls(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> list[str]:
+    g = torch.Generator().manual_seed(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(CALLS):
+            fn(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g))
+    return [str(w.message) for w in caught]
+
+
+def test_writes_to_sys_streams_are_made_on_every_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    def marks(loss: torch.Tensor) -> None:
+        sys.stderr.write(".")
+        sys.stderr.flush()
+        sys.stdout.writelines(["step", "\n"])
+        print("loss", loss.item())
+
+    _calls(_make(marks))
+    eager = capsys.readouterr()
+    traced = graphprof.trace(_make(marks))
+    assert _calls(traced) == []
+    replayed = capsys.readouterr()
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
+    assert replayed.err == eager.err == "." * CALLS
+    assert replayed.out == eager.out and eager.out.count("step\n") == CALLS
+    assert "EchoStream" not in type(sys.stdout).__name__ + type(sys.stderr).__name__  # the streams given back
+
+
+def test_a_file_the_step_opens_refuses_the_capture(tmp_path: Path) -> None:
+    log = tmp_path / "loss.log"
+
+    def append(loss: torch.Tensor) -> None:
+        with open(log, "a") as f:
+            f.write("step\n")
+
+    traced = graphprof.trace(_make(append))
+    messages = _calls(traced)
+    assert len(messages) == 1 and "opens a file" in messages[0]
+    assert traced.capture_mode == "segments"
+    assert log.read_text().count("step\n") == CALLS
+
+
+def test_a_file_the_step_holds_open_refuses_the_capture(tmp_path: Path) -> None:
+    path = tmp_path / "loss.log"
+    with open(path, "w") as log:
+        traced = graphprof.trace(_make(lambda loss: log.write("step\n")))
+        messages = _calls(traced)
+    assert len(messages) == 1 and "holds the open file log" in messages[0]
+    assert traced.capture_mode == "segments"
+    assert path.read_text().count("step\n") == CALLS
