@@ -27,6 +27,7 @@ each replay's tensors.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.capture.arguments import argument_label
+from graphprof.capture.batches import field_names, is_batch_object
 from graphprof.capture.host_nodes import effect_node, filled, real_values, template_of
 
 #: How a final item is found: ("at", path) in the call's arguments, or ("new", index) of the step's values.
@@ -55,7 +57,6 @@ class _Change:
     """A container's new items: (key or None, how to find the item) in order."""
 
     path: tuple
-    is_list: bool
     items: tuple[tuple[Any, _Item], ...]
 
 
@@ -86,15 +87,19 @@ class ArgumentWrites:
         self.current: tuple[tuple, dict] | None = None
 
     def _walk(self, value: Any, path: tuple) -> None:
-        if isinstance(value, (list, dict)) and len(path) >= 2:  # (args, kwargs) and ``**kwargs`` are the step's own
+        mutable = isinstance(value, (list, dict)) or is_batch_object(value)
+        if mutable and len(path) >= 2:  # (args, kwargs) and ``**kwargs`` are the step's own
             self._given[id(value)] = path
             self._containers.append(_Container(path, value, _pairs(value)))
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 self._walk(item, (*path, pytree.SequenceKey(i)))
-        elif isinstance(value, dict):
+        elif isinstance(value, (dict, collections.UserDict)):
             for key, item in value.items():
                 self._walk(item, (*path, pytree.MappingKey(key)))
+        elif is_batch_object(value):  # a dataclass: its fields
+            for name in field_names(value):
+                self._walk(getattr(value, name), (*path, pytree.GetAttrKey(name)))
 
     def __bool__(self) -> bool:
         return bool(self._changes or self._flags)
@@ -117,7 +122,7 @@ class ArgumentWrites:
                 else:
                     items.append((key, ("new", len(new))))
                     new.append(value)
-            changes.append(_Change(c.path, isinstance(c.obj, list), tuple(items)))
+            changes.append(_Change(c.path, tuple(items)))
         # ``x.requires_grad_()`` on an input, and the ``x.grad`` a backward then gives it (FGSM-style
         # adversarial steps): the capture call changed the caller's tensor itself, replays must too.
         flags = []
@@ -163,14 +168,25 @@ class ArgumentWrites:
 
 
 def _pairs(obj: Any) -> list[tuple[Any, Any]]:
-    """A list's items as (None, item), a dict's as (key, value), in order."""
-    return [(None, item) for item in obj] if isinstance(obj, list) else list(obj.items())
+    """A list's items as (None, item), a dict's or ``UserDict``'s as (key, value), a dataclass's
+    fields as (name, value), in order."""
+    if isinstance(obj, list):
+        return [(None, item) for item in obj]
+    if isinstance(obj, (dict, collections.UserDict)):
+        return list(obj.items())
+    return [(name, getattr(obj, name)) for name in field_names(obj)]
 
 
 def _fill(target: Any, pairs: list[tuple[Any, Any]]) -> None:
-    """Give ``target`` (the same list or dict object) exactly these items, in this order."""
+    """Give ``target`` (the same object) exactly these items, in this order."""
     if isinstance(target, list):
         target[:] = [item for _, item in pairs]
-    else:
+    elif isinstance(target, dict):
         target.clear()
         target.update(pairs)
+    elif isinstance(target, collections.UserDict):  # its own dict, as its __setitem__ and pop change it
+        target.data.clear()
+        target.data.update(pairs)
+    else:
+        for name, value in pairs:
+            object.__setattr__(target, name, value)

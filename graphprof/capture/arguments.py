@@ -23,8 +23,8 @@ import inspect
 from typing import Any, Callable
 
 import torch
-import torch.utils._pytree as pytree
 
+from graphprof.capture.batches import flatten_call_with_path
 from graphprof.capture.held_values import PLAIN_TYPES
 from graphprof.capture.unseen_writes import tensors_in_argument_objects
 
@@ -36,7 +36,7 @@ def argument_objects(fn: Callable[..., Any], args: tuple, kwargs: dict) -> list[
         return []  # the common call: tensors and numbers only
     names = parameter_names(fn)
     found = []
-    for path, leaf in pytree.tree_flatten_with_path((args, kwargs))[0]:
+    for path, leaf in flatten_call_with_path(args, kwargs):
         if _by_identity(leaf) and not tensors_in_argument_objects([leaf]):
             found.append((argument_label(path, names), leaf))
     return found

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Hashable
 
 import torch
-import torch.utils._pytree as pytree
 
+from graphprof.capture.batches import flatten_call
 from graphprof.capture.whole_step import is_number_input
 
 
@@ -32,7 +32,7 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
         # The common call, step(x, y): pytree's leaves are the arguments themselves.
         leaves, spec = list(args), len(args)
     else:
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        leaves, spec = flatten_call(args, kwargs)
     # TreeSpec hashes by structure; factory ops without a dtype were traced with the default one.
     parts: list[Hashable] = [spec, torch.is_grad_enabled(), (torch.get_default_dtype(), autocast_state())]
     for leaf in leaves:

@@ -38,6 +38,7 @@ from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
+from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
@@ -203,7 +204,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
     arguments = argument_objects(fn, args, kwargs)
     state = discover_state(fn, arguments)
-    leaves, in_spec = pytree.tree_flatten((args, kwargs))
+    leaves, in_spec = flatten_call(args, kwargs)
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
@@ -230,7 +231,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             filled[pos] = value
         call_args, call_kwargs = pytree.tree_unflatten(filled, in_spec)
         # The step is given rebuilt lists and dicts, and the caller's tensors: what it changes is replayed.
-        paths = [path for path, _ in pytree.tree_flatten_with_path((args, kwargs))[0]]
+        paths = [path for path, _ in flatten_call_with_path(args, kwargs)]
         holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments)
         holder["python"] = python

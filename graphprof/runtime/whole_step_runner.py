@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch.fx
-import torch.utils._pytree as pytree
 
+from graphprof.capture.batches import flatten_call
 from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
@@ -149,7 +149,7 @@ class WholeStepRunner:
         why there are none.
         """
         gm = self.captured.graph_module
-        leaves = pytree.tree_leaves((args, kwargs))
+        leaves, _ = flatten_call(args, kwargs)
         inputs = [leaves[i] for i in self.captured.input_positions]
         result: WorkspaceResult = measure_on_copies(gm, inputs, compile_graph)
         self.workspace_note = result.note

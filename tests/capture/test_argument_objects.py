@@ -1,9 +1,12 @@
-"""A batch passed as an object the flattening does not open (a ``UserDict``, a dataclass, a plain
-object): the graph would hold its tensors as the capture call's, so such a capture is refused.
+"""A batch passed as an object torch's flattening does not open.
 
-A loop that refills the same batch object between calls replayed the first
-batch's tensors, silently; one that makes a new object per call captured on
-every call until the storm limit.
+A ``UserDict`` (a tokenizer's ``BatchEncoding``) and a dataclass are opened
+like dicts (capture/batches.py): their tensors are inputs, and the step
+replays whole-step. A plain object holding tensors stays one opaque value,
+told apart by identity: the graph would hold its tensors as the capture
+call's, so such a capture is refused. A loop that refilled the same batch
+object replayed the first batch's tensors, silently; one that made a new
+object per call captured on every call until the storm limit.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ def _refill(batch: _Batch, x: torch.Tensor, y: torch.Tensor) -> _Batch:
     return batch
 
 
-@pytest.mark.parametrize("kind", ["the same UserDict refilled", "a new dataclass per call"])
-def test_tensors_inside_an_opaque_argument_are_never_replayed_as_constants(kind: str) -> None:
+class _Plain:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+
+@pytest.mark.parametrize("kind", ["the same UserDict refilled", "a new dataclass per call", "a plain object"])
+def test_tensors_inside_an_argument_object_are_never_replayed_as_constants(kind: str) -> None:
     (eager_model, eager), (model, step) = _make(), _make()
     traced = graphprof.trace(step)
     kept_eager, kept = _Batch(), _Batch()
@@ -62,15 +70,20 @@ def test_tensors_inside_an_opaque_argument_are_never_replayed_as_constants(kind:
         x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
         if kind.startswith("the same"):
             a, b = _refill(kept_eager, x, y), _refill(kept, x.clone(), y.clone())
-        else:
+        elif kind.endswith("per call"):
             a, b = _Pair(x, y), _Pair(x.clone(), y.clone())
+        else:
+            a, b = _Plain(x, y), _Plain(x.clone(), y.clone())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert torch.equal(eager(a), traced(b)), f"loss differs on call {i}"
         messages += [str(w.message) for w in caught]
         assert torch.equal(eager_model.weight, model.weight), f"weights differ after call {i}"
-    assert traced.capture_mode == "segments"
-    assert len(messages) == 1 and "argument 0 (flattened)" in messages[0]
+    if kind == "a plain object":
+        assert traced.capture_mode == "segments"
+        assert len(messages) == 1 and "argument 0 (flattened)" in messages[0]
+    else:  # opened like a dict: one graph, the batch's tensors its inputs
+        assert traced.capture_mode == "whole-step" and traced.captures == 1 and messages == []
 
 
 def test_an_optimizer_passed_as_an_argument_still_replays_whole_step() -> None:

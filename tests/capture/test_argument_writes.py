@@ -9,6 +9,7 @@ replay, silently.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Callable
 
@@ -163,4 +164,24 @@ def test_an_input_made_to_require_grad_gets_its_flag_and_gradient_on_every_call(
         assert torch.equal(eager(xa, batch["labels"]), traced(xb, batch["labels"]))
         assert xb.requires_grad and xb.grad is not None and torch.equal(xa.grad, xb.grad), f"call {i}"
         assert torch.equal(eager_model.weight, model.weight)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
+
+
+def test_a_field_the_step_assigns_on_a_dataclass_batch_reaches_the_caller_s_object() -> None:
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        labels: torch.Tensor
+
+    def scale(model: nn.Module, batch: Any) -> torch.Tensor:
+        batch.x = batch.x * 0.5
+        return F.mse_loss(model(batch.x), batch.labels)
+
+    (_, eager), (_, step) = _make(scale), _make(scale)
+    traced = graphprof.trace(step)
+    for i in range(4):
+        plain = _batch(i)
+        a, b = Batch(plain["x"], plain["labels"]), Batch(plain["x"], plain["labels"])
+        assert torch.equal(eager(a), traced(b))
+        assert torch.equal(a.x, b.x) and b.x is not plain["x"], f"call {i}"
     assert traced.capture_mode == "whole-step" and traced.captures == 1
