@@ -81,13 +81,13 @@ class SchedulerCalls:
                     result = original(sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
-            calls.on_step()
 
             def replay(values: tuple) -> None:
                 call_args, call_kwargs = filled(template, values)
                 original(sched, *call_args, **call_kwargs)
 
             effect_node(calls.graph, what, replay, slots, calls.record())
+            calls.on_step()  # after the scheduler's node: what is read from now on is read after it
             return result
 
         return step

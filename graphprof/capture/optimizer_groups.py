@@ -32,8 +32,11 @@ from graphprof.capture.scalars import contains_traced_scalar
 class GroupWrites:
     """The optimizers' group values, as the step found them or a scheduler last left them."""
 
-    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], source: Callable[[str], str]) -> None:
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], source: Callable[[str], str],
+                 ours: Callable[[dict, str, Any], bool] = lambda group, key, value: False) -> None:
         self.source = source
+        #: Whether a value is graphprof's own input scalar for the user's reads (``HyperparameterInputs``).
+        self.ours = ours
         distinct = {id(o): o for o in optimizers}.values()  # one optimizer may be reached twice
         self._groups = [(f"{type(o).__name__}.param_groups[{i}]", group)
                         for o in distinct for i, group in enumerate(o.param_groups)]
@@ -69,7 +72,8 @@ class GroupWrites:
                 if key == "params":
                     continue
                 was = self._expected.get((id(group), key), _MISSING)
-                if now is not was and not (type(now) is type(was) and _equal(now, was)):
+                if now is not was and not (type(now) is type(was) and _equal(now, was)) \
+                        and not self.ours(group, key, now):
                     yield f"{label}[{key!r}]", group, key, now
 
 

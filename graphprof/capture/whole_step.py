@@ -237,12 +237,24 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["python"] = python
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
                                                 *(obj for _, obj in arguments)])
-        groups = GroupWrites(state.optimizers, assignment_source(fn))
-        recorder.schedulers.before_step, recorder.schedulers.on_step = groups.before_scheduler, groups.settle
+        hyperparameters = recorder.hyperparameters
+        hyperparameters.watch_groups(state.optimizers)  # the user's reads of a group's lr are inputs
+        groups = GroupWrites(state.optimizers, assignment_source(fn), hyperparameters.holds_own)
+
+        def before_scheduler() -> None:
+            groups.before_scheduler()
+            hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
+
+        def after_scheduler() -> None:
+            hyperparameters.wrap_groups()
+            groups.settle()
+
+        recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
         with recorder.active():
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
+        hyperparameters.restore()  # the user's optimizer keeps its real numbers
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
                                  recorder.context(()))
         params = list(state.params.values())
@@ -261,6 +273,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
+        for node in holder["recorder"].hyperparameters.unused_readers():
+            gm.graph.erase_node(node)
         _name_state(gm, state)
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         params = holder["params"]

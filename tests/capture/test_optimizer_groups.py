@@ -75,10 +75,41 @@ def test_a_learning_rate_computed_from_the_steps_counter_is_written_on_every_rep
     assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
 
 
-def test_a_learning_rate_decayed_in_place_refuses_the_capture_with_one_warning() -> None:
+def test_a_learning_rate_decayed_in_place_is_written_on_every_replay() -> None:
+    """``g["lr"] *= 0.9`` reads the group's own number: an input read when the step starts."""
     traced, messages = _run(_decay)
-    assert traced.capture_mode == "segments"
-    assert len(messages) == 1 and "changes AdamW.param_groups[0]['lr']" in messages[0]
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def test_a_learning_rate_the_step_reads_is_the_group_s_at_each_call() -> None:
+    """Logged and returned from the group, with a scheduler stepped outside the step: the capture
+    call's rate was logged and returned on every replay."""
+    def make() -> tuple[Callable[..., Any], torch.optim.lr_scheduler.LRScheduler, list[float]]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        logged: list[float] = []
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, float]:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            logged.append(opt.param_groups[0]["momentum"] * opt.param_groups[0]["lr"])
+            return loss.detach(), opt.param_groups[0]["lr"]
+        return step, torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5), logged
+
+    (eager, eager_sched, eager_log), (step, sched, log) = make(), make()
+    traced = graphprof.trace(step)
+    for i in range(7):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(5, 4, generator=g), torch.randn(5, 1, generator=g)
+        (a, lr_a), (b, lr_b) = eager(x, y), traced(x, y)
+        assert torch.equal(a, b) and lr_a == lr_b and type(lr_b) is float, f"call {i}: {lr_a} against {lr_b}"
+        eager_sched.step()
+        sched.step()
+    assert log == eager_log and len(set(log)) > 2
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
 def test_a_scheduler_stepped_in_the_step_writes_its_own_learning_rate() -> None:
