@@ -13,8 +13,13 @@ outside the graph would be frozen at the capture call's value:
   time; a tensor or an object that is not a number or a string refuses);
   so do its own writes to ``sys.stdout`` and ``sys.stderr``
   (``sys.stderr.write(".")``), which ``sys`` is given stand-ins for while the
-  step is captured. A file the step opens (``open()``) refuses the capture:
-  what it reads or writes would not be read or written again;
+  step is captured. The capture call's own output is made when the capture
+  is committed: one refused later in the step runs again another way, which
+  prints it again. A file the step opens (``open()``) refuses the capture:
+  what it reads or writes would not be read or written again; so does
+  ``next()`` on an iterator the calling code keeps between calls (a
+  DataLoader's, a generator: a replay would not draw the next batch), before
+  it draws, so that the step run another way draws that same item;
 * **random numbers** drawn with ``random`` (module functions and
   ``random.Random`` instances) or numpy's legacy global ``numpy.random``
   functions refuse the capture (``DataDependentError`` naming the line): a
@@ -39,7 +44,6 @@ from types import FrameType
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.scalars import DataDependentError
@@ -58,6 +62,30 @@ def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool], dept
     return frame is not None and not library(frame.f_code.co_filename)
 
 
+def _kept_by(iterator: Any, frame: FrameType) -> str | None:
+    """The name under which the calling code keeps ``iterator`` between calls (a global, a closure
+    cell, an attribute of ``self``, or one item into a list or dict of those), or None for one it
+    made itself (``next(iter(x))``, ``next(self.parameters())``)."""
+    places: list[tuple[str, Any]] = list(frame.f_globals.items())
+    code = frame.f_code
+    places += [(name, frame.f_locals.get(name)) for name in code.co_freevars]
+    owner = frame.f_locals.get("self")
+    if owner is not None and type(getattr(owner, "__dict__", None)) is dict:
+        places += [(f"self.{k}", v) for k, v in vars(owner).items()]
+    for name, value in places:
+        if value is iterator:
+            return name
+        if type(value) in (list, tuple):
+            for i, item in enumerate(value):
+                if item is iterator:
+                    return f"{name}[{i}]"
+        if type(value) is dict:
+            for key, item in value.items():
+                if item is iterator:
+                    return f"{name}[{key!r}]"
+    return None
+
+
 def _opaque(value: Any) -> bool:
     """Objects an output call passes along unchanged: the logger itself, a stream (``file=sys.stderr``)."""
     return isinstance(value, logging.Logger) or callable(getattr(value, "write", None))
@@ -73,6 +101,15 @@ class HostSources:
         self.record = record
         self.source = source
         self.library = library
+        #: The capture call's own output, made when the capture is committed (``flush``): a capture
+        #: refused later in the step is run again another way, which prints it again.
+        self.pending: list[Callable[[], Any]] = []
+
+    def flush(self) -> None:
+        """Make the capture call's output, in the order the step made it."""
+        pending, self.pending = self.pending, []
+        for write in pending:
+            write()
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
@@ -88,6 +125,7 @@ class HostSources:
                     self._patch(undo, random.Random, name, self._refuse(f"random.Random.{name}", method=True))
             self._patch(undo, builtins, "print", self._echo("print", ()))
             self._patch(undo, builtins, "open", self._refuse_open)
+            self._patch(undo, builtins, "next", self._refuse_next)
             for name in ("stdout", "stderr"):
                 stream = getattr(sys, name)
                 if stream is not None:
@@ -138,15 +176,14 @@ class HostSources:
                 template, slots = template_of((args, kwargs), sources.node_of, what, lambda _: f" at {where}",
                                             opaque=_opaque)
                 real_args, real_kwargs = real_values((args, kwargs))
-                with _disable_current_modes(), torch._C.DisableTorchFunction():
-                    result = original(*real_args, **real_kwargs)
+                sources.pending.append(lambda: original(*real_args, **real_kwargs))
 
                 def replay(values: tuple) -> None:
                     call_args, call_kwargs = filled(template, values)
                     original(*call_args, **call_kwargs)
 
                 effect_node(sources.graph, what, replay, slots, sources.record())
-                return result
+                return None  # print and Logger._log return nothing
 
             return echo
 
@@ -163,6 +200,21 @@ class HostSources:
             return original(*args, **kwargs)
 
         return refuse_open
+
+    def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        sources = self
+
+        @functools.wraps(original)
+        def refuse_next(iterator: Any, *default: Any) -> Any:
+            caller = sys._getframe(1)
+            if not sources.library(caller.f_code.co_filename):
+                name = _kept_by(iterator, caller)
+                if name is not None:  # refused before drawing: the fallback draws this same item
+                    raise DataDependentError(f"the step draws the next item of {name} at {sources.source()}, "
+                                             "which a replayed graph would not draw again")
+            return original(iterator, *default)
+
+        return refuse_next
 
     def _refuse(self, what: str, method: bool = False) -> Callable[[Any], Any]:
         sources = self
@@ -194,13 +246,14 @@ class _EchoStream:
         return getattr(self._stream, attr)
 
     def _echo(self, method: str, *args: Any) -> Any:
-        result = getattr(self._stream, method)(*args)
         # Frames: _from_user, this one, write/flush, the caller (print's own echo is graphprof's).
-        if self.capturing and _from_user((), self._sources.library, depth=3):
-            name = self._name
-            effect_node(self._sources.graph, f"sys.{name}.{method}",
-                        lambda values: getattr(getattr(sys, name), method)(*args), [], self._sources.record())
-        return result
+        if not (self.capturing and _from_user((), self._sources.library, depth=3)):
+            return getattr(self._stream, method)(*args)
+        name, stream = self._name, self._stream
+        self._sources.pending.append(lambda: getattr(stream, method)(*args))
+        effect_node(self._sources.graph, f"sys.{name}.{method}",
+                    lambda values: getattr(getattr(sys, name), method)(*args), [], self._sources.record())
+        return len(args[0]) if method == "write" else None
 
     def write(self, text: str) -> int:
         return self._echo("write", text)  # type: ignore[no-any-return]

@@ -11,6 +11,16 @@ make_fx records aten ops. Two things a step does with tensors are none:
   capture call's constants.
 
 Both are found by looking before and after the trace, and refuse the capture.
+
+And one thing it reads: a tensor that is neither an argument nor state the
+step reaches (parameters, buffers, optimizer state, gradients, tensors it
+keeps by name, which are read where they are kept) nor made by the step
+(``torch.tensor(...)`` in it is lifted fresh). A batch drawn from an
+iterator (``x, y = next(loader_iter)``, a generator, ``get_batch()`` over a
+list of batches) is such a tensor: make_fx holds it as a constant, and every
+replay trained on the capture call's batch again, silently. So is a tensor
+kept deeper in objects than the step's state is watched. Such a graph is
+refused (``refuse_unknown_constants``).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from graphprof.capture.scalars import DataDependentError
+from graphprof.passes.records import CAPTURE
 
 
 def storages_of(state: Any) -> dict[int, tuple[Any, int, Any]]:
@@ -77,3 +88,28 @@ def tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
             if isinstance(t, torch.Tensor):
                 found.setdefault(id(t), f"argument {i} (flattened), a {type(leaf).__name__}")
     return found
+
+
+def refuse_unknown_constants(gm: torch.fx.GraphModule, known: set[int]) -> None:
+    """Refuse a graph holding a constant tensor whose origin is unknown (see the module's docstring):
+    not in ``known`` (ids of the state the graph holds), and not only lifted fresh by a
+    ``torch.tensor(...)`` the step made."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, node.target, None)
+        if not isinstance(value, torch.Tensor) or id(value) in known:
+            continue
+        if node.users and all(u.target is _LIFT_FRESH for u in node.users):
+            continue
+        user = next(iter(node.users), None)
+        record = user.meta.get(CAPTURE) if user is not None else None
+        where = getattr(record, "source", "")
+        raise DataDependentError(
+            f"the step reads a tensor of shape {list(value.shape)} that is neither an argument nor state it "
+            f"reaches by name (a batch drawn from an iterator, a tensor kept deeper in objects)"
+            f"{f' at {where}' if where else ''}, which a replayed graph would read again as the capture "
+            "call's constant")
+
+
+_LIFT_FRESH = torch.ops.aten.lift_fresh_copy.default

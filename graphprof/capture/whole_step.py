@@ -42,7 +42,8 @@ from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.torch_objects import TorchObjects
-from graphprof.capture.unseen_writes import refuse_data_assignments, storages_of, tensors_in_argument_objects
+from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
+                                             tensors_in_argument_objects)
 from graphprof.passes.records import STATE, StateRecord, StateRole
 
 _grad_enabled = torch.is_grad_enabled
@@ -92,6 +93,8 @@ class CapturedStep:
     #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
     #: a graph that created the state lazily would create it again on every replay.
     optimizer_states_at_entry: tuple[int, ...] = ()
+    #: The capture call's output (its prints, its logging), made when the capture is committed.
+    flush_output: Callable[[], None] = lambda: None
     #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
@@ -289,6 +292,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
         _refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
                                        if key not in model_state})
+        refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
         gm.graph.lint()
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]
@@ -311,7 +315,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
                                 optimizer_states_at_entry=optimizer_states,
-                                optimizer_state_objects=optimizer_state_objects, argument_writes=writes)
+                                optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
+                                flush_output=recorder.host_sources.flush)
         return captured
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything

@@ -95,6 +95,7 @@ class WholeStepRunner:
             captured.structure.settle()
         if captured.argument_writes is not None:  # last: nothing refuses the capture once the caller's lists change
             captured.argument_writes.commit(args, kwargs)
+        captured.flush_output()
         return runner
 
     @property

@@ -88,3 +88,22 @@ def test_a_file_the_step_holds_open_refuses_the_capture(tmp_path: Path) -> None:
     assert len(messages) == 1 and "holds the open file log" in messages[0]
     assert traced.capture_mode == "segments"
     assert path.read_text().count("step\n") == CALLS
+
+
+def test_output_before_a_refusal_is_printed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """The capture call printed, then was refused later in the step and run again another way, which
+    printed the same line a second time."""
+    def refused_later(loss: torch.Tensor) -> None:
+        print("loss", loss.item())
+        sys.stderr.write("!")
+        if float(loss) > 1e9:  # float() of a value of the model's: refuses the capture
+            print("never")
+
+    _calls(_make(refused_later))
+    eager = capsys.readouterr()
+    traced = graphprof.trace(_make(refused_later))
+    messages = _calls(traced)
+    replayed = capsys.readouterr()
+    assert len(messages) == 1 and traced.capture_mode == "segments"
+    assert replayed.out == eager.out and eager.out.count("\n") == CALLS
+    assert replayed.err == eager.err == "!" * CALLS
