@@ -55,8 +55,11 @@ def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: 
     """Build two copies with ``make()`` -> (model, step), run one eagerly and one traced.
 
     ``inputs(i)`` gives call i's arguments. After every call the results,
-    the models (parameters, buffers, gradients) and the global RNG state are
-    bitwise equal. Returns the traced function.
+    the models (parameters, buffers, gradients), the gradients of the
+    arguments that require grad and the global RNG state are bitwise equal.
+    Each side gets its own copy of such an argument: a backward gives it a
+    ``.grad``, which the other side's call would otherwise accumulate into.
+    Returns the traced function.
     """
     torch.manual_seed(0)
     model_a, step_a = make()
@@ -65,12 +68,18 @@ def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: 
     traced = graphprof.trace(step_b, **options)
     for i in range(calls):
         args = inputs(i)
+        args_b = torch.utils._pytree.tree_map_only(
+            torch.Tensor, lambda t: t.detach().clone().requires_grad_() if t.requires_grad else t, args)
         torch.manual_seed(1000 + i)
         out_a = step_a(*args)
         rng_a = torch.get_rng_state()
         torch.manual_seed(1000 + i)
-        out_b = traced(*args)
+        out_b = traced(*args_b)
         where = f"after call {i}"
+        for x, y in zip(torch.utils._pytree.tree_leaves(args), torch.utils._pytree.tree_leaves(args_b)):
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                assert (x.grad is None) == (y.grad is None), f"an argument's .grad: one is None {where}"
+                assert x.grad is None or torch.equal(x.grad, y.grad), f"an argument's .grad differs {where}"
         assert torch.equal(torch.get_rng_state(), rng_a), f"RNG state differs {where}"
         for x, y in zip(torch.utils._pytree.tree_leaves(out_a), torch.utils._pytree.tree_leaves(out_b)):
             assert torch.equal(torch.as_tensor(x), torch.as_tensor(y)), f"result differs {where}"

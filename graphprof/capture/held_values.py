@@ -53,6 +53,7 @@ class Hold(enum.Enum):
     TYPE = "type"
     CONTENTS = "contents"
     TENSOR = "tensor"  # a tensor the graph reads at run time: its type, shape, strides, dtype, device, requires_grad
+    KEYS = "keys"  # a dict the step added keys to: the same object with the keys it had before the step
 
 
 class Place(enum.Enum):
@@ -87,6 +88,8 @@ class HeldValue:
             return now is self.value and self._same_items(now)
         if self.hold is Hold.TENSOR:
             return tensor_fields(now) == self.value
+        if self.hold is Hold.KEYS:
+            return now is self.value and len(now) == len(self.items) and all(map(_same, now, self.items))
         return _same(now, self.value)
 
     def _same_items(self, now: Any) -> bool:
@@ -127,6 +130,8 @@ def first_change(held: Sequence[HeldValue]) -> str | None:
         if not h.holds(now):
             if h.hold is Hold.CONTENTS and now is h.value:
                 return f"the items of {h.describe} changed"
+            if h.hold is Hold.KEYS and now is h.value:
+                return f"the keys of {h.describe} changed"
             if h.hold is Hold.TENSOR:
                 return f"{h.describe} changed from {_fields(h.value)} to {_fields(tensor_fields(now))}"
             was = h.value.__name__ if h.hold is Hold.TYPE else _short(h.value)
@@ -169,7 +174,7 @@ def compile_held_check(held: Sequence[HeldValue]) -> Callable[[], bool]:
         where = _read(h, bind)
         if h.hold is Hold.TYPE:
             test = f"type({where}) is not {bind(h.value, 'type')}"
-        elif h.hold in (Hold.CONTENTS, Hold.TENSOR):  # compared by HeldValue itself
+        elif h.hold in (Hold.CONTENTS, Hold.TENSOR, Hold.KEYS):  # compared by HeldValue itself
             test = f"not {bind(h.holds, 'holds')}({where})"
         elif type(h.value) in PLAIN_TYPES:
             value = bind(h.value, "value")

@@ -164,9 +164,15 @@ class _Watched:
 def _contents(value: Any) -> Any:
     if type(value) is list:
         return list(value)
-    if type(value) is dict:
+    if isinstance(value, dict):  # a defaultdict or OrderedDict of logged values too
         return dict(value)
     return None
+
+
+#: How deep into the lists and dicts of the step's own state their lists and dicts are watched
+#: (``metrics["losses"].append(...)``, ``stats["n"]["steps"] += 1``), and how many in all.
+NESTED_DEPTH = 2
+NESTED_LIMIT = 256
 
 
 @dataclass
@@ -187,9 +193,9 @@ class PythonState:
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
-              arguments: Sequence[tuple[str, Any]] = ()) -> "PythonState":
+              arguments: Sequence[tuple[str, Any]] = (), hooks: Sequence[Any] = ()) -> "PythonState":
         state = cls()
-        for location, value, user_state in reachable_locations(fn, arguments):
+        for location, value, user_state in reachable_locations(fn, arguments, hooks):
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
                                          "graph would not write or read again")
@@ -197,14 +203,27 @@ class PythonState:
             state.watched.append(entry)
             if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
                 state._make_input(entry, graph, record)
-            elif user_state and type(value) is dict:  # metrics["busy_s"] += ...: its numbers are inputs too
-                for key, item in list(value.items()):
-                    if _is_number(item) and isinstance(key, (str, int)):
-                        sub = _Watched(item_location(value, key, f"{location.describe}[{key!r}]"), item, None)
-                        state.watched.append(sub)
-                        state._make_input(sub, graph, record)
-                        state.itemized.setdefault(id(value), set()).add(key)
+            elif user_state and entry.snapshot is not None:
+                state._watch_items(entry, graph, record, NESTED_DEPTH)
         return state
+
+    def _watch_items(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any], depth: int) -> None:
+        """The items of a list or dict of the step's own: a dict's numbers are inputs of their own
+        (``metrics["busy_s"] += ...``), and the lists and dicts inside are watched like it
+        (``metrics["losses"].append(loss.item())``), ``depth`` levels down."""
+        container, label = entry.before, entry.location.describe
+        items = list(container.items()) if isinstance(container, dict) else list(enumerate(container))
+        for key, item in items:
+            if isinstance(container, dict) and _is_number(item) and isinstance(key, (str, int)):
+                sub = _Watched(item_location(container, key, f"{label}[{key!r}]"), item, None)
+                self.watched.append(sub)
+                self._make_input(sub, graph, record)
+                self.itemized.setdefault(id(container), set()).add(key)
+            elif (depth > 0 and _contents(item) is not None and len(item) <= CONTENTS_LIMIT
+                  and sum(1 for e in self.watched if e.snapshot is not None) < NESTED_LIMIT):
+                inner = _Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item))
+                self.watched.append(inner)
+                self._watch_items(inner, graph, record, depth - 1)
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
         location = entry.location
@@ -223,7 +242,7 @@ class PythonState:
                 entry.location.set(entry.before)
             if type(entry.before) is list and entry.snapshot is not None:
                 entry.before[:] = entry.snapshot
-            elif type(entry.before) is dict and entry.snapshot is not None:
+            elif isinstance(entry.before, dict) and entry.snapshot is not None:
                 entry.before.clear()
                 entry.before.update(entry.snapshot)
 
@@ -261,7 +280,7 @@ class PythonState:
                 before[len(snapshot):] = real_values(added)
                 effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              lst.extend(filled(t, vals)), slots, record)
-            elif type(before) is dict and snapshot is not None and _changed_dict(before, snapshot):
+            elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
                     raise refusal(location.describe, "removes keys from", source)
                 own = self.itemized.get(id(before), set())
@@ -297,6 +316,10 @@ class PythonState:
                   and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads
                 hold, value = Hold.CONTENTS, before
                 items = tuple(entry.snapshot) if type(before) is list else tuple(entry.snapshot.items())
+            elif isinstance(before, dict) and entry.snapshot is not None and entry.snapshot.keys() != before.keys():
+                # A dict the step added keys to (``logs["loss"].append`` on a defaultdict): the next call
+                # finds the key there, and does something else with it; its keys as at the start are held.
+                hold, value, items = Hold.KEYS, before, tuple(entry.snapshot)
             else:
                 hold, value = Hold.VALUE, before
             held.append(HeldValue(where.describe, where.place, where.owner, where.key, hold, value, where.get, items,
@@ -319,7 +342,7 @@ class PythonState:
         ``model_state``): one the graph holds as a constant cannot be replayed."""
         found: dict[int, str] = {}
         for entry in self.watched:
-            items = entry.snapshot.values() if type(entry.snapshot) is dict else entry.snapshot or ()
+            items = entry.snapshot.values() if isinstance(entry.snapshot, dict) else entry.snapshot or ()
             for item in items:
                 if isinstance(item, torch.Tensor) and id(item) not in model_state:
                     found.setdefault(id(item), entry.location.describe)

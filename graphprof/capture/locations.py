@@ -74,10 +74,11 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
 
 
-def reachable_locations(fn: Callable[..., Any],
-                        arguments: Sequence[tuple[str, Any]] = ()) -> Iterator[tuple[Location, Any, bool]]:
+def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = (),
+                        hooks: Sequence[Any] = ()) -> Iterator[tuple[Location, Any, bool]]:
     """Every (location, value, is_user_state) the step can reach by name or is given as an object
-    (``arguments``, capture/arguments.py), one level into plain objects.
+    (``arguments``, capture/arguments.py), one level into plain objects, and what the hooks on its
+    modules reach the same way (``hooks``, capture/module_structure.py: they run inside the step).
 
     Modules' attributes are watched for changes but are not user state: their
     numbers (``in_features``, a dropout ``p``) are configuration that library
@@ -93,8 +94,17 @@ def reachable_locations(fn: Callable[..., Any],
     if self_obj is not None:
         roots.append(("self", self_obj))
     # The function's names, and those of a function it holds in its closure (a wrapper around
-    # the real step: ``def call(batch): return step(**batch)``), one level down.
+    # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too.
     functions = [func] if code is not None else []
+    for i, hook in enumerate(hooks):
+        hook_self = getattr(hook, "__self__", None)
+        hook_func = getattr(hook, "__func__", hook)
+        if hook_self is not None and not isinstance(hook_self, types.ModuleType):
+            roots.append((f"hook {i}'s object", hook_self))
+        if isinstance(hook_func, types.FunctionType):
+            functions.append(hook_func)
+        elif not isinstance(hook_func, types.BuiltinFunctionType):
+            roots.append((f"hook {i}", hook_func))  # a callable object
     named: set[tuple[int, str]] = set()
     while functions:
         f = functions.pop(0)

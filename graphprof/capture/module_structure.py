@@ -100,6 +100,24 @@ class _Registrations:
 REGISTRATIONS = _Registrations()
 
 
+def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
+    """The hooks the modules, their parameters and torch's global hook dicts hold: user code that
+    runs inside the step (``register_forward_hook(lambda m, i, o: acts.append(o.mean().item()))``),
+    whose own state is the step's to watch (capture/locations.py). torch's and graphprof's own
+    hooks are left out."""
+    dicts = [getattr(m, name, None) for m in modules for name in HOOK_DICTS]
+    dicts += [getattr(p, name, None) for m in modules for p in m._parameters.values() if p is not None
+              for name in TENSOR_HOOK_DICTS]
+    dicts += [getattr(module_globals, name, None) for name in _GLOBAL_HOOK_DICTS]
+    found: dict[int, Any] = {}
+    for hooks in dicts:
+        for hook in (hooks or {}).values():
+            owner = getattr(hook, "__module__", None) or type(hook).__module__ or ""
+            if not owner.startswith(("torch", "graphprof")):
+                found.setdefault(id(hook), hook)
+    return list(found.values())
+
+
 def _hook_keys(module: Any, names: Sequence[str]) -> tuple:
     return tuple(tuple(getattr(module, name, None) or ()) for name in names)
 

@@ -25,6 +25,7 @@ another graph. Values derived only from inputs are inputs too.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
@@ -168,6 +169,12 @@ class TracedScalar:
     def __neg__(self) -> Any: return self._record(operator.neg, self)
     def __pos__(self) -> Any: return self._record(operator.pos, self)
     def __abs__(self) -> Any: return self._record(operator.abs, self)
+    # round(loss.item(), 4) in a logged value, math.floor of a computed count: traced like arithmetic.
+    def __round__(self, ndigits: Any = None) -> Any:
+        return self._record(round, self) if ndigits is None else self._record(round, self, ndigits)
+    def __floor__(self) -> Any: return self._record(math.floor, self)
+    def __ceil__(self) -> Any: return self._record(math.ceil, self)
+    def __trunc__(self) -> Any: return self._record(math.trunc, self)
 
     # -- uses a static graph cannot replay -------------------------------------
     def _refuse(self, what: str) -> Any:

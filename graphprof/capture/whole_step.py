@@ -33,7 +33,7 @@ from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
 from graphprof.capture.host_nodes import reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
-from graphprof.capture.module_structure import ModuleStructure
+from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
@@ -236,7 +236,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         # The step is given rebuilt lists and dicts, and the caller's tensors: what it changes is replayed.
         paths = [path for path, _ in flatten_call_with_path(args, kwargs)]
         holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
-        python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments)
+        python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments,
+                                   hook_functions(state.module_objects()))
         holder["python"] = python
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
                                                 *(obj for _, obj in arguments)])
@@ -292,7 +293,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
         _refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
                                        if key not in model_state})
-        refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
+        refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None},
+                                 {id(leaf.grad): i for i, leaf in enumerate(leaves)
+                                  if isinstance(leaf, torch.Tensor) and leaf.grad is not None})
         gm.graph.lint()
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]

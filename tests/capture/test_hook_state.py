@@ -1,0 +1,80 @@
+"""What a hook on the step's modules keeps: activations it logs, statistics it counts.
+
+A forward hook is user code that runs inside the step, but its closure was
+not the step's to watch: ``register_forward_hook(lambda m, i, o:
+acts.append(o.mean().item()))`` appended once, in the capture call, and a
+replay never again; worse, the value it appended was graphprof's traced
+number, which raised when the user compared it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+CALLS = 5
+
+
+class _Stats:
+    """A monitor object whose bound method is the hook."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.means: list[float] = []
+
+    def record(self, module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
+        self.calls += 1
+        self.means.append(output.mean().item())
+
+
+def _make(hook: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Any]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept: Any
+    if hook == "a closure":
+        kept = {"acts": [], "items": []}
+
+        def log(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            kept["acts"].append(output.detach().sum(0))
+            kept["items"].append(output.mean().item())
+        model[1].register_forward_hook(log)
+    else:
+        kept = _Stats()
+        model[1].register_forward_hook(kept.record)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, kept
+
+
+def _state(kept: Any) -> Any:
+    if isinstance(kept, dict):
+        return [a.tolist() for a in kept["acts"]], list(kept["items"])
+    return kept.calls, list(kept.means)
+
+
+def test_what_a_forward_hook_keeps_is_kept_on_every_call() -> None:
+    for hook in ("a closure", "a bound method"):
+        (eager, eager_kept), (step, kept) = _make(hook), _make(hook)
+        traced = graphprof.trace(step)
+        g = torch.Generator().manual_seed(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(CALLS):
+                x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+                assert torch.equal(eager(x, y), traced(x, y))
+                assert _state(eager_kept) == _state(kept), f"{hook}: what the hook keeps differs after call {i}"
+        assert traced.capture_mode == "whole-step" and traced.captures == 1, hook
+        values = kept["items"] if isinstance(kept, dict) else kept.means
+        assert len(values) == CALLS and all(type(v) is float for v in values), hook
