@@ -116,7 +116,9 @@ def _signature(code: _Code, last: LastSignature) -> None:
         code.fail_if(f"(type({a}) is not _Tensor and type({a}) is not _Parameter) or {a}.shape != "
                      f"{code.bind(shape, 'shape')} or {a}.stride() != {code.bind(stride, 'stride')} or "
                      f"{a}.dtype is not {code.bind(dtype, 'dtype')} or "
-                     f"{a}.requires_grad is not {requires_grad} or {a}.device != {code.bind(device, 'device')}")
+                     f"{a}.requires_grad is not {code.bind(requires_grad, 'requires_grad')} or "
+                     f"{a}.device != {code.bind(device, 'device')}"
+                     + (f" or {a}.grad is not None" if requires_grad is True else ""))
 
 
 def _optimizers(code: _Code, baked: BakedValues, step: CapturedStep) -> None:

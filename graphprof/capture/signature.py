@@ -38,7 +38,10 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             # Strides too: a graph traced on a contiguous tensor may view it where eager would copy.
-            parts.append((tuple(leaf.shape), leaf.stride(), leaf.dtype, leaf.device, leaf.requires_grad))
+            requires_grad: Any = leaf.requires_grad
+            if requires_grad and leaf.grad is not None:  # a backward accumulates into it, or makes one
+                requires_grad = WITH_GRAD
+            parts.append((tuple(leaf.shape), leaf.stride(), leaf.dtype, leaf.device, requires_grad))
         elif is_number_input(leaf):
             parts.append(type(leaf))  # type: ignore[arg-type]  # an input of the graph: its value is guarded only where a branch reads it
         else:
@@ -49,6 +52,10 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
                 parts.append((type(leaf), id(leaf)))
     return tuple(parts), leaves
 
+
+#: The ``requires_grad`` field of an argument that requires grad and already has a ``.grad``: a
+#: graph of its own (it accumulates into the gradient), never matched by the fast tests.
+WITH_GRAD = "requires grad, with a .grad"
 
 _any_autocast = torch._C._is_any_autocast_enabled
 
@@ -119,6 +126,8 @@ class LastSignature:
                 return False
             if (arg.shape != shape or arg.stride() != stride or arg.dtype is not dtype
                     or arg.requires_grad is not requires_grad or arg.device != device):
+                return False
+            if requires_grad is True and arg.grad is not None:  # the key says WITH_GRAD
                 return False
         return True
 

@@ -90,11 +90,10 @@ def tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:
     return found
 
 
-def refuse_unknown_constants(gm: torch.fx.GraphModule, known: set[int], input_grads: dict[int, int]) -> None:
+def refuse_unknown_constants(gm: torch.fx.GraphModule, known: set[int]) -> None:
     """Refuse a graph holding a constant tensor whose origin is unknown (see the module's docstring):
     not in ``known`` (ids of the state the graph holds), and not only lifted fresh by a
-    ``torch.tensor(...)`` the step made. ``input_grads``: id of the ``.grad`` an argument already had
-    -> the argument's position, named as such (a backward accumulates into it)."""
+    ``torch.tensor(...)`` the step made."""
     for node in gm.graph.nodes:
         if node.op != "get_attr":
             continue
@@ -103,10 +102,6 @@ def refuse_unknown_constants(gm: torch.fx.GraphModule, known: set[int], input_gr
             continue
         if node.users and all(u.target is _LIFT_FRESH for u in node.users):
             continue
-        position = input_grads.get(id(value))
-        if position is not None:
-            raise DataDependentError(f"the step accumulates into the .grad argument {position} already has, "
-                                     "which a replayed graph would hold as the capture call's constant")
         user = next(iter(node.users), None)
         record = user.meta.get(CAPTURE) if user is not None else None
         where = getattr(record, "source", "")

@@ -31,7 +31,7 @@ from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
-from graphprof.capture.host_nodes import reader_node
+from graphprof.capture.host_nodes import host_function, reader_node
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
@@ -219,6 +219,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
+    # The gradients arguments already have (an input that requires grad, given again): read from it.
+    input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
+                   if isinstance(leaf, torch.Tensor) and leaf.grad is not None}
 
     def traced(*inputs: Any) -> Any:
         mode = get_proxy_mode()
@@ -293,9 +296,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
         _refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
                                        if key not in model_state})
-        refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None},
-                                 {id(leaf.grad): i for i, leaf in enumerate(leaves)
-                                  if isinstance(leaf, torch.Tensor) and leaf.grad is not None})
+        _read_input_grads(gm, input_grads, {pos: node for node, pos in holder.get("scalar_positions", {}).items()})
+        refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
         gm.graph.lint()
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]
@@ -366,6 +368,30 @@ def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str
             if where is not None:
                 raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
                                          "hold as the capture call's constant")
+
+
+def _read_input_grads(gm: torch.fx.GraphModule, grads: dict[int, int], placeholders: dict[int, torch.fx.Node]) -> None:
+    """Replace the constant ``.grad`` an argument had at capture (id -> its position in the leaves)
+    by a node reading that call's argument's ``.grad``: a backward accumulates into the gradient of
+    the tensor given, which another call gives anew."""
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        position = grads.get(id(getattr(gm, node.target, None)))
+        if position is None or position not in placeholders:
+            continue
+        with gm.graph.inserting_before(node):
+            reader = gm.graph.call_function(host_function(_grad_of_argument, f"read argument {position}.grad"),
+                                            (placeholders[position],))
+        reader.meta.update(node.meta)
+        node.replace_all_uses_with(reader)
+        gm.graph.erase_node(node)
+        if all(n.target != node.target for n in gm.graph.nodes if n.op == "get_attr"):
+            delattr(gm, node.target)
+
+
+def _grad_of_argument(tensor: torch.Tensor) -> Any:
+    return tensor.grad
 
 
 def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:

@@ -185,3 +185,30 @@ def test_a_field_the_step_assigns_on_a_dataclass_batch_reaches_the_caller_s_obje
         assert torch.equal(eager(a), traced(b))
         assert torch.equal(a.x, b.x) and b.x is not plain["x"], f"call {i}"
     assert traced.capture_mode == "whole-step" and traced.captures == 1
+
+
+def test_inputs_that_require_grad_given_again_accumulate_into_their_own_gradients() -> None:
+    """Three inputs given in turn: the first call of each makes its ``.grad``, later ones accumulate into
+    it. A graph held the capture call's ``.grad`` as a constant, and one captured without a gradient
+    replaced the one a later input had."""
+    def make() -> Callable[[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Linear(6, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    eager, traced = make(), graphprof.trace(make())
+    xs = [_batch(i)["x"] for i in range(3)]
+    mine, theirs = [x.clone().requires_grad_() for x in xs], [x.clone().requires_grad_() for x in xs]
+    for i in range(9):
+        assert torch.equal(eager(mine[i % 3]), traced(theirs[i % 3]))
+        for a, b in zip(mine, theirs):
+            assert (a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad), f"after call {i}"
+    assert traced.capture_mode == "whole-step" and traced.captures == 2
