@@ -19,7 +19,9 @@ outside the graph would be frozen at the capture call's value:
   what it reads or writes would not be read or written again; so does
   ``next()`` on an iterator the calling code keeps between calls (a
   DataLoader's, a generator: a replay would not draw the next batch), before
-  it draws, so that the step run another way draws that same item;
+  it draws, so that the step run another way draws that same item; and so
+  do ``torch.save``, ``os`` and ``shutil`` calls that write, move or remove
+  files (a checkpoint saved every N steps would be saved once);
 * **random numbers** drawn with ``random`` (module functions and
   ``random.Random`` instances) or numpy's legacy global ``numpy.random``
   functions refuse the capture (``DataDependentError`` naming the line): a
@@ -37,7 +39,9 @@ import builtins
 import contextlib
 import functools
 import logging
+import os
 import random
+import shutil
 import sys
 import time
 from types import FrameType
@@ -48,6 +52,11 @@ import torch
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.scalars import DataDependentError
 
+#: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
+_TORCH_FILES = ("save",)
+_OS_FILES = ("rename", "replace", "remove", "unlink", "mkdir", "makedirs", "rmdir", "removedirs", "symlink", "link",
+             "truncate", "system")
+_SHUTIL_FILES = ("copy", "copy2", "copyfile", "copytree", "move", "rmtree")
 _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
            "process_time_ns")
 #: random.Random methods every other drawing method goes through.
@@ -126,6 +135,10 @@ class HostSources:
             self._patch(undo, builtins, "print", self._echo("print", ()))
             self._patch(undo, builtins, "open", self._refuse_open)
             self._patch(undo, builtins, "next", self._refuse_next)
+            for owner, names in ((torch, _TORCH_FILES), (os, _OS_FILES), (shutil, _SHUTIL_FILES)):
+                for name in names:
+                    if hasattr(owner, name):
+                        self._patch(undo, owner, name, self._refuse_call(f"{owner.__name__}.{name}"))
             for name in ("stdout", "stderr"):
                 stream = getattr(sys, name)
                 if stream is not None:
@@ -200,6 +213,21 @@ class HostSources:
             return original(*args, **kwargs)
 
         return refuse_open
+
+    def _refuse_call(self, what: str) -> Callable[[Any], Any]:
+        sources = self
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                if _from_user((), sources.library):
+                    raise DataDependentError(f"the step calls {what} at {sources.source()}, which a replayed graph "
+                                             "would not call again")
+                return original(*args, **kwargs)
+
+            return refuse
+
+        return wrap
 
     def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         sources = self

@@ -9,6 +9,7 @@ one per call, silently.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -107,3 +108,19 @@ def test_output_before_a_refusal_is_printed_once(capsys: pytest.CaptureFixture[s
     assert len(messages) == 1 and traced.capture_mode == "segments"
     assert replayed.out == eager.out and eager.out.count("\n") == CALLS
     assert replayed.err == eager.err == "!" * CALLS
+
+
+def test_a_checkpoint_saved_every_other_step_is_saved_every_time(tmp_path: Path) -> None:
+    """``torch.save`` behind a counter: the path that saves was captured once, its replays never saved."""
+    box = {"n": 0}
+
+    def save_every_other(loss: torch.Tensor) -> None:
+        box["n"] += 1
+        if box["n"] % 2 == 0:
+            torch.save({"loss": loss.detach()}, tmp_path / "last.pt")
+            os.replace(tmp_path / "last.pt", tmp_path / f"step{box['n']}.pt")
+
+    traced = graphprof.trace(_make(save_every_other))
+    messages = _calls(traced)
+    assert len(messages) == 1 and "calls torch.save" in messages[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step{n}.pt" for n in range(2, CALLS + 1, 2)]
