@@ -13,6 +13,7 @@ a generated check can read it without a call (capture/replay_check.py).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.held_values import Place
-from graphprof.capture.state import held_in_container
+from graphprof.capture.state import held_in_container, partial_bindings
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     """
     target = inspect.unwrap(fn)
     roots: list[tuple[str, Any]] = []
+    if isinstance(target, functools.partial):  # what it binds is the step's: its keywords can be written
+        for name, value in target.keywords.items():
+            yield item_location(target.keywords, name, name), value, True
+        roots += partial_bindings(target)
+        target = inspect.unwrap(target.func)
     if isinstance(target, nn.Module):
         roots.append(("self", target))
     self_obj = getattr(target, "__self__", None)

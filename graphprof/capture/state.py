@@ -10,6 +10,7 @@ captured graph is correct without it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from dataclasses import dataclass, field
@@ -92,6 +93,9 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0,
     if isinstance(fn, nn.Module):  # tracing a module directly: it is the model
         return [("self", fn)]
     target = inspect.unwrap(fn)
+    if isinstance(target, functools.partial):  # functools.partial(step, model=model, opt=opt)
+        found.extend(partial_bindings(target))
+        target = inspect.unwrap(target.func)
     self_obj = getattr(target, "__self__", None)
     func = getattr(target, "__func__", target)
     code = getattr(func, "__code__", None)
@@ -129,6 +133,11 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0,
             else:
                 nested.extend(held_in_container(v, k))
     return found + nested
+
+
+def partial_bindings(step: functools.partial) -> list[tuple[str, Any]]:
+    """(name, value) of what a ``functools.partial`` step binds: the same objects on every call."""
+    return [(f"partial argument {i}", a) for i, a in enumerate(step.args)] + list(step.keywords.items())
 
 
 def held_in_container(value: Any, label: str) -> list[tuple[str, Any]]:

@@ -51,3 +51,40 @@ def test_wrapped_step_is_captured_once_and_its_counter_keeps_counting() -> None:
     assert traced.captures == 1
     names = {n.module for n in traced.get_profile().graphs[0].nodes if n.type == "addmm"}
     assert names == {"0", "2"}  # the model was found: its own module paths
+
+
+def test_a_partial_binding_the_model_and_a_config_replays_and_counts() -> None:
+    """``functools.partial(body, model=model, opt=opt, cfg=cfg)``: what it binds was not the step's, so it
+    captured on every call (gradients looked new) and fell back to segments after five."""
+    import functools
+    import warnings
+
+    def body(x: torch.Tensor, model: nn.Module, opt: Any, cfg: dict) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).pow(2).mean() * cfg["scale"]
+        loss.backward()
+        opt.step()
+        cfg["calls"] += 1
+        return loss.detach()
+
+    def make() -> tuple[nn.Module, Any, dict]:
+        torch.manual_seed(0)
+        model, _, _ = _make()
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        cfg = {"scale": 1.0, "calls": 0}
+        return model, functools.partial(body, model=model, opt=opt, cfg=cfg), cfg
+
+    (eager_model, eager, eager_cfg), (model, step, cfg) = make(), make()
+    traced = graphprof.trace(step)
+    g = torch.Generator().manual_seed(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(6):
+            if i == 3:
+                eager_cfg["scale"] = cfg["scale"] = 0.5
+            x = torch.randn(4, 8, generator=g)
+            assert torch.equal(eager(x), traced(x))
+            assert_modules_equal(eager_model, model, f"after call {i}")
+    assert cfg == eager_cfg and cfg["calls"] == 6
+    # One graph per scale: autograd saves it for the backward (the README's "one graph per value").
+    assert traced.capture_mode == "whole-step" and traced.captures == 2
