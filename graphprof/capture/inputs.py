@@ -195,16 +195,22 @@ class PythonState:
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
               arguments: Sequence[tuple[str, Any]] = (), hooks: Sequence[Any] = ()) -> "PythonState":
         state = cls()
-        for location, value, user_state in reachable_locations(fn, arguments, hooks):
+        reachable = list(reachable_locations(fn, arguments, hooks))
+        for location, value, _ in reachable:  # before anything is replaced by an input: nothing to undo
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
                                          "graph would not write or read again")
-            entry = _Watched(location, value, _contents(value))
-            state.watched.append(entry)
-            if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
-                state._make_input(entry, graph, record)
-            elif user_state and entry.snapshot is not None:
-                state._watch_items(entry, graph, record, NESTED_DEPTH)
+        try:
+            for location, value, user_state in reachable:
+                entry = _Watched(location, value, _contents(value))
+                state.watched.append(entry)
+                if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
+                    state._make_input(entry, graph, record)
+                elif user_state and entry.snapshot is not None:
+                    state._watch_items(entry, graph, record, NESTED_DEPTH)
+        except BaseException:
+            state.restore()  # no input scalar may stay in the user's objects
+            raise
         return state
 
     def _watch_items(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any], depth: int) -> None:

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -124,3 +124,22 @@ def test_a_checkpoint_saved_every_other_step_is_saved_every_time(tmp_path: Path)
     messages = _calls(traced)
     assert len(messages) == 1 and "calls torch.save" in messages[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"step{n}.pt" for n in range(2, CALLS + 1, 2)]
+
+
+def test_a_progress_bar_writing_to_its_own_stream_leaves_no_traced_number_behind() -> None:
+    """tqdm keeps its stream (an open file) and numbers (``n``, ``pos``): the refusal came after the numbers
+    had been made inputs, which stayed in the bar and broke the step run another way."""
+    tqdm = pytest.importorskip("tqdm").tqdm
+    import io
+
+    def make() -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Any]:
+        bar = tqdm(total=CALLS, file=io.StringIO(), mininterval=0, miniters=1, ascii=True)
+        return _make(lambda loss: bar.update(1)), bar
+
+    (eager, eager_bar), (step, bar) = make(), make()
+    _calls(eager)
+    traced = graphprof.trace(step)
+    messages = _calls(traced)
+    assert len(messages) == 1 and "holds the open file bar.fp" in messages[0]
+    assert bar.n == eager_bar.n == CALLS and type(bar.pos) is int
+    assert bar.fp.getvalue().count("\r") == eager_bar.fp.getvalue().count("\r")
