@@ -10,7 +10,7 @@ hands each step's reduce-scattered gradient to ``param.grad`` as a new
 DTensor around a new local tensor, so a replay that used the captured one
 would apply the first step's gradient forever (AdamW drifted by 1e-2 after
 three steps). So gradients are read through their DTensor at run time
-(``whole_step._read_grads_at_run_time`` with ``local_shard``), the graph's
+(``graph_constants.read_grads_at_run_time`` with ``local_shard``), the graph's
 gradient outputs are the local shards and must not replace the DTensor
 ``.grad`` the user sees (``same_gradient``), and the names and roles of
 state tensors cover their local shards too (``capture/state.py``).

@@ -31,11 +31,12 @@ from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
-from graphprof.capture.host_nodes import host_function, reader_node
+from graphprof.capture.graph_constants import (read_constants_at_run_time, read_grads_at_run_time, read_input_grads,
+                                               refuse_contained_tensors)
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
-from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
+from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
@@ -287,23 +288,22 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         params = holder["params"]
         clear = [p for p in params
                  if pre_grads.get(id(p)) is not None and id(local_shard(pre_grads[id(p)])) not in referenced]
-        _read_grads_at_run_time(gm, {id(local_shard(g)): p for p in params if (g := pre_grads.get(id(p))) is not None})
+        read_grads_at_run_time(gm, {id(local_shard(g)): p for p in params if (g := pre_grads.get(id(p))) is not None})
         # Tensors the step keeps in its own state (``self.ema``) are read where they are kept.
         model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
         model_state -= holder["python"].replaced_tensors()
-        _read_constants_at_run_time(gm, {key: location.get for key, location
+        read_constants_at_run_time(gm, {key: location.get for key, location
                                          in holder["python"].kept_tensors(model_state).items()})
-        _refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
-        _refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
+        refuse_contained_tensors(gm, holder["python"].contained_tensors(model_state))
+        refuse_contained_tensors(gm, {key: where for key, where in tensors_in_argument_objects(leaves).items()
                                        if key not in model_state})
-        _read_input_grads(gm, input_grads, {pos: node for node, pos in holder.get("scalar_positions", {}).items()})
+        read_input_grads(gm, input_grads, {pos: node for node, pos in holder.get("scalar_positions", {}).items()})
         refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
         gm.graph.lint()
         gm.recompile()
         recorder, python = holder["recorder"], holder["python"]
 
-        writes = holder.get("writes")
-        writes = writes if writes else None  # one that changes nothing needs no runner's help
+        writes = holder["writes"] or None  # one that changes nothing needs no runner's help
 
         def undo() -> None:
             recorder.write_log.restore()
@@ -311,7 +311,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             holder["torch_objects"].restore()
 
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
-        captured = CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
+        return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=() if optimizer_only else python.held(model_state), structure=structure,
                                 autocast=autocast,
@@ -322,7 +322,6 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 flush_output=recorder.host_sources.flush)
-        return captured
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
@@ -334,84 +333,6 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if "torch_objects" in holder:
             holder["torch_objects"].restore()
         raise
-
-
-def _read_grads_at_run_time(gm: torch.fx.GraphModule, grad_owner: dict[int, nn.Parameter]) -> None:
-    """A gradient that existed before the step is read from its parameter when the replay starts.
-
-    make_fx holds it as a constant, but ``.grad`` is replaced whenever the
-    user's loop clears it (``zero_grad()`` sets it to None, the next backward
-    makes a new tensor): a graph that accumulates into the captured tensor
-    would write into a stale one.
-    """
-    _read_constants_at_run_time(gm, {key: _grad_of(param) for key, param in grad_owner.items()})
-
-
-def _grad_of(param: nn.Parameter) -> Callable[[], Any]:
-    """A DTensor parameter's gradient is read as its local shard; a plain one's as it is, with no
-    per-step type check (this reader runs once per gradient per step)."""
-    if is_dtensor(param):
-        return lambda: local_shard(param.grad)
-    return lambda: param.grad
-
-
-def _refuse_contained_tensors(gm: torch.fx.GraphModule, contained: dict[int, str]) -> None:
-    """Refuse a graph that holds, as a constant, a tensor kept in one of the step's lists or dicts.
-
-    Which item a later call would read (``self.hist[-1]`` of a longer list, a
-    key of a dict replaced since) is not known from the one the capture call
-    read, so a replay could not read it again: the step is profiled another way.
-    """
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            where = contained.get(id(getattr(gm, node.target, None)))
-            if where is not None:
-                raise DataDependentError(f"the step reads a tensor kept in {where}, which a replayed graph would "
-                                         "hold as the capture call's constant")
-
-
-def _read_input_grads(gm: torch.fx.GraphModule, grads: dict[int, int], placeholders: dict[int, torch.fx.Node]) -> None:
-    """Replace the constant ``.grad`` an argument had at capture (id -> its position in the leaves)
-    by a node reading that call's argument's ``.grad``: a backward accumulates into the gradient of
-    the tensor given, which another call gives anew."""
-    for node in list(gm.graph.nodes):
-        if node.op != "get_attr":
-            continue
-        position = grads.get(id(getattr(gm, node.target, None)))
-        if position is None or position not in placeholders:
-            continue
-        with gm.graph.inserting_before(node):
-            reader = gm.graph.call_function(host_function(_grad_of_argument, f"read argument {position}.grad"),
-                                            (placeholders[position],))
-        reader.meta.update(node.meta)
-        node.replace_all_uses_with(reader)
-        gm.graph.erase_node(node)
-        if all(n.target != node.target for n in gm.graph.nodes if n.op == "get_attr"):
-            delattr(gm, node.target)
-
-
-def _grad_of_argument(tensor: torch.Tensor) -> Any:
-    return tensor.grad
-
-
-def _read_constants_at_run_time(gm: torch.fx.GraphModule, reads: dict[int, Callable[[], Any]]) -> None:
-    """Replace each constant tensor whose id is in ``reads`` by a reader node calling its function
-    when the replay reaches it (a gradient, a tensor the step keeps in ``self.ema``); the reader
-    keeps the constant's records."""
-    for node in list(gm.graph.nodes):
-        if node.op != "get_attr":
-            continue
-        value = getattr(gm, node.target, None)
-        read = reads.get(id(value)) if isinstance(value, torch.Tensor) else None
-        if read is None:
-            continue
-        with gm.graph.inserting_before(node):
-            reader = reader_node(gm.graph, read, f"{node.target}", None, scalar=False)
-        reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
-        node.replace_all_uses_with(reader)
-        gm.graph.erase_node(node)
-        if all(n.target != node.target for n in gm.graph.nodes if n.op == "get_attr"):
-            delattr(gm, node.target)
 
 
 def is_number_input(value: Any) -> bool:
