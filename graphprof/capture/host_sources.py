@@ -128,17 +128,17 @@ class HostSources:
                 self._patch(undo, time, name, self._clock)
             for name, value in list(vars(random).items()):
                 if getattr(value, "__self__", None) is getattr(random, "_inst", None) and callable(value):
-                    self._patch(undo, random, name, self._refuse(f"random.{name}"))
+                    self._patch(undo, random, name, self._refuse_draw(f"random.{name}"))
             for name in _RANDOM_CORE:
                 if hasattr(random.Random, name):
-                    self._patch(undo, random.Random, name, self._refuse(f"random.Random.{name}", method=True))
+                    self._patch(undo, random.Random, name, self._refuse_draw(f"random.Random.{name}"))
             self._patch(undo, builtins, "print", self._echo("print", ()))
-            self._patch(undo, builtins, "open", self._refuse_open)
+            self._patch(undo, builtins, "open", self._refuse("opens a file", "read or write again"))
             self._patch(undo, builtins, "next", self._refuse_next)
             for owner, names in ((torch, _TORCH_FILES), (os, _OS_FILES), (shutil, _SHUTIL_FILES)):
                 for name in names:
                     if hasattr(owner, name):
-                        self._patch(undo, owner, name, self._refuse_call(f"{owner.__name__}.{name}"))
+                        self._patch(undo, owner, name, self._refuse(f"calls {owner.__name__}.{name}", "call again"))
             for name in ("stdout", "stderr"):
                 stream = getattr(sys, name)
                 if stream is not None:
@@ -151,7 +151,7 @@ class HostSources:
                 legacy = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
                 for name, value in list(vars(numpy_random).items()):
                     if legacy is not None and getattr(value, "__self__", None) is legacy:
-                        self._patch(undo, numpy_random, name, self._refuse(f"numpy.random.{name}"))
+                        self._patch(undo, numpy_random, name, self._refuse_draw(f"numpy.random.{name}"))
             yield
         finally:
             for step in reversed(undo):
@@ -202,33 +202,6 @@ class HostSources:
 
         return wrap
 
-    def _refuse_open(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        sources = self
-
-        @functools.wraps(original)
-        def refuse_open(*args: Any, **kwargs: Any) -> Any:
-            if _from_user((), sources.library):
-                raise DataDependentError(f"the step opens a file at {sources.source()}, which a replayed graph "
-                                         "would not read or write again")
-            return original(*args, **kwargs)
-
-        return refuse_open
-
-    def _refuse_call(self, what: str) -> Callable[[Any], Any]:
-        sources = self
-
-        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(original)
-            def refuse(*args: Any, **kwargs: Any) -> Any:
-                if _from_user((), sources.library):
-                    raise DataDependentError(f"the step calls {what} at {sources.source()}, which a replayed graph "
-                                             "would not call again")
-                return original(*args, **kwargs)
-
-            return refuse
-
-        return wrap
-
     def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         sources = self
 
@@ -244,19 +217,23 @@ class HostSources:
 
         return refuse_next
 
-    def _refuse(self, what: str, method: bool = False) -> Callable[[Any], Any]:
+    def _refuse_draw(self, what: str) -> Callable[[Any], Any]:
+        return self._refuse(f"draws a Python random number ({what})", "draw again", (random.__file__,))
+
+    def _refuse(self, doing: str, undone: str, skip_files: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+        """A wrapper that refuses the capture when the user's code calls the function: ``the step
+        {doing} at file:line, which a replayed graph would not {undone}``."""
         sources = self
 
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
-            def draw(*args: Any, **kwargs: Any) -> Any:
-                if _from_user((random.__file__,), sources.library):
-                    raise DataDependentError(
-                        f"the step draws a Python random number ({what}) at {sources.source()}, "
-                        "which a replayed graph would not draw again")
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                if _from_user(skip_files, sources.library):
+                    raise DataDependentError(f"the step {doing} at {sources.source()}, which a replayed graph "
+                                             f"would not {undone}")
                 return original(*args, **kwargs)
 
-            return draw
+            return refuse
 
         return wrap
 
