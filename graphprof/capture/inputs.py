@@ -190,6 +190,8 @@ class PythonState:
     #: Watched entries, not inputs, the step assigns a plain constant (``self.calls += 1`` on a module,
     #: a mode string it switches): held by their value at the call's start (capture/assigned_numbers.py).
     pinned: set[int] = field(default_factory=set)
+    #: How many watched entries are lists or dicts (``_watch_items`` stops at ``NESTED_LIMIT``).
+    containers: int = 0
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
@@ -202,8 +204,7 @@ class PythonState:
                                          "graph would not write or read again")
         try:
             for location, value, user_state in reachable:
-                entry = _Watched(location, value, _contents(value))
-                state.watched.append(entry)
+                entry = state._add(_Watched(location, value, _contents(value)))
                 if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:
@@ -212,6 +213,11 @@ class PythonState:
             state.restore()  # no input scalar may stay in the user's objects
             raise
         return state
+
+    def _add(self, entry: _Watched) -> _Watched:
+        self.watched.append(entry)
+        self.containers += entry.snapshot is not None
+        return entry
 
     def _watch_items(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any], depth: int) -> None:
         """The items of a list or dict of the step's own: a dict's numbers are inputs of their own
@@ -226,9 +232,8 @@ class PythonState:
                 self._make_input(sub, graph, record)
                 self.itemized.setdefault(id(container), set()).add(key)
             elif (depth > 0 and _contents(item) is not None and len(item) <= CONTENTS_LIMIT
-                  and sum(1 for e in self.watched if e.snapshot is not None) < NESTED_LIMIT):
-                inner = _Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item))
-                self.watched.append(inner)
+                  and self.containers < NESTED_LIMIT):
+                inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
                 self._watch_items(inner, graph, record, depth - 1)
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
