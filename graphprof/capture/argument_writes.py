@@ -83,7 +83,7 @@ class ArgumentWrites:
         #: values, its ``requires_grad`` after the step, index of its new ``.grad`` or None if unchanged).
         self._flags: tuple[tuple[int, bool, int | None], ...] = ()
         self._capture_values: list[Any] = []
-        #: The (args, kwargs) of the call being replayed, set by the runner around the graph.
+        #: The (args, kwargs) of the call being replayed: set by the runner, dropped by the effect.
         self.current: tuple[tuple, dict] | None = None
 
     def _walk(self, value: Any, path: tuple) -> None:
@@ -140,9 +140,10 @@ class ArgumentWrites:
         effect_node(graph, f"update {labels}", lambda vals: self._replay(filled(template, vals)), slots, record)
 
     def _replay(self, values: list[Any]) -> None:
+        root, self.current = self.current, None  # the call's arguments are not kept past its replay
         if self._changes:
-            assert self.current is not None, "a replay that changes its arguments is given them by its runner"
-            self._apply(self.current, values)
+            assert root is not None, "a replay that changes its arguments is given them by its runner"
+            self._apply(root, values)
         for tensor, requires_grad, grad in self._flags:
             values[tensor].requires_grad_(requires_grad)
             if grad is not None:

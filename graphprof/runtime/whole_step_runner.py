@@ -114,15 +114,8 @@ class WholeStepRunner:
     def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
             leaves: list[Any]) -> Any:
         writes = self.captured.argument_writes
-        if writes is not None:
-            writes.current = (args, kwargs)  # the graph's effect changes this call's own lists and dicts
-            try:
-                return self._run(call, start_ns, action, leaves)
-            finally:
-                writes.current = None
-        return self._run(call, start_ns, action, leaves)
-
-    def _run(self, call: int, start_ns: int, action: Action, leaves: list[Any]) -> Any:
+        if writes is not None:  # the graph's effect changes this call's own lists and dicts, and drops them
+            writes.current = (args, kwargs)
         if action is Action.NONE:
             return run_captured(self.captured, self.executable(False), leaves)[0]
         if self.sampler is not None:
