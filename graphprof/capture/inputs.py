@@ -67,7 +67,8 @@ class HyperparameterInputs:
     def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
         self.graph = graph
         self.record = record
-        self._saved: list[list[tuple[dict, str, Any]]] = []
+        #: Per ``Optimizer.step`` entered: (group, key, real value, what ``enter`` put there).
+        self._saved: list[list[tuple[dict, str, Any, Any]]] = []
         self._optimizers: list[torch.optim.Optimizer] = []
         #: (group, key, real value, the scalar put there) while the user's code reads the groups.
         self._wrapped: list[tuple[dict, str, Any, Any]] = []
@@ -115,18 +116,19 @@ class HyperparameterInputs:
 
     def enter(self, optimizer: torch.optim.Optimizer) -> None:
         self.unwrap_groups()  # the optimizer reads its numbers when its step starts, as below
-        saved: list[tuple[dict, str, Any]] = []
+        saved: list[tuple[dict, str, Any, Any]] = []
         for g, group in enumerate(optimizer.param_groups):
             for key, value in list(group.items()):
                 if key == "params":
                     continue
                 if _is_number(value):
-                    saved.append((group, key, value))
                     group[key] = self._scalar(group, key, None, value, f"param_groups[{g}].{key}")
                 elif isinstance(value, tuple) and value and all(_is_number(v) for v in value):
-                    saved.append((group, key, value))
                     group[key] = tuple(self._scalar(group, key, i, v, f"param_groups[{g}].{key}[{i}]")
                                        for i, v in enumerate(value))
+                else:
+                    continue
+                saved.append((group, key, value, group[key]))
         self._saved.append(saved)
 
     def _scalar(self, group: dict, key: str, index: int | None, value: Any, name: str) -> TracedScalar:
@@ -138,9 +140,13 @@ class HyperparameterInputs:
                 return group[key][index]
         return input_scalar(self.graph, value, read, name, self.record(), name)
 
-    def exit(self) -> None:
-        for group, key, value in self._saved.pop() if self._saved else ():
-            group[key] = value
+    def exit(self, keep_writes: bool = True) -> None:
+        """The optimizer's step is done: its groups get their real numbers back, except where the step
+        wrote its own (``group["step"] += 1`` in a custom optimizer): that write stays, a traced number
+        the capture turns into an effect (``GroupWrites``) or refuses, never silently undone."""
+        for group, key, value, put in self._saved.pop() if self._saved else ():
+            if not keep_writes or group.get(key) is put:
+                group[key] = value
         if self._optimizers and not self._saved:
             self.wrap_groups()  # read again after the step, by code that reads them afterwards
 
@@ -149,7 +155,7 @@ class HyperparameterInputs:
         reached its exit, and an eager fallback must read the user's numbers, not the capture's scalars."""
         self._optimizers = []
         while self._saved:
-            self.exit()
+            self.exit(keep_writes=False)
         self.unwrap_groups()
 
 

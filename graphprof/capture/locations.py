@@ -137,11 +137,18 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     seen: set[int] = set()
     roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
     for label, obj in roots:
+        if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
+            seen.add(id(obj))
+            yield from optimizer_fields(obj, label)
         if not _watched(obj) or id(obj) in seen:
             continue
         objects = [(label, obj)]
         if not isinstance(obj, nn.Module):
             objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
+            for k, v in vars(obj).items():
+                if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
+                    seen.add(id(v))
+                    yield from optimizer_fields(v, f"{label}.{k}")
             objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
         for olabel, o in objects:
             if isinstance(o, nn.Module):
@@ -161,6 +168,30 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
                         yield from _fields_of(v, f"{mlabel}.{k}")
                 if isinstance(m, nn.Module):
                     yield from buffer_locations(m, mlabel)
+
+
+#: What torch's ``Optimizer`` keeps in an optimizer's ``__dict__`` (hooks, its state and groups, and
+#: the counting ``step`` an LR scheduler puts there): torch's business, in the graph or replayed.
+TORCH_OPTIMIZER_FIELDS = frozenset({
+    "defaults", "param_groups", "state", "step", "_opt_called", "_warned_capturable_if_run_uncaptured",
+    "_zero_grad_profile_name", "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+    "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+    "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"})
+
+
+def optimizer_fields(optimizer: torch.optim.Optimizer, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The fields a custom optimizer keeps besides torch's (``self.t += 1`` in its ``step``).
+
+    They are the user's state, like a plain object's: a number is an input and
+    its change an effect. Why: its ``step`` runs only in the capture call, and
+    a counter it kept there stayed at that call's value in every replay.
+    Torch's own optimizer classes keep nothing else.
+    """
+    if (type(optimizer).__module__ or "").startswith("torch."):
+        return
+    for k, v in list(vars(optimizer).items()):
+        if k not in TORCH_OPTIMIZER_FIELDS:
+            yield _attr(optimizer, k, label), v, True
 
 
 def buffer_locations(module: nn.Module, label: str) -> Iterator[tuple[Location, Any, bool]]:

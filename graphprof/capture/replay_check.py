@@ -65,7 +65,9 @@ class _Code:
     def __init__(self) -> None:
         self.globals: dict[str, Any] = {"_grad_enabled": torch.is_grad_enabled, "_Tensor": torch.Tensor,
                                         "_Parameter": torch.nn.Parameter, "_list": list,
-                                        "_tuple": tuple, "_map": map, "_requires_grad": operator.attrgetter("requires_grad"),
+                                        "_tuple": tuple, "_map": map, "_all": all, "_sum": sum, "_len": len,
+                                        "_is": operator.is_, "_dict_get": dict.get,
+                                        "_requires_grad": operator.attrgetter("requires_grad"),
                                         "_any_autocast": torch._C._is_any_autocast_enabled,
                                         "_autocast_state": autocast_state, "_default_dtype": torch.get_default_dtype}
         self.lines = ["def check(args, kwargs):"]
@@ -140,6 +142,17 @@ def _optimizers(code: _Code, baked: BakedValues, step: CapturedStep) -> None:
                       for name, count in zip(names, step.optimizer_states_at_entry)])
     code.fail_if_any([f"{name}.state is not {code.bind(state_dict, 'state')}"
                       for name, state_dict in zip(names, step.optimizer_state_objects)])
+    entries = step.optimizer_state_entries
+    if entries is None or len(entries.dicts) != len(names):
+        code.fail_if("True")  # not known: the long way decides
+        return
+    # The very per-parameter dicts, and values in them, the graph holds: C-level maps, no frame per parameter.
+    code.fail_if_any([f"not _all(_map(_is, {name}.state.values(), {code.bind(dicts, 'dicts')}))"
+                      for name, dicts in zip(names, entries.dicts) if dicts])
+    if entries.values:
+        code.fail_if(f"_sum(_map(_len, {code.bind(entries.every, 'dicts')})) != {len(entries.values)} or not _all(_map(_is, "
+                     f"_map(_dict_get, {code.bind(entries.holders, 'holders')}, {code.bind(entries.keys, 'keys')}), "
+                     f"{code.bind(entries.values, 'values')}))")
 
 
 def _modules(code: _Code, baked: BakedValues) -> None:

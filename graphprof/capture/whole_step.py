@@ -42,6 +42,8 @@ from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
+from graphprof.capture import optimizer_state
+from graphprof.capture.optimizer_state import OptimizerStateEntries
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
@@ -99,6 +101,8 @@ class CapturedStep:
     #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
+    #: The optimizers' per-parameter dicts and values the graph holds (capture/optimizer_state.py).
+    optimizer_state_entries: OptimizerStateEntries | None = None
 
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
@@ -142,6 +146,9 @@ class CapturedStep:
             return OPTIMIZER_STATE_REPLACED
         if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
             return OPTIMIZER_STATE_CREATED
+        entries = self.optimizer_state_entries
+        if entries is not None and entries.replaced(self.state.optimizers):
+            return OPTIMIZER_STATE_VALUE_REPLACED
         return None
 
     def compile_guards(self) -> GuardCheck:
@@ -161,8 +168,9 @@ _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
 OPTIMIZER_STATE_REPLACED = "the optimizer's state was replaced since the capture (load_state_dict)"
+OPTIMIZER_STATE_VALUE_REPLACED = "a value in the optimizer's per-parameter state was replaced since the capture"
 #: Entry mismatches that never go away: the graph of such a path will not run again.
-NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED})
+NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED, OPTIMIZER_STATE_VALUE_REPLACED})
 
 
 def _safe_attr(name: str, taken: set[str]) -> str:
@@ -214,6 +222,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     requires_grad = {id(p): p.requires_grad for p in state.params.values()}
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
+    optimizer_state_before = optimizer_state.snapshot(state.optimizers)
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
@@ -274,6 +283,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
         check_new_gradients(params, pre_grads)
+        optimizer_state.refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
     try:
@@ -321,6 +331,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
+                                optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 flush_output=recorder.host_sources.flush)
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
