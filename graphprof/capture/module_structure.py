@@ -27,8 +27,9 @@ that had hooks at capture are compared on every call; deleting an attribute
 
 from __future__ import annotations
 
+import operator
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -118,6 +119,18 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     return list(found.values())
 
 
+def _members(module: nn.Module) -> tuple:
+    """A module's parameters, buffers and submodules: (names, objects) of each dict."""
+    return tuple((tuple(d), tuple(d.values())) for d in (module._parameters, module._buffers, module._modules))
+
+
+def _same_members(now: tuple, then: tuple | None) -> bool:
+    """The same names holding the very same objects (compared by identity: tensors have no plain ``==``)."""
+    return then is not None and all(names == old_names and len(values) == len(old_values)
+                                    and all(map(operator.is_, values, old_values))
+                                    for (names, values), (old_names, old_values) in zip(now, then))
+
+
 def _hook_keys(module: Any, names: Sequence[str]) -> tuple:
     return tuple(tuple(getattr(module, name, None) or ()) for name in names)
 
@@ -125,7 +138,7 @@ def _hook_keys(module: Any, names: Sequence[str]) -> tuple:
 class ModuleStructure:
     """What a graph was traced through, and the counts after its capture call."""
 
-    __slots__ = ("modules", "counts", "_hooks", "_hooked", "_globals")
+    __slots__ = ("modules", "counts", "_hooks", "_hooked", "_globals", "_members", "_kept")
 
     def __init__(self, modules: Sequence[nn.Module]) -> None:
         REGISTRATIONS.install()  # before the capture call; the counts are taken after it (``settle``)
@@ -135,6 +148,9 @@ class ModuleStructure:
         self._hooks: tuple = ()
         self._hooked: tuple = ()
         self._globals: tuple = ()
+        self._members: dict[int, tuple] = {}
+        #: (id(module), buffer name) of buffers the graph reads where they are kept (the step replaces them).
+        self._kept: frozenset[tuple[int, str]] = frozenset()
 
     def settle(self) -> None:
         """Take the counts and hook dicts as they are after the capture call: the modules' and their
@@ -146,6 +162,20 @@ class ModuleStructure:
         self._hooks = tuple((obj, names, what, _hook_keys(obj, names)) for obj, names, what in holders)
         self._hooked = tuple((obj, names, keys) for obj, names, _, keys in self._hooks if any(keys))
         self._globals = _hook_keys(module_globals, _GLOBAL_HOOK_DICTS)
+        self._members = {id(m): self._members_of(m) for m in self.modules}
+
+    def read_where_kept(self, buffers: Iterable[tuple[nn.Module, str]]) -> None:
+        """Buffers the step replaces, which the graph reads where they are kept: a new one in their place
+        is this graph's own doing, not a change (compared by name only)."""
+        self._kept = frozenset((id(m), name) for m, name in buffers)
+
+    def _members_of(self, m: nn.Module) -> tuple:
+        members = _members(m)
+        if not self._kept:
+            return members
+        names, values = members[1]
+        kept = tuple(None if (id(m), n) in self._kept else v for n, v in zip(names, values))
+        return (members[0], (names, kept), members[2])
 
     @property
     def hooks_to_compare(self) -> bool:
@@ -165,7 +195,9 @@ class ModuleStructure:
             return None
         since = self.counts[0]
         for m in self.modules:
-            if REGISTRATIONS.last(m) > since:
+            # Assigning what a module already holds (``self.n_averaged += 1`` on a buffer, in a step
+            # another path captured) registers it again, and changes nothing this graph reads.
+            if REGISTRATIONS.last(m) > since and not _same_members(self._members_of(m), self._members.get(id(m))):
                 return f"a parameter, buffer or submodule of a {type(m).__name__} was assigned"
         for obj, names, what, keys in self._hooks:
             if _hook_keys(obj, names) != keys:

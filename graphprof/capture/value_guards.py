@@ -15,8 +15,22 @@ It is evaluated in ``tracing._select`` before a replay runs anything, like
 guards on input scalars; a different outcome selects or captures another
 path, so a failed guard never leaves the user's state half-updated. A value
 that a prefix cannot reproduce before the step refuses the capture, naming
-why: it reads parameters, buffers or optimizer state, draws random numbers,
-calls the host, or reads a tensor the step wrote in place before the branch.
+why: it reads parameters, gradients or large buffers or optimizer state,
+draws random numbers, calls the host, or reads a tensor the step wrote in
+place before the branch.
+
+A branch on a counter or flag the model or optimizer keeps as a tensor of at
+most ``STATE_COUNTER_NUMEL`` elements (``AveragedModel.n_averaged``, asked
+``== 0`` on every update) reads it in the check as the call finds it: the graph
+reads that very tensor at that point, since nothing wrote it earlier in the
+step, and the per-call checks make sure it is still the same tensor. A
+prefix that read the parameters would run the forward pass again before
+every replay.
+
+A tensor the graph reads where it is kept (a closure's ``w``, a buffer the
+step replaces), a reader node in place of its constant, the check reads
+there too, as the replay will. It used to fail on that node, so every call
+captured again, and after five a ``capture="fx"`` step raised.
 
 The library is not told it is being traced (``is_tracing`` stays False), so
 the profile is of the program eager runs.
@@ -36,7 +50,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 from graphprof.capture.host_reads import original
 from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.capture.state import StateIndex
-from graphprof.passes.records import STATE
+from graphprof.passes.records import STATE, StateRole
+
+#: The most elements a model's or optimizer's state tensor may have to be read by a value guard's check.
+STATE_COUNTER_NUMEL = 1
 
 #: Host reads of a tensor's value that a value guard can stand for, and how each converts.
 VALUE_READS: dict[Any, tuple[str, Callable[[Any], Any]]] = {
@@ -114,12 +131,20 @@ class ValuePrefix:
     def __call__(self, *inputs: Any) -> Any:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
         env.update(self.constants)
+
+        def value(node: torch.fx.Node) -> Any:
+            if node not in env:  # a constant the capture then replaced by a node reading it where it is kept
+                if node.op != "call_function" or node.args or node.kwargs:
+                    raise KeyError(node)
+                env[node] = node.target()  # type: ignore[operator]  # a reader: a call without arguments
+            return env[node]
+
         with torch.no_grad():
             for node in self.nodes:
                 if node in env:
                     continue
-                args = torch.fx.map_arg(node.args, env.__getitem__)
-                kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
+                args = torch.fx.map_arg(node.args, value)
+                kwargs = torch.fx.map_arg(node.kwargs, value)
                 env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
             return self.convert(env[self.nodes[-1]])
 
@@ -156,7 +181,9 @@ class ValueGuards:
         if not isinstance(node, torch.fx.Node):
             raise DataDependentError(f"{what} at {where} reads a tensor's value on the host, "
                                      "which a static graph cannot replay")
-        prefix, why_not = self.prefix(node, convert, what)
+        # A branch on a counter the model keeps (``if self.n_averaged == 0``) has one answer for many
+        # calls; a number read from one would be guarded on its exact value, which changes every call.
+        prefix, why_not = self.prefix(node, convert, what, state_counters=convert is bool)
         if prefix is None:
             raise DataDependentError(f"{what} at {where} reads a value that {why_not}, "
                                      "which a static graph cannot check before it runs")
@@ -181,8 +208,9 @@ class ValueGuards:
         return True
 
     def prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
-               what: str) -> tuple[ValuePrefix | None, str]:
-        """The nodes computing ``value`` from the step's inputs alone, or None and why not."""
+               what: str, state_counters: bool = False) -> tuple[ValuePrefix | None, str]:
+        """The nodes computing ``value`` from the step's inputs alone (and, with ``state_counters``,
+        the model's and optimizer's one-element state tensors), or None and why not."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         needed: set[torch.fx.Node] = set()
         todo = [value]
@@ -191,7 +219,7 @@ class ValueGuards:
             if node in needed:
                 continue
             needed.add(node)
-            why_not = self._refusal(node)
+            why_not = self._refusal(node, state_counters)
             if why_not:
                 return None, why_not
             todo.extend(node.all_input_nodes)
@@ -216,7 +244,7 @@ class ValueGuards:
             value = getattr(value, part)
         return value
 
-    def _refusal(self, node: torch.fx.Node) -> str:
+    def _refusal(self, node: torch.fx.Node, state_counters: bool) -> str:
         """Why ``node`` cannot be part of a prefix run before the step, or ""."""
         if node.op == "placeholder":
             return ""
@@ -224,6 +252,9 @@ class ValueGuards:
             value = self._attr(node)
             if isinstance(value, nn.Parameter) or (isinstance(value, torch.Tensor) and self.state.describe(value)):
                 record = self.state.describe(value)
+                if (state_counters and record is not None and record.role in (StateRole.BUFFER, StateRole.OPTIMIZER_STATE)
+                        and not isinstance(value, nn.Parameter) and value.numel() <= STATE_COUNTER_NUMEL):
+                    return ""  # a counter or flag, read as the call finds it
                 return f"depends on the model's or optimizer's state ({record.name if record else node.target})"
             return ""
         if node.op != "call_function":
@@ -236,3 +267,4 @@ class ValueGuards:
         if node.meta.get(_READER) or getattr(target, "__module__", None) in ("_operator", "operator"):
             return ""  # a Python input read at run time, or arithmetic on inputs
         return f"depends on a host call ({getattr(target, '__name__', target)})"
+

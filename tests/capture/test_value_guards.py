@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+import graphprof
 from tests.helpers import assert_bitwise_against_eager
 
 _FULL = torch.ones(4, dtype=torch.bool)
@@ -111,3 +112,51 @@ def test_branch_on_an_input_written_earlier_in_the_step_refuses() -> None:
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "writes in place earlier" in messages[0], messages
     assert traced.capture_mode == "segments"
+
+
+
+class _WarmUp(nn.Module):
+    """Counts its calls in a buffer it replaces (not in place) and scales its output after two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls = self.calls + 1
+        out = self.lin(x)
+        return out * 0.5 if self.calls > 2 else out
+
+
+def test_a_branch_on_a_counter_buffer_the_step_replaces_reads_the_buffer_the_call_finds() -> None:
+    """The graph reads a buffer the step replaces where it is kept; the check of a branch on it reads
+    it there too, not the tensor the capture call found (which would answer for that call forever)."""
+    def make() -> tuple[nn.Module, Any]:
+        model = _WarmUp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    traced = assert_bitwise_against_eager(make, lambda i: (torch.full((2, 4), float(i + 1)),), 6)
+    assert traced.capture_mode == "whole-step"
+    assert traced.captures == 2  # calls 2 and 3 (a count of 2, then 3); every later call replays
+
+
+def test_a_branch_on_a_tensor_the_step_closes_over_replays_without_capturing_again() -> None:
+    """The check of ``(x @ w) > 0`` reads the closure's ``w`` where the graph reads it."""
+    w = torch.tensor([1.0, -1.0, 0.5, 0.0])
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if (x @ w) > 0 else x - 1
+
+    traced = graphprof.trace(step, capture="fx")
+    xs = [torch.full((4,), 1.0 if i % 3 else -1.0) for i in range(8)]
+    assert all(torch.equal(traced(x), step(x)) for x in xs)
+    assert traced.captures == 2  # one graph for each way of the branch
