@@ -60,6 +60,29 @@ class Guard:
         return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"
 
 
+#: On the reader node of a clock the user's code reads (``time.perf_counter()``): what it calls.
+CLOCK_READ = "graphprof.clock_read"
+
+
+def _clock_read(nodes: Any) -> str | None:
+    """The clock a value is computed from (``time.time() - start > 60``), or None.
+
+    Why refused: a guard is checked before the replay runs, when the later
+    readings of the clock have not been taken; the check read them then and
+    out of order, so a step that logs by elapsed time captured on every call.
+    """
+    todo, seen = list(nodes), set()
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if CLOCK_READ in node.meta:
+            return str(node.meta[CLOCK_READ])
+        todo.extend(node.all_input_nodes)
+    return None
+
+
 def distinct_guards(guards: list[Guard]) -> tuple[Guard, ...]:
     """The guards in order, each distinct check once.
 
@@ -191,6 +214,10 @@ class TracedScalar:
             return NotImplemented if op in _COMPARISONS else self._refuse(what)
         if not GUARD_SINKS or not all(s.is_input for s in scalars):
             return self._refuse(what)
+        clock = _clock_read(s.node for s in scalars)
+        if clock is not None:
+            raise DataDependentError(f"{what} at {user_source(2)} depends on the time ({clock}), which a replay "
+                                     "cannot know before it runs")
         result = op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
         GUARD_SINKS[-1].append(Guard(op, tuple(o.node if isinstance(o, TracedScalar) else o for o in operands),
                                      result, self._where))

@@ -143,3 +143,37 @@ def test_a_progress_bar_writing_to_its_own_stream_leaves_no_traced_number_behind
     assert len(messages) == 1 and "holds the open file bar.fp" in messages[0]
     assert bar.n == eager_bar.n == CALLS and type(bar.pos) is int
     assert bar.fp.getvalue().count("\r") == eager_bar.fp.getvalue().count("\r")
+
+
+def test_a_branch_on_elapsed_time_is_refused_at_once_with_one_warning() -> None:
+    """``if time.perf_counter() - t0 > limit``: a replay cannot know the later reading before it runs.
+
+    Its guard was checked with both clocks read before the step, in reverse
+    order, so it failed on every call and the step captured five times
+    before it fell back (and a ``capture="fx"`` step raised).
+    """
+    import time
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    slow: list[bool] = []
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        slow.append(time.perf_counter() - t0 > 3600.0)
+        return loss.detach()
+
+    fn = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(6):
+            fn(torch.full((3, 4), float(i)))
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "depends on the time (time.perf_counter)" in messages[0]
+    assert fn.captures == 0 and fn.capture_mode == "segments"
+    assert slow == [False] * 6
