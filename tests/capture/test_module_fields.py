@@ -211,8 +211,9 @@ def test_a_buffer_the_forward_replaces_is_read_and_replaced_on_every_replay(rese
         assert torch.equal(eager_net.mean, net.mean), f"the buffer differs after call {i}"
         for a, b in zip(eager_net.parameters(), net.parameters()):
             assert torch.equal(a, b), f"parameters differ after call {i}"
-    # A buffer assigned by the loop is a registration, which captures again (capture/module_structure.py).
-    assert traced.capture_mode == "whole-step" and traced.captures == (1 if reset_at is None else 2)
+    # The graph reads this buffer where it is kept: one the loop assigns in its place is read as it is
+    # (its type, shape and dtype still held), not a change of the module (capture/module_structure.py).
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
 def _in_a_list() -> tuple[Any, Callable[..., torch.Tensor]]:
