@@ -159,6 +159,7 @@ class SegmentedCapture:
         self._fn = fn
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
+        self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
         weakref.finalize(self, host_reads.uninstall)
@@ -210,9 +211,16 @@ class SegmentedCapture:
         # Dynamo records why guards failed before it starts compiling: count from the call's start.
         self._compiling = _Compiling(self._clock(), self._failures_seen)
         self._reads.paused = True  # compile time is left out whole
+        # Traced numpy draws from torch's generator: ``np.random.rand()`` in a module's forward
+        # (wav2vec2's time masks) drew other numbers than eager, and moved torch's stream. Left
+        # untraced, numpy runs as Python between the graphs, as eager runs it.
+        self._trace_numpy = torch._dynamo.config.trace_numpy
+        torch._dynamo.config.trace_numpy = False
 
     def _on_compile_end(self, args: Any) -> None:
         from torch._dynamo.utils import guard_failures
+        if self._trace_numpy is not None:
+            torch._dynamo.config.trace_numpy, self._trace_numpy = self._trace_numpy, None
         started, self._compiling = self._compiling, None
         self._reads.paused = False
         if started is None or not self.compiled_once:

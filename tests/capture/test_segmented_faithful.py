@@ -283,3 +283,51 @@ def test_demo_gpt_with_a_logged_loss_is_bitwise_and_attributed() -> None:
     profile = fn.get_profile()
     assert _module_share(profile) >= 0.9
     assert {"optimizer"} <= {g.name for g in profile.graphs}
+
+
+class _NumpyMasked(nn.Module):
+    """Masks random time steps drawn with numpy in its forward, as wav2vec2's ``_compute_mask_indices``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import numpy as np
+
+        start = int(np.random.rand(1).item() * 4)  # an array, as transformers draws it
+        keep = torch.ones(x.shape[1], 1)
+        keep[start:start + 2] = 0.0
+        return self.linear(x * keep)
+
+
+def test_numpy_draws_in_a_compiled_forward_are_eager_s_draws() -> None:
+    """Dynamo traces numpy into torch ops and draws from torch's generator: other numbers than eager's,
+    and torch's stream moved. Segments leave numpy untraced, and the user's setting as it was."""
+    import numpy as np
+
+    setting = torch._dynamo.config.trace_numpy
+    results = []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        model = _NumpyMasked()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        fn = graphprof.trace(step, capture="dynamo") if traced else step
+        np.random.seed(0)
+        torch.manual_seed(1)
+        losses = [fn(torch.randn(3, 6, 6)) for _ in range(N_CALLS)]
+        results.append((losses, [p.detach().clone() for p in model.parameters()], np.random.rand(),
+                        torch.get_rng_state()))
+    (losses_a, params_a, np_a, rng_a), (losses_b, params_b, np_b, rng_b) = results
+    assert all(torch.equal(a, b) for a, b in zip(losses_a, losses_b))
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
+    assert np_a == np_b and torch.equal(rng_a, rng_b)
+    assert torch._dynamo.config.trace_numpy == setting
