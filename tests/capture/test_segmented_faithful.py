@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -306,9 +307,7 @@ def test_numpy_draws_in_a_compiled_forward_are_eager_s_draws() -> None:
     and torch's stream moved. Segments leave numpy untraced, and the user's setting as it was."""
     import numpy as np
 
-    setting = torch._dynamo.config.trace_numpy
-    results = []
-    for traced in (False, True):
+    def make() -> tuple[nn.Module, Any]:
         torch.manual_seed(0)
         model = _NumpyMasked()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -319,7 +318,12 @@ def test_numpy_draws_in_a_compiled_forward_are_eager_s_draws() -> None:
             loss.backward()
             opt.step()
             return loss.detach()
+        return model, step
 
+    setting = torch._dynamo.config.trace_numpy
+    results = []
+    for traced in (False, True):
+        model, step = make()
         fn = graphprof.trace(step, capture="dynamo") if traced else step
         np.random.seed(0)
         torch.manual_seed(1)
