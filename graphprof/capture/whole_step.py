@@ -44,6 +44,7 @@ from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture import optimizer_state
 from graphprof.capture.optimizer_state import OptimizerStateEntries
+from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
@@ -219,7 +220,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     leaves, in_spec = flatten_call(args, kwargs)
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
-    requires_grad = {id(p): p.requires_grad for p in state.params.values()}
+    flags = ParameterFlags(state.params.values())
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
     optimizer_state_before = optimizer_state.snapshot(state.optimizers)
@@ -283,6 +284,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
         check_new_gradients(params, pre_grads)
+        flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
         optimizer_state.refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
@@ -318,6 +320,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         writes = holder["writes"] or None  # one that changes nothing needs no runner's help
 
         def undo() -> None:
+            flags.restore()
             recorder.write_log.restore()
             python.restore()
             holder["torch_objects"].restore()
@@ -330,7 +333,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 scalar_positions=holder.get("scalar_positions", {}),
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                                 # A parameter first met during the step (registered by it) as it is now.
-                                requires_grad_at_entry=tuple(requires_grad.get(id(p), p.requires_grad) for p in params),
+                                requires_grad_at_entry=tuple(map(flags.at_entry, params)),
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
@@ -338,6 +341,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
+        flags.restore()
         if "recorder" in holder:
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].write_log.restore()
