@@ -41,6 +41,7 @@ from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
+from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture import optimizer_state
 from graphprof.capture.optimizer_state import OptimizerStateEntries
@@ -48,7 +49,6 @@ from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
-from graphprof.passes.records import STATE, StateRecord, StateRole
 
 _grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
@@ -174,45 +174,6 @@ OPTIMIZER_STATE_VALUE_REPLACED = "a value in the optimizer's per-parameter state
 NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED, OPTIMIZER_STATE_VALUE_REPLACED})
 
 
-def _safe_attr(name: str, taken: set[str]) -> str:
-    base = "".join(c if c.isalnum() else "_" for c in name) or "state"
-    candidate, i = base, 1
-    while candidate in taken:
-        candidate, i = f"{base}_{i}", i + 1
-    taken.add(candidate)
-    return candidate
-
-
-def _name_state(gm: torch.fx.GraphModule, state: StateIndex) -> None:
-    """Give get_attr constants the user's names and roles; rename the attributes."""
-    state.refresh_gradients()
-    taken: set[str] = set()
-    renames: dict[str, str] = {}
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            node.meta[STATE] = StateRecord(f"input{len(taken)}", StateRole.INPUT)
-            taken.add(node.target)
-        elif node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if not isinstance(value, torch.Tensor):  # torchbind objects (a ProcessGroup) keep their attribute
-                continue
-            record = state.describe(value) if isinstance(value, torch.Tensor) else None
-            if record is None:
-                role = StateRole.PARAMETER if isinstance(value, nn.Parameter) else StateRole.CONSTANT
-                record = StateRecord(node.target, role)
-            node.meta[STATE] = record
-            if node.target not in renames:
-                renames[node.target] = _safe_attr(record.name, taken)
-            node.target = renames[node.target]
-    for old, new in renames.items():
-        value = getattr(gm, old)
-        delattr(gm, old)
-        if isinstance(value, nn.Parameter):
-            gm.register_parameter(new, value)
-        else:
-            gm.register_buffer(new, value)
-
-
 def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> CapturedStep:
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
     arguments = argument_objects(fn, args, kwargs)
@@ -295,7 +256,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         for node in holder["recorder"].hyperparameters.unused_readers():
             gm.graph.erase_node(node)
-        _name_state(gm, state)
+        name_state(gm, state)
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
         params = holder["params"]
         clear = [p for p in params
