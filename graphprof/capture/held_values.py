@@ -38,6 +38,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+#: The key every namespace of graphprof's generated checks has: it holds the user's values, reads none
+#: of them during a step (capture/name_reads.py tells it from the user's dicts by it).
+GENERATED = "__graphprof_generated__"
 #: Types whose values are held by equality (with their exact type), not by identity.
 PLAIN_TYPES = frozenset({int, float, bool, str, bytes, type(None)})
 #: The most items of a list or dict held item by item: comparing them costs time on every call, so a
@@ -64,7 +67,7 @@ class Place(enum.Enum):
     ITEM = "item"  # owner[key]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HeldValue:
     """One watched location and what its value must stay for the graph to hold."""
 
@@ -160,7 +163,7 @@ def compile_held_check(held: Sequence[HeldValue]) -> Callable[[], bool]:
     A read that fails (a deleted attribute) fails the check: ``first_change``
     then names it.
     """
-    names: dict[str, Any] = {"_getattr": getattr}
+    names: dict[str, Any] = {"_getattr": getattr, GENERATED: True}
 
     def bind(value: Any, hint: str) -> str:
         name = f"_{hint}{len(names)}"

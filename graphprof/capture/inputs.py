@@ -30,6 +30,7 @@ import inspect
 import io
 import re
 from dataclasses import dataclass, field
+from collections.abc import Set
 from typing import Any, Callable, Sequence
 
 import torch
@@ -160,7 +161,20 @@ class HyperparameterInputs:
 
 
 # -- Python state: inputs, effects, undo --------------------------------------------
-@dataclass
+class _Extend:
+    """The effect that extends a list with a replay's values (an object of graphprof's own, so that
+    capture/name_reads.py knows what refers to the list)."""
+
+    __slots__ = ("target", "template")
+
+    def __init__(self, target: list, template: Any) -> None:
+        self.target, self.template = target, template
+
+    def __call__(self, values: tuple) -> None:
+        self.target.extend(filled(self.template, values))
+
+
+@dataclass(slots=True)
 class _Watched:
     location: Location
     before: Any
@@ -295,8 +309,7 @@ class PythonState:
                 added = before[len(snapshot):]
                 template, slots = template_of(added, node_of, location.describe, source)
                 before[len(snapshot):] = real_values(added)
-                effect_node(graph, f"extend {location.describe}", lambda vals, lst=before, t=template:  # type: ignore[misc]  # binds by default arguments
-                             lst.extend(filled(t, vals)), slots, record)
+                effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
             elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
                     raise refusal(location.describe, "removes keys from", source)
@@ -310,7 +323,7 @@ class PythonState:
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
 
-    def held(self, model_state: set[int]) -> tuple[HeldValue, ...]:
+    def held(self, model_state: set[int], unread: Set[int] = frozenset()) -> tuple[HeldValue, ...]:
         """What the graph was decided on, after ``effects`` (capture/held_values.py says why): every
         watched value, the type of every input number and of every value the step assigns, and the
         fields of every tensor the graph reads at run time (``model_state``: ids of parameters,
@@ -329,8 +342,8 @@ class PythonState:
                 hold, value = Hold.TYPE, type(before)
             elif kept_tensor:
                 hold, value = Hold.TENSOR, tensor_fields(before)
-            elif (entry.snapshot is not None and id(entry) not in self.extended
-                  and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads
+            elif (entry.snapshot is not None and id(entry) not in self.extended and id(before) not in unread
+                  and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads (``unread``: not even)
                 hold, value = Hold.CONTENTS, before
                 items = tuple(entry.snapshot) if type(before) is list else tuple(entry.snapshot.items())
             elif isinstance(before, dict) and entry.snapshot is not None and entry.snapshot.keys() != before.keys():

@@ -26,7 +26,7 @@ from graphprof.capture.held_values import Place
 from graphprof.capture.state import held_in_container, partial_bindings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Location:
     """A place holding a Python value: an attribute, a closure cell, a global, a dict or list slot."""
 

@@ -24,6 +24,7 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 from __future__ import annotations
 
 import contextlib
+import sys
 import operator
 from typing import Any, Iterator
 
@@ -356,7 +357,20 @@ class _OpMode(TorchDispatchMode):
                 self.recorder.scopes.pop()
             with _disable_current_modes():
                 return func(*args, **kwargs)
-        return self.recorder.record_op(func, args, kwargs)
+        trace = sys.gettrace()
+        if trace is None or getattr(func, "namespace", None) not in _BUILTIN_NAMESPACES:
+            return self.recorder.record_op(func, args, kwargs)
+        # Recording a built-in op is torch's and graphprof's Python only: no user code runs in it, so
+        # the trace of the user's name loads (capture/name_reads.py) is paused, not paid per call.
+        sys.settrace(None)
+        try:
+            return self.recorder.record_op(func, args, kwargs)
+        finally:
+            sys.settrace(trace)
+
+
+#: Namespaces of ops torch implements itself (a user's Python custom op is traced like user code).
+_BUILTIN_NAMESPACES = frozenset({"aten", "prims", "c10d", "_c10d_functional"})
 
 
 class _ScalarMode(TorchFunctionMode):

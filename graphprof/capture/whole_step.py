@@ -36,6 +36,7 @@ from graphprof.capture.graph_constants import (read_constants_at_run_time, read_
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
+from graphprof.capture.sources import is_library
 from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
@@ -44,6 +45,7 @@ from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture import optimizer_state
+from graphprof.capture.name_reads import NameReads, unread_lists
 from graphprof.capture.optimizer_state import OptimizerStateEntries
 from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
@@ -229,7 +231,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             groups.settle()
 
         recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
-        with recorder.active():
+        with recorder.active(), holder.setdefault("names", NameReads(is_library)):
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
@@ -289,7 +291,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
-                                held=() if optimizer_only else python.held(model_state), structure=structure,
+                                held=() if optimizer_only else python.held(model_state, unread_lists(
+                                    python, holder["names"], leaves, params)), structure=structure,
                                 autocast=autocast,
                                 scalar_positions=holder.get("scalar_positions", {}),
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),

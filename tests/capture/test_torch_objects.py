@@ -89,7 +89,7 @@ def test_a_failure_after_the_step_ran_is_undone_before_the_fallback(monkeypatch:
     """An error while recording the captured step, after the capture call ran it: undone, run once."""
     from graphprof.capture.inputs import PythonState
 
-    def broken(self: PythonState, model_state: set[int]) -> tuple:
+    def broken(self: PythonState, *args: Any) -> tuple:
         raise RuntimeError("recording failed")
 
     monkeypatch.setattr(PythonState, "held", broken)

@@ -1,0 +1,177 @@
+"""Which closure variables and globals the user's code loaded while one capture call ran.
+
+A path that does not change a list the step keeps holds it with its items
+(``Hold.CONTENTS``): it may have read them, or its length, which Python
+does not show. With a log appended to on some calls only (``if n % 100 ==
+0: history.append(loss.item())``), every append broke the other path's
+hold, and the first call after each append captured that path again: one
+capture per logging period, each costing about a hundred steps.
+
+The user's frames are traced instruction by instruction during the capture
+call (``sys.settrace``; frames of torch, the standard library and installed
+packages are not, so their cost is one check per Python call): every load
+of a closure variable, a global or a local, and every attribute name, is
+noted. A list held in a closure cell, a module global
+or a default argument that the call never loaded by name, and that nothing else refers to, was
+not read by the step: ``PythonState.held`` holds it as the same object
+only. Anything that could reach it otherwise keeps the items held: names
+loaded dynamically (``globals()``, ``getattr``, ``vars``, frame
+introspection), a debugger or coverage tool already tracing (graphprof
+does not replace its tracer), and user code running on threads the trace
+does not see (an accelerator's backward: the relief is for CPU steps).
+"""
+
+from __future__ import annotations
+
+import dis
+import gc
+import sys
+import types
+from typing import Any, Callable, Iterable
+
+from graphprof.capture.held_values import GENERATED, Place
+
+#: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
+_READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME"})
+#: Names through which code reaches variables without naming them.
+_DYNAMIC = frozenset({"globals", "locals", "vars", "eval", "exec", "getattr", "__dict__", "__closure__",
+                      "__globals__", "_getframe", "f_globals", "f_locals", "f_back", "currentframe", "stack",
+                      "getmembers", "cell_contents", "gc"})
+
+
+class NameReads:
+    """Traces the user's frames for the length of one capture call (a context manager)."""
+
+    def __init__(self, library: Callable[[str], bool]) -> None:
+        self._library = library
+        self._codes: dict[types.CodeType, dict[int, tuple[str, ...]] | None] = {}
+        #: Every name loaded, whatever its kind (a local, a closure variable, a global, an attribute).
+        self.loaded: set[str] = set()
+        self.dynamic = False
+        self.active = False
+
+    def __enter__(self) -> "NameReads":
+        if sys.gettrace() is None:  # a debugger's or coverage tool's tracer is left alone
+            self.active = True
+            sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            sys.settrace(None)
+
+    def _loads(self, code: types.CodeType) -> dict[int, tuple[str, ...]] | None:
+        """Offset -> the names each load in ``code`` reads; None for library code."""
+        if code in self._codes:
+            return self._codes[code]
+        loads = None
+        if not (self._library(code.co_filename) or _installed(code.co_filename)):
+            loads = {}
+            for ins in dis.get_instructions(code):
+                if not (ins.opname.startswith("LOAD_") or ins.opname in _READS):
+                    continue
+                # Any kind of name, each name of a fused instruction (``LOAD_FAST_LOAD_FAST`` in 3.13):
+                # a name loaded as a local in one frame counts as loaded as a global too.
+                names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+                names = tuple(n for n in names if isinstance(n, str))
+                if names:
+                    loads[ins.offset] = names
+        self._codes[code] = loads
+        return loads
+
+    def _call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event != "call" or self._loads(frame.f_code) is None:
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return self._opcode
+
+    def _opcode(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            loads = self._codes.get(frame.f_code)
+            hit = loads.get(frame.f_lasti) if loads else None
+            if hit is not None:
+                self.loaded.update(hit)
+                if not self.dynamic and any(name in _DYNAMIC for name in hit):
+                    self.dynamic = True
+        return self._opcode
+
+    def unread(self, candidates: list[tuple[Any, str, str, Any]], own: Iterable[Any]) -> set[int]:
+        """ids of the ``candidates`` (value, kind, name, its cell or globals dict) the call did not read.
+
+        A candidate is unread when its name was never loaded, no name was
+        loaded dynamically, and everything that refers to it is its own
+        cell or globals dict, a frame, or one of graphprof's records ``own``.
+        """
+        if not self.active or self.dynamic:
+            return set()
+        named = [c for c in candidates if c[2] not in self.loaded]
+        if not named:
+            return set()
+        allowed = {id(c[3]) for c in named} | {id(c) for c in candidates} | {id(candidates)}
+        for record in own:
+            allowed.add(id(record))
+            if hasattr(record, "__dict__"):
+                allowed.add(id(vars(record)))
+        targets = {id(c[0]) for c in named}
+        suspect: set[int] = set()
+        for referrer in gc.get_referrers(*(c[0] for c in named)):
+            if isinstance(referrer, types.FrameType) or id(referrer) in allowed or _ours(referrer):
+                continue
+            if _module_globals(referrer):  # ``log = []`` at the top of a script, bound as a default too
+                suspect.update(id(v) for k, v in referrer.items() if id(v) in targets and k in self.loaded)
+                continue
+            suspect.update(id(v) for v in gc.get_referents(referrer) if id(v) in targets)
+        return targets - suspect
+
+
+def _installed(filename: str) -> bool:
+    """Code of an installed package (transformers, numpy): it cannot name the user's variables, and
+    what it is given comes from the user's frames or from objects the referrer test looks at."""
+    return "site-packages" in filename or "dist-packages" in filename
+
+
+def _ours(obj: Any) -> bool:
+    """A record of graphprof's (a watched entry, a held value or effect of another path, a generated
+    check's namespace): it reads nothing while a step runs."""
+    if type(obj) is dict:
+        return obj.get(GENERATED) is True
+    return (type(obj).__module__ or "").startswith("graphprof.")
+
+
+def _module_globals(obj: Any) -> bool:
+    """Whether ``obj`` is a module's globals dict (its names are loaded as globals, which are traced)."""
+    if type(obj) is not dict:
+        return False
+    module = sys.modules.get(str(obj.get("__name__")))
+    return module is not None and vars(module) is obj
+
+
+def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[tuple[Any, str, str, Any]]:
+    """The lists held in a closure cell, a module global or a default argument that the step did not
+    change (``changed``: ids of its extended or assigned entries), as ``NameReads.unread`` takes them."""
+    found: list[tuple[Any, str, str, Any]] = []
+    for entry in watched:
+        value, where = entry.before, entry.location
+        if type(value) is not list or id(entry) in changed:
+            continue
+        if where.place is Place.ITEM and type(where.owner) is tuple and isinstance(where.key, int):
+            found.append((value, "local", where.describe, where.owner))  # a default argument's value
+        elif where.place is Place.CELL and isinstance(where.owner, types.CellType):
+            found.append((value, "cell", where.describe.rsplit(".", 1)[-1], where.owner))
+        elif where.place is Place.ITEM and _module_globals(where.owner) and isinstance(where.key, str):
+            found.append((value, "global", where.key, where.owner))
+    return found
+
+
+def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: Iterable[Any]) -> set[int]:
+    """ids of the lists ``python`` (a ``PythonState``) watches in closure cells and globals that the
+    capture call did not read (``NameReads.unread``). Only for a step on the CPU: an accelerator's
+    backward runs on threads of its own, where hooks and recomputed forwards are not traced."""
+    import torch
+
+    tensors = [*(t for t in leaves if isinstance(t, torch.Tensor)), *params]
+    if any(t.device.type != "cpu" for t in tensors):
+        return set()
+    candidates = list_candidates(python.watched, python.extended | python.assigned)
+    return names.unread(candidates, python.watched) if candidates else set()
