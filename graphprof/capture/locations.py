@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from graphprof.capture.held_values import Place
+from graphprof.capture.held_values import PLAIN_TYPES, Place
 from graphprof.capture.state import held_in_container, partial_bindings
 
 
@@ -54,6 +55,32 @@ def _cell(cell: types.CellType, label: str) -> Location:
     def put(v: Any) -> None:
         cell.cell_contents = v
     return Location(label, lambda: cell.cell_contents, put, Place.CELL, cell)
+
+
+def _default_locations(f: types.FunctionType) -> Iterator[tuple[Location, Any]]:
+    """The function's default argument values, each where it lives (its ``__defaults__`` slot).
+
+    Binding state as defaults (``def step(x, counter=counter, log=log)``) is the
+    loop-safe way to close over it: a counter or log so bound was never watched,
+    and a replay neither counted nor logged. A default cannot be rebound by the
+    step (that rebinds the parameter), only changed in place, so its slot is
+    read, never written.
+    """
+    code = f.__code__
+    defaults = f.__defaults__ or ()
+    names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+    for i, (name, value) in enumerate(zip(names, defaults)):
+        yield Location(name, functools.partial(operator.getitem, defaults, i), _read_only(name), Place.ITEM,
+                       defaults, i), value
+    kwdefaults = f.__kwdefaults__ or {}
+    for name, value in kwdefaults.items():
+        yield item_location(kwdefaults, name, name), value
+
+
+def _read_only(name: str) -> Callable[[Any], None]:
+    def put(value: Any) -> None:
+        raise TypeError(f"the default value of {name} cannot be rebound")
+    return put
 
 
 def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> Location:
@@ -127,6 +154,11 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             roots.append((name, value))
             if f is func and isinstance(value, types.FunctionType):
                 functions.append(value)
+        for location, value in _default_locations(f):  # ``def step(x, log=log, stats=stats)``
+            if (id(value), location.describe) not in named and type(value) not in PLAIN_TYPES:
+                named.add((id(value), location.describe))
+                yield location, value, True
+                roots.append((location.describe, value))
         globals_ = getattr(f, "__globals__", {})
         for name in f_code.co_names:
             if name in globals_ and (id(globals_), name) not in named:

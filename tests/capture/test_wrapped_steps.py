@@ -88,3 +88,33 @@ def test_a_partial_binding_the_model_and_a_config_replays_and_counts() -> None:
     assert cfg == eager_cfg and cfg["calls"] == 6
     # One graph per scale: autograd saves it for the backward (the README's "one graph per value").
     assert traced.capture_mode == "whole-step" and traced.captures == 2
+
+
+_CALLS = 12
+
+def test_state_bound_as_default_arguments_counts_and_logs_on_every_call() -> None:
+    """``def step(x, counter=counter, log=log)`` binds state the loop-safe way; it was never watched,
+    so a replay neither counted nor logged (the counter stayed at the capture call's 2)."""
+    runs = []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        counter: dict[str, int] = {"n": 0}
+        log: list[float] = []
+
+        def step(x: torch.Tensor, model: nn.Module = model, counter: dict = counter,
+                 log: list = log) -> torch.Tensor:
+            counter["n"] += 1
+            out = model(x).sum()
+            if counter["n"] % 2 == 0:
+                log.append(out.item())
+            return out.detach()
+
+        fn = graphprof.trace(step) if traced else step
+        losses = [fn(torch.full((3, 4), float(i))) for i in range(_CALLS)]
+        runs.append((losses, dict(counter), list(log), fn))
+    (losses_a, counter_a, log_a, _), (losses_b, counter_b, log_b, fn) = runs
+    assert all(torch.equal(a, b) for a, b in zip(losses_a, losses_b))
+    assert counter_a == counter_b == {"n": _CALLS}
+    assert log_a == log_b and len(log_b) == _CALLS // 2
+    assert fn.capture_mode == "whole-step" and fn.captures == 2
