@@ -33,11 +33,14 @@ from graphprof.capture.held_values import GENERATED, Place
 
 #: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
 _READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME"})
-#: Names through which code reaches variables without naming them.
-_DYNAMIC = frozenset({"globals", "locals", "vars", "eval", "exec", "getattr", "__dict__", "__closure__",
-                      "__globals__", "_getframe", "f_globals", "f_locals", "f_back", "currentframe", "stack",
-                      "getmembers", "cell_contents", "gc"})
-
+#: Variables through which code reaches others without naming them (builtins and modules it calls).
+_DYNAMIC = frozenset({"globals", "locals", "vars", "eval", "exec", "getattr", "gc", "inspect"})
+#: Attributes that do the same (``model.eval()`` is not one: an attribute named like a builtin).
+_DYNAMIC_ATTRIBUTES = frozenset({"__dict__", "__closure__", "__globals__", "_getframe", "f_globals", "f_locals",
+                                 "f_back", "currentframe", "stack", "getmembers", "cell_contents", "get_referrers",
+                                 "get_referents"})
+#: Instructions that read an attribute (their names are checked against ``_DYNAMIC_ATTRIBUTES``).
+_ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"})
 
 class NameReads:
     """Traces the user's frames for the length of one capture call (a context manager)."""
@@ -48,6 +51,7 @@ class NameReads:
         #: Every name loaded, whatever its kind (a local, a closure variable, a global, an attribute).
         self.loaded: set[str] = set()
         self.dynamic = False
+        self._dynamic_at: set[tuple[types.CodeType, int]] = set()  # (code, offset) of dynamic loads
         self.active = False
 
     def __enter__(self) -> "NameReads":
@@ -76,6 +80,9 @@ class NameReads:
                 names = tuple(n for n in names if isinstance(n, str))
                 if names:
                     loads[ins.offset] = names
+                    dynamic = _DYNAMIC_ATTRIBUTES if ins.opname in _ATTRIBUTE_READS else _DYNAMIC
+                    if any(n in dynamic for n in names):
+                        self._dynamic_at.add((code, ins.offset))
         self._codes[code] = loads
         return loads
 
@@ -92,7 +99,7 @@ class NameReads:
             hit = loads.get(frame.f_lasti) if loads else None
             if hit is not None:
                 self.loaded.update(hit)
-                if not self.dynamic and any(name in _DYNAMIC for name in hit):
+                if not self.dynamic and (frame.f_code, frame.f_lasti) in self._dynamic_at:
                     self.dynamic = True
         return self._opcode
 

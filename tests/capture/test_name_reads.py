@@ -131,3 +131,31 @@ def test_a_path_that_reaches_the_log_dynamically_still_holds_its_items() -> None
         runs.append([fn(torch.full((3, 4), float(i))) for i in range(CALLS)])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
+
+
+def test_an_attribute_named_like_a_builtin_is_not_a_dynamic_access() -> None:
+    """``model.eval()`` loads the attribute ``eval``, not the builtin: the log still counts as unread."""
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], list[float]]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 2))
+        counter = {"n": 0}
+        log: list[float] = []
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            counter["n"] += 1
+            model.eval()
+            out = model(x).sum()
+            model.train()
+            if counter["n"] % 3 == 0:
+                log.append(out.item())
+            return out.detach()
+        return step, log
+
+    runs = []
+    for traced in (False, True):
+        step, log = make()
+        fn = graphprof.trace(step) if traced else step
+        runs.append(([fn(torch.full((3, 4), float(i))) for i in range(CALLS)], list(log), fn))
+    (out_a, log_a, _), (out_b, log_b, fn) = runs
+    assert all(torch.equal(a, b) for a, b in zip(out_a, out_b)) and log_a == log_b
+    assert fn.captures == 2
