@@ -92,12 +92,12 @@ class HeldValue:
         if self.hold is Hold.TENSOR:
             return tensor_fields(now) == self.value
         if self.hold is Hold.KEYS:
-            return now is self.value and len(now) == len(self.items) and all(map(_same, now, self.items))
-        return _same(now, self.value)
+            return now is self.value and len(now) == len(self.items) and all(map(same_value, now, self.items))
+        return same_value(now, self.value)
 
     def _same_items(self, now: Any) -> bool:
         if type(now) is list:
-            return len(now) == len(self.items) and all(map(_same, now, self.items))
+            return len(now) == len(self.items) and all(map(same_value, now, self.items))
         if len(now) != len(self.items):
             return False
         for (key, item), (was_key, was) in zip(now.items(), self.items):
@@ -106,7 +106,7 @@ class HeldValue:
             if key in self.input_keys:
                 if type(item) is not type(was):
                     return False
-            elif not _same(item, was):
+            elif not same_value(item, was):
                 return False
         return True
 
@@ -118,7 +118,7 @@ def tensor_fields(value: Any) -> tuple:
     return (type(value), tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
 
 
-def _same(now: Any, was: Any) -> bool:
+def same_value(now: Any, was: Any) -> bool:
     """The same object, or for a plain value an equal one of the same type."""
     return now is was or (type(was) in PLAIN_TYPES and type(now) is type(was) and bool(now == was))
 

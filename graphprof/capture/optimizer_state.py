@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from graphprof.capture.held_values import PLAIN_TYPES
+from graphprof.capture.held_values import same_value
 from graphprof.capture.scalars import DataDependentError
 
 #: Per optimizer, its per-parameter dicts and their items (key, value) as the step begins.
@@ -39,11 +39,6 @@ StateSnapshot = list[tuple[torch.optim.Optimizer, list[tuple[Any, dict, list[tup
 def snapshot(optimizers: Sequence[torch.optim.Optimizer]) -> StateSnapshot:
     """Each optimizer's per-parameter dicts and their items, before the step."""
     return [(o, [(p, d, list(d.items())) for p, d in o.state.items() if isinstance(d, dict)]) for o in optimizers]
-
-
-def _same(a: Any, b: Any) -> bool:
-    """The same object, or for a plain number or string an equal one of the same type."""
-    return a is b or (type(a) is type(b) and type(a) in PLAIN_TYPES and a == b)
 
 
 def refuse_replaced(before: StateSnapshot) -> None:
@@ -57,7 +52,7 @@ def refuse_replaced(before: StateSnapshot) -> None:
                                          "would not repeat")
             was = dict(items)
             for key, value in d.items():
-                if key not in was or not _same(value, was[key]):
+                if key not in was or not same_value(value, was[key]):
                     raise DataDependentError(
                         f"the optimizer's step puts a new value in {where}[{key!r}] (not written in place), "
                         "which a replayed graph would not repeat")
@@ -97,7 +92,7 @@ class OptimizerStateEntries:
                 return True
         if sum(map(len, self.every)) != len(self.values):
             return True
-        return not all(map(_same, map(_get, self.holders, self.keys), self.values))
+        return not all(map(same_value, map(_get, self.holders, self.keys), self.values))
 
 
 def _get(d: dict, key: Any) -> Any:
