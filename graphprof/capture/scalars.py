@@ -64,22 +64,19 @@ class Guard:
 CLOCK_READ = "graphprof.clock_read"
 
 
-def _clock_read(nodes: Any) -> str | None:
-    """The clock a value is computed from (``time.time() - start > 60``), or None.
+def _clock_read(operands: Any) -> str | None:
+    """The clock an operand is computed from (``time.time() - start > 60``), or None.
 
     Why refused: a guard is checked before the replay runs, when the later
     readings of the clock have not been taken; the check read them then and
     out of order, so a step that logs by elapsed time captured on every call.
+    Each value computed from a reading carries its clock (``_record``), so
+    this is one look per operand, not a walk of the arithmetic behind it.
     """
-    todo, seen = list(nodes), set()
-    while todo:
-        node = todo.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if CLOCK_READ in node.meta:
-            return str(node.meta[CLOCK_READ])
-        todo.extend(node.all_input_nodes)
+    for op in operands:
+        clock = op.node.meta.get(CLOCK_READ) if isinstance(op, TracedScalar) else None
+        if clock is not None:
+            return str(clock)
     return None
 
 
@@ -172,6 +169,9 @@ class TracedScalar:
             if isinstance(op, TracedScalar) and "graphprof.capture" in op.node.meta:
                 node.meta["graphprof.capture"] = op.node.meta["graphprof.capture"]
                 break
+        clock = _clock_read(operands)
+        if clock is not None:  # a value computed from a clock reading carries it
+            node.meta[CLOCK_READ] = clock
         is_input = all(op.is_input for op in operands if isinstance(op, TracedScalar))
         return TracedScalar(result, node, self._graph, self._where, is_input)
 
@@ -214,7 +214,7 @@ class TracedScalar:
             return NotImplemented if op in _COMPARISONS else self._refuse(what)
         if not GUARD_SINKS or not all(s.is_input for s in scalars):
             return self._refuse(what)
-        clock = _clock_read(s.node for s in scalars)
+        clock = _clock_read(scalars)
         if clock is not None:
             raise DataDependentError(f"{what} at {user_source(2)} depends on the time ({clock}), which a replay "
                                      "cannot know before it runs")
