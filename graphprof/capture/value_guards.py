@@ -131,22 +131,28 @@ class ValuePrefix:
     def __call__(self, *inputs: Any) -> Any:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
         env.update(self.constants)
-
-        def value(node: torch.fx.Node) -> Any:
-            if node not in env:  # a constant the capture then replaced by a node reading it where it is kept
-                if node.op != "call_function" or node.args or node.kwargs:
-                    raise KeyError(node)
-                env[node] = node.target()  # type: ignore[operator]  # a reader: a call without arguments
-            return env[node]
-
         with torch.no_grad():
             for node in self.nodes:
                 if node in env:
                     continue
-                args = torch.fx.map_arg(node.args, value)
-                kwargs = torch.fx.map_arg(node.kwargs, value)
+                try:
+                    args = torch.fx.map_arg(node.args, env.__getitem__)
+                    kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
+                except KeyError:  # a constant the capture then replaced by a node reading it where it is kept
+                    _read_kept(node, env)
+                    args = torch.fx.map_arg(node.args, env.__getitem__)
+                    kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
                 env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
             return self.convert(env[self.nodes[-1]])
+
+
+def _read_kept(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> None:
+    """Read, into ``env``, the inputs of ``node`` that are reader nodes (calls without arguments)."""
+    for arg in node.all_input_nodes:
+        if arg not in env:
+            if arg.op != "call_function" or arg.args or arg.kwargs:
+                raise KeyError(arg)
+            env[arg] = arg.target()  # type: ignore[operator]
 
 
 def sizes(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -267,4 +273,3 @@ class ValueGuards:
         if node.meta.get(_READER) or getattr(target, "__module__", None) in ("_operator", "operator"):
             return ""  # a Python input read at run time, or arithmetic on inputs
         return f"depends on a host call ({getattr(target, '__name__', target)})"
-
