@@ -29,6 +29,8 @@ import sys
 import types
 from typing import Any, Callable, Iterable
 
+import torch
+
 from graphprof.capture.held_values import GENERATED, Place
 
 #: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
@@ -41,6 +43,10 @@ _DYNAMIC_ATTRIBUTES = frozenset({"__dict__", "__closure__", "__globals__", "_get
                                  "get_referents"})
 #: Instructions that read an attribute (their names are checked against ``_DYNAMIC_ATTRIBUTES``).
 _ATTRIBUTE_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "IMPORT_FROM"})
+#: A list the step did not change, by the name its holder gives it: (the list, its name, the cell,
+#: globals dict or defaults tuple holding it).
+Candidate = tuple[list, str, Any]
+
 
 class NameReads:
     """Traces the user's frames for the length of one capture call (a context manager)."""
@@ -103,23 +109,19 @@ class NameReads:
                     self.dynamic = True
         return self._opcode
 
-    def unread(self, candidates: list[tuple[Any, str, str, Any]], own: Iterable[Any]) -> set[int]:
-        """ids of the ``candidates`` (value, kind, name, its cell or globals dict) the call did not read.
+    def unread(self, candidates: list[Candidate]) -> set[int]:
+        """ids of the ``candidates`` the call did not read.
 
         A candidate is unread when its name was never loaded, no name was
         loaded dynamically, and everything that refers to it is its own
-        cell or globals dict, a frame, or one of graphprof's records ``own``.
+        holder, a frame, or one of graphprof's records (``_ours``).
         """
         if not self.active or self.dynamic:
             return set()
-        named = [c for c in candidates if c[2] not in self.loaded]
+        named = [c for c in candidates if c[1] not in self.loaded]
         if not named:
             return set()
-        allowed = {id(c[3]) for c in named} | {id(c) for c in candidates} | {id(candidates)}
-        for record in own:
-            allowed.add(id(record))
-            if hasattr(record, "__dict__"):
-                allowed.add(id(vars(record)))
+        allowed = {id(c[2]) for c in named} | {id(c) for c in candidates} | {id(candidates)}
         targets = {id(c[0]) for c in named}
         suspect: set[int] = set()
         for referrer in gc.get_referrers(*(c[0] for c in named)):
@@ -154,20 +156,20 @@ def _module_globals(obj: Any) -> bool:
     return module is not None and vars(module) is obj
 
 
-def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[tuple[Any, str, str, Any]]:
+def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[Candidate]:
     """The lists held in a closure cell, a module global or a default argument that the step did not
     change (``changed``: ids of its extended or assigned entries), as ``NameReads.unread`` takes them."""
-    found: list[tuple[Any, str, str, Any]] = []
+    found: list[Candidate] = []
     for entry in watched:
         value, where = entry.before, entry.location
         if type(value) is not list or id(entry) in changed:
             continue
         if where.place is Place.ITEM and type(where.owner) is tuple and isinstance(where.key, int):
-            found.append((value, "local", where.describe, where.owner))  # a default argument's value
+            found.append((value, where.describe, where.owner))  # a default argument's value
         elif where.place is Place.CELL and isinstance(where.owner, types.CellType):
-            found.append((value, "cell", where.describe.rsplit(".", 1)[-1], where.owner))
+            found.append((value, where.describe.rsplit(".", 1)[-1], where.owner))
         elif where.place is Place.ITEM and _module_globals(where.owner) and isinstance(where.key, str):
-            found.append((value, "global", where.key, where.owner))
+            found.append((value, where.key, where.owner))
     return found
 
 
@@ -175,10 +177,8 @@ def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: I
     """ids of the lists ``python`` (a ``PythonState``) watches in closure cells and globals that the
     capture call did not read (``NameReads.unread``). Only for a step on the CPU: an accelerator's
     backward runs on threads of its own, where hooks and recomputed forwards are not traced."""
-    import torch
-
     tensors = [*(t for t in leaves if isinstance(t, torch.Tensor)), *params]
     if any(t.device.type != "cpu" for t in tensors):
         return set()
     candidates = list_candidates(python.watched, python.extended | python.assigned)
-    return names.unread(candidates, python.watched) if candidates else set()
+    return names.unread(candidates) if candidates else set()

@@ -44,9 +44,8 @@ from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
-from graphprof.capture import optimizer_state
 from graphprof.capture.name_reads import NameReads, unread_lists
-from graphprof.capture.optimizer_state import OptimizerStateEntries
+from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
@@ -186,7 +185,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     flags = ParameterFlags(state.params.values())
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
-    optimizer_state_before = optimizer_state.snapshot(state.optimizers)
+    optimizer_state_before = snapshot(state.optimizers)
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
@@ -248,7 +247,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
-        optimizer_state.refuse_replaced(optimizer_state_before)
+        refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
     try:
