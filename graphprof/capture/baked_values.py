@@ -129,18 +129,20 @@ class BakedValues:
     __slots__ = ("state", "held", "held_check", "structure", "values", "group_tests", "modes", "_same_mode")
 
     def __init__(self, state: StateIndex, held: tuple[HeldValue, ...] = (),
-                 structure: ModuleStructure | None = None) -> None:
+                 structure: ModuleStructure | None = None, modes: tuple[Any, ...] | None = None) -> None:
         self.state = state
         #: The watched Python values the step's decisions were made on, and their generated test.
         self.held = held
         self.held_check = compile_held_check(held)
         #: The modules' parameters, buffers, submodules and hooks (capture/module_structure.py).
         self.structure = structure
-        self.values = guard_values(state)
+        now = guard_values(state)
+        # The flags the step found (capture/module_modes.py): a step's own ``model.train()`` is replayed.
+        self.values = now if modes is None else (now[0], modes)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().
         self.group_tests = tuple(map(_group_test, groups)) if all(type(g) is dict for g in groups) else None
-        #: Each module's ``training`` flag at capture, in ``state.module_objects()`` order.
+        #: Each module's ``training`` flag when the capture call began, in ``state.module_objects()`` order.
         self.modes = self.values[1]
         first = self.modes[0] if self.modes else _MIXED
         self._same_mode = first if all(m is first for m in self.modes) else _MIXED

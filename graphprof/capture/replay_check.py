@@ -53,7 +53,8 @@ class Path(Generic[Runner]):
     @classmethod
     def of(cls, runner: Runner, captured: CapturedStep, last: LastSignature | None) -> "Path[Runner]":
         """A new capture's path, its check written now (in the capture call, not in a profiled step)."""
-        path = cls(runner, captured, BakedValues(captured.state, captured.held, captured.structure))
+        path = cls(runner, captured, BakedValues(captured.state, captured.held, captured.structure,
+                                                    captured.modes_at_entry))
         if last is not None:
             path.check = replay_check(last, path.baked, captured)
         return path

@@ -46,6 +46,7 @@ from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.name_reads import NameReads, unread_lists
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
+from graphprof.capture.module_modes import ModuleModes
 from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
@@ -89,6 +90,9 @@ class CapturedStep:
     #: Per grad param, its ``requires_grad`` at capture: the graph computes exactly those gradients,
     #: so freezing or unfreezing a parameter between calls needs another graph.
     requires_grad_at_entry: tuple[bool, ...] = ()
+    #: Each module's ``training`` flag when the capture call began, in ``state.module_objects()``
+    #: order (None: read from the modules as the step left them, for a step made by hand in tests).
+    modes_at_entry: tuple[Any, ...] | None = None
 
     #: The lists and dicts among the arguments that the step changes, and the tensors whose
     #: ``requires_grad`` or ``.grad`` it sets (capture/argument_writes.py): the runner gives it each
@@ -183,6 +187,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
     flags = ParameterFlags(state.params.values())
+    modes = ModuleModes(state.module_objects())
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
     optimizer_state_before = snapshot(state.optimizers)
@@ -247,6 +252,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
+        modes.effects(recorder.graph, recorder.context(()))  # ``model.train()`` inside the step
         refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
@@ -283,6 +289,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
         def undo() -> None:
             flags.restore()
+            modes.restore()
             recorder.write_log.restore()
             python.restore()
             holder["torch_objects"].restore()
@@ -297,6 +304,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(map(flags.at_entry, params)),
+                                modes_at_entry=modes.at_entry,
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
@@ -305,6 +313,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
         flags.restore()
+        modes.restore()
         if "recorder" in holder:
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].write_log.restore()
