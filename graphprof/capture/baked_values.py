@@ -51,13 +51,14 @@ def baked(value: Any) -> Any:
     return ("object", type(value).__name__)
 
 
-def guard_values(state: StateIndex) -> tuple:
-    """Python values baked into a graph: optimizer flags (foreach, amsgrad, ...), module modes."""
+def guard_values(state: StateIndex, modes_read: bool = True) -> tuple:
+    """Python values baked into a graph: optimizer flags (foreach, amsgrad, ...), module modes (none
+    where the step read no flag)."""
     hyper = tuple(
         tuple((k, baked(v)) for k, v in group.items() if k != "params")
         for opt in state.optimizers for group in opt.param_groups
     )
-    modes = tuple(map(_TRAINING, state.module_objects()))
+    modes = tuple(map(_TRAINING, state.module_objects())) if modes_read else ()
     return hyper, modes
 
 
@@ -126,19 +127,23 @@ def _group_test(group: dict) -> Callable[[dict], bool]:
 class BakedValues:
     """The values baked into one captured graph, and whether this call's differ."""
 
-    __slots__ = ("state", "held", "held_check", "structure", "values", "group_tests", "modes", "_same_mode")
+    __slots__ = ("state", "held", "held_check", "structure", "values", "group_tests", "modes", "modes_read",
+                 "_same_mode")
 
     def __init__(self, state: StateIndex, held: tuple[HeldValue, ...] = (),
-                 structure: ModuleStructure | None = None, modes: tuple[Any, ...] | None = None) -> None:
+                 structure: ModuleStructure | None = None, modes: tuple[Any, ...] | None = None,
+                 modes_read: bool = True) -> None:
         self.state = state
         #: The watched Python values the step's decisions were made on, and their generated test.
         self.held = held
         self.held_check = compile_held_check(held)
         #: The modules' parameters, buffers, submodules and hooks (capture/module_structure.py).
         self.structure = structure
-        now = guard_values(state)
+        #: Whether the step read any module's ``training`` flag (capture/name_reads.py, ``unnamed_attributes``).
+        self.modes_read = modes_read
+        now = guard_values(state, modes_read)
         # The flags the step found (capture/module_modes.py): a step's own ``model.train()`` is replayed.
-        self.values = now if modes is None else (now[0], modes)
+        self.values = now if modes is None or not modes_read else (now[0], modes)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().
         self.group_tests = tuple(map(_group_test, groups)) if all(type(g) is dict for g in groups) else None
@@ -150,7 +155,7 @@ class BakedValues:
     def changed(self) -> str | None:
         """None when every baked value is as it was at capture, else the phrase naming the first change."""
         if not self._unchanged():
-            now = guard_values(self.state)
+            now = guard_values(self.state, self.modes_read)
             if now != self.values:
                 return what_changed(self.values, now, self.state)
         if not self.held_check():
@@ -174,6 +179,8 @@ class BakedValues:
                 i += 1
         if i != len(checks):
             return False
+        if not self.modes_read:
+            return True
         objects = self.state.module_objects()
         if len(objects) != len(self.modes):
             return False

@@ -38,7 +38,7 @@ import torch.fx
 from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
-from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, tensor_fields
+from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import Location, item_location, reachable_locations
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
@@ -323,16 +323,22 @@ class PythonState:
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
 
-    def held(self, model_state: set[int], unread: Set[int] = frozenset()) -> tuple[HeldValue, ...]:
+    def held(self, model_state: set[int], unread: Set[int] = frozenset(),
+             unnamed: Callable[[str], bool] = lambda name: False) -> tuple[HeldValue, ...]:
         """What the graph was decided on, after ``effects`` (capture/held_values.py says why): every
         watched value, the type of every input number and of every value the step assigns, and the
         fields of every tensor the graph reads at run time (``model_state``: ids of parameters,
-        buffers and optimizer state, held as the objects themselves)."""
+        buffers and optimizer state, held as the objects themselves). A module's field that no
+        code the step ran names (``unnamed``, capture/name_reads.py) was not read: it is not held."""
         held = []
+        touched = self.assigned | self.pinned | self.extended | self.inputs.keys()
         for entry in self.watched:
             where, before = entry.location, entry.before
             if isinstance(where.keeper, nn.Module) and id(entry) not in self.assigned:
                 continue  # a buffer the step reads: model state (capture/locations.py, buffer_locations)
+            if (where.place is Place.ATTRIBUTE and isinstance(where.owner, nn.Module) and type(where.key) is str
+                    and id(entry) not in touched and unnamed(where.key)):
+                continue  # ``in_features`` of a Linear: no code that ran could read it
             items: tuple = ()
             value: Any
             kept_tensor = isinstance(before, torch.Tensor) and id(before) not in model_state

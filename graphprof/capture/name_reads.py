@@ -30,6 +30,7 @@ import types
 from typing import Any, Callable, Iterable
 
 import torch
+from torch import nn
 
 from graphprof.capture.held_values import GENERATED, Place
 
@@ -56,6 +57,9 @@ class NameReads:
         self._codes: dict[types.CodeType, dict[int, tuple[str, ...]] | None] = {}
         #: Every name loaded, whatever its kind (a local, a closure variable, a global, an attribute).
         self.loaded: set[str] = set()
+        #: Every name any code that ran could read: the names and string constants of each code
+        #: object (the user's and the libraries'), whether or not the instruction ran.
+        self.named: set[str] = set()
         self.dynamic = False
         self._dynamic_at: set[tuple[types.CodeType, int]] = set()  # (code, offset) of dynamic loads
         self.active = False
@@ -74,6 +78,8 @@ class NameReads:
         """Offset -> the names each load in ``code`` reads; None for library code."""
         if code in self._codes:
             return self._codes[code]
+        self.named.update(code.co_names)
+        self.named.update(c for c in code.co_consts if type(c) is str)
         loads = None
         if not (self._library(code.co_filename) or _installed(code.co_filename)):
             loads = {}
@@ -134,6 +140,25 @@ class NameReads:
         return targets - suspect
 
 
+def unnamed_attributes(names: NameReads, modules: Iterable[nn.Module], leaves: Iterable[Any],
+                       params: Iterable[Any]) -> Callable[[str], bool]:
+    """A test that no code the capture call ran could have read a module attribute of this name.
+
+    An attribute of an ``nn.Module`` is read by code that names it (``self.training``,
+    ``getattr(self, "gradient_checkpointing", False)``): a name that no code object that ran has
+    among its names or string constants was not read, whatever that code's branches did. A
+    Linear's ``in_features`` is such a field, and so, in a step without dropout or batch norm,
+    is every module's ``training`` flag. The test says "read" (False) for every name when the
+    trace did not run, a name was loaded dynamically, the step is not on the CPU, or a module is
+    a ScriptModule (its attributes are read by TorchScript, not by Python code).
+    """
+    if (not names.active or names.dynamic or not on_the_cpu(leaves, params)
+            or any(isinstance(m, torch.jit.ScriptModule) for m in modules)):
+        return lambda name: False
+    named = frozenset(names.named)
+    return lambda name: name not in named
+
+
 def _installed(filename: str) -> bool:
     """Code of an installed package (transformers, numpy): it cannot name the user's variables, and
     what it is given comes from the user's frames or from objects the referrer test looks at."""
@@ -173,12 +198,17 @@ def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[Candidate
     return found
 
 
+def on_the_cpu(leaves: Iterable[Any], params: Iterable[Any]) -> bool:
+    """Whether every tensor argument and parameter is on the CPU, where the whole step runs on the
+    traced thread: an accelerator's backward runs on threads of its own, where hooks and
+    recomputed forwards are not traced."""
+    return all(t.device.type == "cpu" for t in (*(t for t in leaves if isinstance(t, torch.Tensor)), *params))
+
+
 def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: Iterable[Any]) -> set[int]:
     """ids of the lists ``python`` (a ``PythonState``) watches in closure cells and globals that the
-    capture call did not read (``NameReads.unread``). Only for a step on the CPU: an accelerator's
-    backward runs on threads of its own, where hooks and recomputed forwards are not traced."""
-    tensors = [*(t for t in leaves if isinstance(t, torch.Tensor)), *params]
-    if any(t.device.type != "cpu" for t in tensors):
+    capture call did not read (``NameReads.unread``). Only for a step on the CPU (``on_the_cpu``)."""
+    if not on_the_cpu(leaves, params):
         return set()
     candidates = list_candidates(python.watched, python.extended | python.assigned)
     return names.unread(candidates) if candidates else set()

@@ -54,7 +54,7 @@ class Path(Generic[Runner]):
     def of(cls, runner: Runner, captured: CapturedStep, last: LastSignature | None) -> "Path[Runner]":
         """A new capture's path, its check written now (in the capture call, not in a profiled step)."""
         path = cls(runner, captured, BakedValues(captured.state, captured.held, captured.structure,
-                                                    captured.modes_at_entry))
+                                                    captured.modes_at_entry, captured.modes_read))
         if last is not None:
             path.check = replay_check(last, path.baked, captured)
         return path
@@ -90,7 +90,7 @@ def replay_check(last: LastSignature, baked: BakedValues, step: CapturedStep) ->
     """The check for the path (``baked``, ``step``) of ``last``'s signature, or None where the
     path's tests cannot be written out (``BakedValues`` has no exact cheap test for its groups)."""
     if (baked.group_tests is None or baked.state is not step.state
-            or len(baked.state.module_objects()) != len(baked.modes)):
+            or (baked.modes_read and len(baked.state.module_objects()) != len(baked.modes))):
         return None
     code = _Code()
     _signature(code, last)
@@ -156,11 +156,12 @@ def _optimizers(code: _Code, baked: BakedValues, step: CapturedStep) -> None:
 
 
 def _modules(code: _Code, baked: BakedValues) -> None:
-    """Every module's ``training`` flag as at capture, read from the tuple ``_unchanged`` reads."""
+    """Every module's ``training`` flag as at capture, read from the tuple ``_unchanged`` reads (none
+    where no code the step ran names the flag, ``BakedValues.modes_read``)."""
     modules = baked.state.module_objects()
     tuple_name = code.bind(modules, "modules")
     code.fail_if(f"{code.bind(baked.state.module_objects, 'objects')}() is not {tuple_name}")
-    if not modules:
+    if not modules or not baked.modes_read:
         return
     # Unpacked into locals: one read of the tuple, not a global per module.
     names = [f"m{i}" for i in range(len(modules))]

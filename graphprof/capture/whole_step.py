@@ -44,7 +44,7 @@ from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
-from graphprof.capture.name_reads import NameReads, unread_lists
+from graphprof.capture.name_reads import NameReads, unnamed_attributes, unread_lists
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.module_modes import ModuleModes
 from graphprof.capture.parameter_flags import ParameterFlags
@@ -93,6 +93,9 @@ class CapturedStep:
     #: Each module's ``training`` flag when the capture call began, in ``state.module_objects()``
     #: order (None: read from the modules as the step left them, for a step made by hand in tests).
     modes_at_entry: tuple[Any, ...] | None = None
+    #: False where no code the step ran names ``training`` (``unnamed_attributes``): the graph
+    #: depends on no module's flag, and a replay checks none.
+    modes_read: bool = True
 
     #: The lists and dicts among the arguments that the step changes, and the tensors whose
     #: ``requires_grad`` or ``.grad`` it sets (capture/argument_writes.py): the runner gives it each
@@ -295,16 +298,17 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             holder["torch_objects"].restore()
 
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
+        unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=() if optimizer_only else python.held(model_state, unread_lists(
-                                    python, holder["names"], leaves, params)), structure=structure,
+                                    python, holder["names"], leaves, params), unnamed), structure=structure,
                                 autocast=autocast,
                                 scalar_positions=holder.get("scalar_positions", {}),
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(map(flags.at_entry, params)),
-                                modes_at_entry=modes.at_entry,
+                                modes_at_entry=modes.at_entry, modes_read=not unnamed("training"),
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
