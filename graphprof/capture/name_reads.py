@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.held_values import GENERATED, Place
+from graphprof.capture.scalars import DataDependentError
 
 #: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
 _READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME"})
@@ -62,6 +63,14 @@ class NameReads:
         self.named: set[str] = set()
         self.dynamic = False
         self._dynamic_at: set[tuple[types.CodeType, int]] = set()  # (code, offset) of dynamic loads
+        #: (kind, name) of each load for a use other than appending to the object (``sum(hist)``,
+        #: ``len(hist)``, ``h = hist``): what a list the step also extends must not be
+        #: (``refuse_reading_extended_lists``). Kinds: ``_KINDS``' values and "item" (``logs["loss"]``).
+        self.read_uses: set[tuple[str, str]] = set()
+        self._uses: dict[tuple[types.CodeType, int], tuple[str, tuple[str, ...], str]] = {}  # -> kind, names, use
+        #: Whether every list watched under (kind, name) has grown in this call (its last item is this
+        #: call's): set by the capture once the step's state is watched.
+        self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
         self.active = False
 
     def __enter__(self) -> "NameReads":
@@ -83,9 +92,11 @@ class NameReads:
         loads = None
         if not (self._library(code.co_filename) or _installed(code.co_filename)):
             loads = {}
-            for ins in dis.get_instructions(code):
+            instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "EXTENDED_ARG"]
+            for j, ins in enumerate(instructions):
                 if not (ins.opname.startswith("LOAD_") or ins.opname in _READS):
                     continue
+                self._note_use(code, instructions, j)
                 # Any kind of name, each name of a fused instruction (``LOAD_FAST_LOAD_FAST`` in 3.13):
                 # a name loaded as a local in one frame counts as loaded as a global too.
                 names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
@@ -111,9 +122,34 @@ class NameReads:
             hit = loads.get(frame.f_lasti) if loads else None
             if hit is not None:
                 self.loaded.update(hit)
+                use = self._uses.get((frame.f_code, frame.f_lasti))
+                if use is not None:
+                    kind, used, how = use
+                    if how is _READ:
+                        self.read_uses.update((kind, n) for n in used)
+                    else:  # ``hist[-1]``: this call's own value once the list has grown
+                        self.read_uses.update((kind, n) for n in used if not self.grown((kind, n)))
                 if not self.dynamic and (frame.f_code, frame.f_lasti) in self._dynamic_at:
                     self.dynamic = True
         return self._opcode
+
+    def _note_use(self, code: types.CodeType, instructions: list[dis.Instruction], j: int) -> None:
+        """Note what the load ``instructions[j]`` is used for, where that is not appending to it."""
+        ins = instructions[j]
+        names: tuple[str, ...]
+        if ins.opname == "LOAD_CONST":
+            kind, names = "item", ((ins.argval,) if isinstance(ins.argval, str) else ())
+        else:
+            kind = _KINDS.get(ins.opname, "")
+            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+            names = tuple(n for n in names if isinstance(n, str))
+        if not kind or not names:
+            return
+        how = _use(instructions, j)
+        if len(names) > 1 and how is not None:  # a fused load: only the last name's use is known
+            how = _READ
+        if how is not None and how is not _APPEND:
+            self._uses[(code, ins.offset)] = (kind, names, how)
 
     def unread(self, candidates: list[Candidate]) -> set[int]:
         """ids of the ``candidates`` the call did not read.
@@ -159,6 +195,36 @@ def unnamed_attributes(names: NameReads, modules: Iterable[nn.Module], leaves: I
     return lambda name: name not in named
 
 
+_APPEND, _READ, _LAST = "append", "read", "last"
+#: How each load instruction reaches a name: a closure cell, a global, a local (a default
+#: argument's parameter) or an attribute.
+_KINDS = {"LOAD_DEREF": "cell", "LOAD_CLASSDEREF": "cell", "LOAD_CLOSURE": "cell", "LOAD_GLOBAL": "global",
+          "LOAD_NAME": "global", "LOAD_FAST": "fast", "LOAD_FAST_CHECK": "fast", "LOAD_FAST_AND_CLEAR": "fast",
+          "LOAD_FAST_LOAD_FAST": "fast", "LOAD_FAST_BORROW": "fast", "LOAD_FAST_BORROW_LOAD_FAST_BORROW": "fast",
+          "LOAD_ATTR": "attribute", "LOAD_METHOD": "attribute", "LOAD_SUPER_ATTR": "attribute"}
+
+
+def _use(instructions: list[dis.Instruction], j: int) -> str | None:
+    """What the code does with the object loaded by ``instructions[j]``: appends to it
+    (``hist.append``), reads its last item (``hist[-1]``), or anything else (read). For a string
+    constant: the use of the item it subscripts (``logs["loss"].append``), None where it is not
+    a subscript (a constant is not a name)."""
+    k = j + 1
+    if instructions[j].opname == "LOAD_CONST":
+        if k >= len(instructions) or instructions[k].opname != "BINARY_SUBSCR":
+            return None
+        k += 1
+    if k >= len(instructions):
+        return _READ
+    nxt = instructions[k]
+    if nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in ("append", "extend"):
+        return _APPEND
+    if (nxt.opname == "LOAD_CONST" and nxt.argval == -1 and k + 1 < len(instructions)
+            and instructions[k + 1].opname == "BINARY_SUBSCR"):
+        return _LAST
+    return _READ
+
+
 def _installed(filename: str) -> bool:
     """Code of an installed package (transformers, numpy): it cannot name the user's variables, and
     what it is given comes from the user's frames or from objects the referrer test looks at."""
@@ -179,6 +245,52 @@ def _module_globals(obj: Any) -> bool:
         return False
     module = sys.modules.get(str(obj.get("__name__")))
     return module is not None and vars(module) is obj
+
+
+def watched_names(where: Any) -> tuple[tuple[str, str], ...]:
+    """How code loads a watched value (a ``Location``), as ``NameReads.read_uses`` notes loads: its
+    closure variable, global, attribute, default argument or string key in a dict."""
+    if where.place is Place.CELL:
+        return (("cell", str(where.describe.rsplit(".", 1)[-1])),)
+    if where.place is Place.ATTRIBUTE:
+        return (("attribute", str(where.key)),)
+    if where.place is Place.ITEM and isinstance(where.key, str):
+        if _module_globals(where.owner):
+            return (("global", where.key),)
+        if where.describe == where.key:  # a keyword-only default, labelled by its parameter alone
+            return (("fast", where.key),)
+        return (("item", where.key),)
+    if where.place is Place.ITEM and type(where.owner) is tuple:
+        return (("fast", str(where.describe)),)  # a default argument's value, named after its parameter
+    return ()
+
+
+def grown_lists(watched: Iterable[Any]) -> Callable[[tuple[str, str]], bool]:
+    """``NameReads.grown``: whether every watched list loaded as (kind, name) is longer than when
+    the step began, so that its last item is one the step appended (a graph value, not a constant)."""
+    lists = [e for e in watched if type(e.before) is list and e.snapshot is not None]
+
+    def grown(name: tuple[str, str]) -> bool:
+        named = [e for e in lists if name in watched_names(e.location)]
+        return bool(named) and all(len(e.before) > len(e.snapshot) for e in named)
+
+    return grown
+
+
+def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
+    """Refuse a step that reads a list it also extends (``python``: a ``PythonState`` after its
+    effects): ``sum(hist[-3:])`` or ``len(hist)`` after ``hist.append(loss.item())`` would be
+    computed from the capture call's items and length, as constants, on every replay, and
+    silently differ from eager. Reading back the item just appended (``hist[-1]``) is a graph
+    value, and allowed. Without a trace, or with names loaded dynamically, nothing is known."""
+    if not names.active or names.dynamic or not names.read_uses:
+        return
+    for entry in python.watched:
+        if id(entry) in python.extended and type(entry.before) is list:
+            if any(name in names.read_uses for name in watched_names(entry.location)):
+                raise DataDependentError(
+                    f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "
+                    "the items and length the capture call found, not the ones eager finds")
 
 
 def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[Candidate]:

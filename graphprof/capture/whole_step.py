@@ -44,7 +44,8 @@ from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
-from graphprof.capture.name_reads import NameReads, unnamed_attributes, unread_lists
+from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists, unnamed_attributes,
+                                          unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.module_modes import ModuleModes
 from graphprof.capture.parameter_flags import ParameterFlags
@@ -238,9 +239,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             groups.settle()
 
         recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
-        with recorder.active(), holder.setdefault("names", NameReads(is_library)):
+        names = holder.setdefault("names", NameReads(is_library))
+        names.grown = grown_lists(python.watched)
+        with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
+        refuse_reading_extended_lists(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         hyperparameters.restore()  # the user's optimizer keeps its real numbers
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
