@@ -39,7 +39,8 @@ from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
-from graphprof.capture.locations import Location, item_location, reachable_locations
+from graphprof.capture.locations import (Location, attribute_location, item_location, plain_object,
+                                         reachable_locations)
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
@@ -212,12 +213,15 @@ class PythonState:
     pinned: set[int] = field(default_factory=set)
     #: How many watched entries are lists or dicts (``_watch_items`` stops at ``NESTED_LIMIT``).
     containers: int = 0
+    #: ids of the objects whose fields are watched (each once, wherever the step reaches it).
+    objects: set[int] = field(default_factory=set)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
               arguments: Sequence[tuple[str, Any]] = (), hooks: Sequence[Any] = ()) -> "PythonState":
         state = cls()
         reachable = list(reachable_locations(fn, arguments, hooks))
+        state.objects = {id(loc.owner) for loc, _, _ in reachable if loc.place is Place.ATTRIBUTE}
         for location, value, _ in reachable:  # before anything is replaced by an input: nothing to undo
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
@@ -255,6 +259,23 @@ class PythonState:
                   and self.containers < NESTED_LIMIT):
                 inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
                 self._watch_items(inner, graph, record, depth - 1)
+            elif depth > 0 and plain_object(item) and id(item) not in self.objects and self.containers < NESTED_LIMIT:
+                self._watch_fields(item, f"{label}[{key!r}]", graph, record, depth - 1)
+
+    def _watch_fields(self, obj: Any, label: str, graph: torch.fx.Graph, record: Callable[[], Any], depth: int) -> None:
+        """The fields of an object in a list or dict of the step's own (``meters["loss"].update(v)`` on an
+        ``AverageMeter``), watched as those of an object the step names: numbers are inputs, lists
+        and dicts are watched ``depth`` levels further down."""
+        self.objects.add(id(obj))
+        self.containers += 1
+        for name, value in list(vars(obj).items()):
+            if not isinstance(name, str):
+                continue
+            entry = self._add(_Watched(attribute_location(obj, name, label), value, _contents(value)))
+            if _is_number(value):
+                self._make_input(entry, graph, record)
+            elif entry.snapshot is not None:
+                self._watch_items(entry, graph, record, depth)
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
         location = entry.location

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.held_values import PLAIN_TYPES, Place
+from graphprof.capture.sources import is_library
 from graphprof.capture.state import held_in_container, partial_bindings
 
 
@@ -86,6 +88,23 @@ def _read_only(name: str) -> Callable[[Any], None]:
 def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> Location:
     return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
                     container, key, keeper)
+
+
+def plain_object(value: Any) -> bool:
+    """An object of a class from the user's own code (an ``AverageMeter`` kept in a dict of meters):
+    its fields are the step's state, as those of an object the step names are. Not one of a
+    library's (the loggers in ``logging``'s registry, whose levels the library compares)."""
+    if isinstance(value, nn.Module) or not _watched(value):
+        return False
+    module = sys.modules.get(type(value).__module__)
+    filename = getattr(module, "__file__", None)
+    return filename is None or not (is_library(filename) or "site-packages" in filename
+                                    or "dist-packages" in filename)
+
+
+def attribute_location(obj: Any, name: str, label: str) -> Location:
+    """Where ``obj.name`` lives, labelled ``{label}.{name}`` (``label``: the object's own)."""
+    return _attr(obj, name, label)
 
 
 def _watched(value: Any) -> bool:

@@ -47,6 +47,7 @@ from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists, unnamed_attributes,
                                           unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
+from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
 from graphprof.capture.module_modes import ModuleModes
 from graphprof.capture.parameter_flags import ParameterFlags
 from graphprof.capture.torch_objects import TorchObjects
@@ -224,6 +225,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments,
                                    hook_functions(state.module_objects()))
         holder["python"] = python
+        holder["deep"] = DeepContents((e.location.describe, e.location.get()) for e in python.watched)
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
                                                 *(obj for _, obj in arguments)])
         hyperparameters = recorder.hyperparameters
@@ -260,6 +262,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
         modes.effects(recorder.graph, recorder.context(()))  # ``model.train()`` inside the step
+        refuse_escaped_scalars(python.watched)  # after every effect: what is left was never watched
         refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
@@ -298,6 +301,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             flags.restore()
             modes.restore()
             recorder.write_log.restore()
+            holder["deep"].restore()  # before the watched values: they hold the capture's inputs
             python.restore()
             holder["torch_objects"].restore()
 
@@ -325,6 +329,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if "recorder" in holder:
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].write_log.restore()
+        if "deep" in holder:
+            holder["deep"].restore()
         if "python" in holder:
             holder["python"].restore()
         if "torch_objects" in holder:

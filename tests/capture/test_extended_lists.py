@@ -81,7 +81,7 @@ def _dict_item_mean(w: Any, loss: torch.Tensor) -> float:
 
 
 READERS: dict[str, Reader] = {"a moving average": _moving_average, "a count": _scaled_by_count,
-                              "the previous item": _previous_before_append,
+                              "the previous item": _previous_before_append, "an attribute's mean": _attribute_mean,
                               "a dict item's mean": _dict_item_mean}
 
 
@@ -108,6 +108,7 @@ def test_a_step_reading_a_list_it_extends_is_refused_and_equals_eager(case: str)
 
 def _append_only(w: Any, loss: torch.Tensor) -> None:
     w["hist"].append(loss.item())
+    w["trainer"].history.append(loss.item())
     w["logs"]["loss"].append(loss.item())
 
 

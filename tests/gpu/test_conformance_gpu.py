@@ -126,3 +126,59 @@ def test_a_log_appended_every_third_call_on_the_device_equals_eager() -> None:
         assert history_a == history_b, f"history differs after call {i}"
         assert_modules_equal(model_a, model_b, f"after call {i}")
     assert len(history_b) == 3
+
+
+class _AverageMeter:
+    def __init__(self) -> None:
+        self.sum = 0.0
+        self.count = 0
+        self.avg = 0.0
+
+    def update(self, value: float, n: int = 1) -> None:
+        self.sum += value * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+@pytest.mark.parametrize("moving_average", [False, True], ids=["meters", "moving average"])
+def test_meters_and_a_moving_average_on_the_device_equal_eager(moving_average: bool) -> None:
+    """A dict of meters is replayed whole-step; a moving average over a list the step appends to is
+    refused (segments, one warning): both equal eager, call by call."""
+    import warnings
+
+    def make() -> tuple[torch.nn.Module, Any, Any]:
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        meters = {"loss": _AverageMeter()}
+        window: list[float] = []
+
+        def step(x: torch.Tensor) -> Any:
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            meters["loss"].update(loss.item(), x.size(0))
+            if moving_average:
+                window.append(loss.item())
+                return sum(window[-3:]) / len(window[-3:])
+            return loss.detach()
+
+        return model, step, lambda: (vars(meters["loss"]).copy(), list(window))
+
+    sides = []
+    for traced_side in (False, True):
+        torch.manual_seed(0)
+        model, step, observed = make()
+        model.to(_device())
+        sides.append((model, graphprof.trace(step) if traced_side else step, observed))
+    (model_a, step_a, seen_a), (model_b, traced, seen_b) = sides
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(6):
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(i)).to(_device())
+            a, b = step_a(x), traced(x)
+            assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), f"result differs after call {i}"
+            assert seen_a() == seen_b(), f"meters or window differ after call {i}"
+            assert_modules_equal(model_a, model_b, f"after call {i}")
+    assert traced.capture_mode == ("segments" if moving_average else "whole-step")
+    assert sum("a list it also appends to" in str(w.message) for w in caught) == (1 if moving_average else 0)

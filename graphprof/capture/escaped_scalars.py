@@ -1,0 +1,148 @@
+"""Numbers read from tensors that the step left where graphprof does not watch: refused, not left behind.
+
+During the capture call a number the step reads from a tensor (``loss.item()``)
+is a ``TracedScalar``, so that what the step computes from it is recorded.
+What the step keeps in watched state (a closure's list, an object's fields,
+the items of its dicts) becomes an effect that a replay repeats, and the
+user's objects get real numbers back. What it keeps further away was left
+as it was: a ``TracedScalar`` in the user's object, which no replay updated
+(a ``collections.deque`` of recent losses, a logger two objects down), and
+which raised the first time eager code compared it.
+
+After the step's effects, ``refuse_escaped_scalars`` walks the watched
+values a few levels down (lists, tuples, deques, sets, dicts and the fields
+of plain objects, at most ``WALK_LIMIT`` objects) and refuses the capture
+where it finds one, naming where: the step is profiled another way, with
+one warning, instead of leaving a value a replay would never write.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable, Iterator
+
+import torch
+from torch import nn
+
+from graphprof.capture.scalars import DataDependentError, TracedScalar
+
+#: How many objects the walk looks at, and how deep below a watched value.
+WALK_LIMIT = 20000
+WALK_DEPTH = 4
+#: Of a longer list or dict, the walk looks at the newest items only (appended ones are at the end).
+WIDE = 1024
+_SEQUENCES = (list, tuple, collections.deque, set, frozenset)
+_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, nn.Module, torch.optim.Optimizer, type)
+
+
+Path = tuple[Any, ...]  # a root's label, then keys ("[k]") and field names (".name")
+
+
+def _below(roots: Iterable[tuple[str, Any]]) -> Iterator[tuple[Path, Any]]:
+    """(path, object) of every list, tuple, deque, set, dict and plain object below ``roots``, and
+    every ``TracedScalar``, depth first, at most ``WALK_LIMIT`` objects and ``WALK_DEPTH`` levels
+    down. Paths are built, not formatted: formatting a key calls its ``__repr__``, the user's code."""
+    seen: set[int] = set()
+    stack: list[tuple[Path, Any, int]] = [((label,), value, 0) for label, value in roots]
+    while stack and len(seen) < WALK_LIMIT:
+        path, value, depth = stack.pop()
+        if type(value) is TracedScalar:
+            yield path, value
+            continue
+        if isinstance(value, _LEAVES) or id(value) in seen or depth > WALK_DEPTH:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            yield path, value
+            stack += [((*path, _Key(k)), v, depth + 1) for k, v in list(value.items())[-WIDE:]]
+        elif isinstance(value, _SEQUENCES):
+            yield path, value
+            items = list(value)
+            start = max(0, len(items) - WIDE)
+            stack += [((*path, _Key(start + i)), v, depth + 1) for i, v in enumerate(items[start:])]
+        elif _plain(value):
+            yield path, value
+            stack += [((*path, k), v, depth + 1) for k, v in list(vars(value).items()) if isinstance(k, str)]
+
+
+class _Key:
+    """A key or index on a path (a field name is a plain str)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+
+def describe(path: Path) -> str:
+    """``state.meters['loss'].deque[1]``: keys that are numbers or strings shown, others by type."""
+    text = str(path[0])
+    for part in path[1:]:
+        if isinstance(part, _Key):
+            key = part.key
+            text += f"[{key!r}]" if type(key) in (str, int, float, bool) else f"[<{type(key).__name__}>]"
+        else:
+            text += f".{part}"
+    return text
+
+
+def find_escaped(roots: Iterable[tuple[str, Any]]) -> str | None:
+    """Where the first ``TracedScalar`` below ``roots`` ((label, value) pairs) is, or None."""
+    return next((describe(path) for path, value in _below(roots) if type(value) is TracedScalar), None)
+
+
+class _Kept:
+    """One container and its contents as the step found them (an object of graphprof's own, so that
+    capture/name_reads.py's referrer test knows what refers to the container)."""
+
+    __slots__ = ("target", "before")
+
+    def __init__(self, target: Any, before: Any) -> None:
+        self.target, self.before = target, before
+
+
+class DeepContents:
+    """The contents of the lists, deques, sets, dicts and plain objects below the watched values,
+    as the step found them: a refused capture puts them back (what is watched is put back by
+    ``PythonState.restore``, after this), so that the step's run as segments finds eager's state."""
+
+    def __init__(self, roots: Iterable[tuple[str, Any]]) -> None:
+        self._contents: list[_Kept] = []
+        for _, value in _below(roots):
+            if type(value) in (list, collections.deque, set):
+                self._contents.append(_Kept(value, list(value)))
+            elif isinstance(value, dict):
+                self._contents.append(_Kept(value, dict(value)))
+            elif type(value) is not tuple and type(value) is not frozenset and type(value) is not TracedScalar:
+                self._contents.append(_Kept(vars(value), dict(vars(value))))
+
+    def restore(self) -> None:
+        for kept in self._contents:
+            target, before = kept.target, kept.before
+            if isinstance(target, dict):
+                if len(target) != len(before) or any(a is not b or target[a] is not v
+                                                     for a, (b, v) in zip(target, before.items())):
+                    target.clear()
+                    target.update(before)
+            elif len(target) != len(before) or any(a is not b for a, b in zip(target, before)):
+                if type(target) is list:
+                    target[:] = before
+                else:
+                    target.clear()
+                    target.update(before) if type(target) is set else target.extend(before)
+
+
+def _plain(value: Any) -> bool:
+    """An object of the user's own (not torch's, not graphprof's) with a ``__dict__``."""
+    module = type(value).__module__ or ""
+    return hasattr(value, "__dict__") and not module.startswith(("torch", "graphprof", "builtins"))
+
+
+def refuse_escaped_scalars(watched: Iterable[Any]) -> None:
+    """Refuse the capture where a value the step read from a tensor is still in the user's objects,
+    below a watched value (``watched``: ``PythonState.watched`` after its effects)."""
+    where = find_escaped((entry.location.describe, entry.location.get()) for entry in watched)
+    if where is not None:
+        raise DataDependentError(
+            f"the step keeps a number read from a tensor in {where}, which graphprof does not watch: a "
+            "replay would not write it there")

@@ -1,0 +1,112 @@
+"""Loggers the way training scripts keep them: a dict of ``AverageMeter`` objects, a metric logger.
+
+``meters["loss"].update(loss.item(), n)`` changes the fields of an object in a
+dict of the step's own. Only objects the step names were watched (and their
+fields one level down), so the meter's fields were left holding graphprof's
+``TracedScalar`` values from the capture call, and no replay updated them:
+the averages a script printed were silently wrong, and comparing one raised.
+The fields of objects in the step's lists and dicts are now watched like
+those of an object it names (numbers read at run time, assignments
+replayed); and whatever number read from a tensor is still left in the
+user's objects after the step's effects (a ``deque`` of recent values, as
+torchvision's ``SmoothedValue`` keeps) refuses the capture with one warning.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+import graphprof
+
+CALLS = 6
+
+
+class AverageMeter:
+    """As in the PyTorch ImageNet example."""
+
+    def __init__(self) -> None:
+        self.val = 0.0
+        self.sum = 0.0
+        self.count = 0
+        self.avg = 0.0
+
+    def update(self, val: float, n: int = 1) -> None:
+        self.val = val
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+class SmoothedValue:
+    """As torchvision's references keep a metric: a window of recent values and running totals."""
+
+    def __init__(self, window: int = 3) -> None:
+        self.deque: collections.deque[float] = collections.deque(maxlen=window)
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, value: float, n: int = 1) -> None:
+        self.deque.append(value)
+        self.count += n
+        self.total += value * n
+
+
+def _make(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]) -> tuple[Callable[..., Any], Any]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = kept()
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        log(state, loss, x.size(0))
+        return loss.detach()
+
+    return step, state
+
+
+def _observed(state: Any) -> Any:
+    meters = state.values() if isinstance(state, dict) else [state]
+    return [{k: (list(v) if isinstance(v, collections.deque) else v) for k, v in vars(m).items()} for m in meters]
+
+
+def _run(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]) -> tuple[Any, list[str]]:
+    (eager, eager_state), (step, state) = _make(log, kept), _make(log, kept)
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x)), f"loss differs after call {i}"
+            observed = _observed(state)
+            assert all(type(v) in (int, float, list) for fields in observed for v in fields.values()), observed
+            assert observed == _observed(eager_state), f"the meters differ after call {i}"
+    return traced, [str(w.message) for w in caught]
+
+
+def _update_meters(meters: dict[str, AverageMeter], loss: torch.Tensor, n: int) -> None:
+    meters["loss"].update(loss.item(), n)
+    meters["scaled"].update(loss.item() * 10, n)
+
+
+def test_a_dict_of_average_meters_is_replayed_whole_step() -> None:
+    traced, messages = _run(_update_meters, lambda: {"loss": AverageMeter(), "scaled": AverageMeter()})
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def _update_smoothed(meter: SmoothedValue, loss: torch.Tensor, n: int) -> None:
+    meter.update(loss.item(), n)
+
+
+def test_a_value_left_in_a_deque_refuses_the_capture_with_one_warning() -> None:
+    traced, messages = _run(_update_smoothed, SmoothedValue)
+    assert traced.capture_mode == "segments"
+    assert sum("a number read from a tensor in state.deque" in m for m in messages) == 1, messages
