@@ -71,6 +71,8 @@ class NameReads:
         #: Whether every list watched under (kind, name) has grown in this call (its last item is this
         #: call's): set by the capture once the step's state is watched.
         self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
+        #: Called with each new frame of library code (capture/foreign_calls.py).
+        self.on_library_call: Callable[[types.FrameType], None] | None = None
         self.active = False
 
     def __enter__(self) -> "NameReads":
@@ -110,7 +112,11 @@ class NameReads:
         return loads
 
     def _call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event != "call" or self._loads(frame.f_code) is None:
+        if event != "call":
+            return None
+        if self._loads(frame.f_code) is None:
+            if self.on_library_call is not None:
+                self.on_library_call(frame)
             return None
         frame.f_trace_opcodes = True
         frame.f_trace_lines = False

@@ -47,6 +47,7 @@ from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists, unnamed_attributes,
                                           unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
+from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
 from graphprof.capture.module_modes import ModuleModes
 from graphprof.capture.parameter_flags import ParameterFlags
@@ -243,8 +244,11 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
         names = holder.setdefault("names", NameReads(is_library))
         names.grown = grown_lists(python.watched)
+        foreign = ForeignCalls()
+        names.on_library_call = foreign.on_call
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
+        foreign.refuse()
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         refuse_reading_extended_lists(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
