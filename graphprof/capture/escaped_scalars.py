@@ -62,7 +62,7 @@ def _below(roots: Iterable[tuple[str, Any]]) -> Iterator[tuple[Path, Any]]:
             stack += [((*path, _Key(start + i)), v, depth + 1) for i, v in enumerate(items[start:])]
         elif _plain(value):
             yield path, value
-            stack += [((*path, k), v, depth + 1) for k, v in list(vars(value).items()) if isinstance(k, str)]
+            stack += [((*path, k), v, depth + 1) for k, v in list(object.__getattribute__(value, "__dict__").items()) if isinstance(k, str)]
 
 
 class _Key:
@@ -114,7 +114,8 @@ class DeepContents:
             elif isinstance(value, dict):
                 self._contents.append(_Kept(value, dict(value)))
             elif type(value) is not tuple and type(value) is not frozenset and type(value) is not TracedScalar:
-                self._contents.append(_Kept(vars(value), dict(vars(value))))
+                fields = object.__getattribute__(value, "__dict__")
+                self._contents.append(_Kept(fields, dict(fields)))
 
     def restore(self) -> None:
         for kept in self._contents:
@@ -133,9 +134,15 @@ class DeepContents:
 
 
 def _plain(value: Any) -> bool:
-    """An object of the user's own (not torch's, not graphprof's) with a ``__dict__``."""
+    """An object of the user's own (not torch's, not graphprof's) with a plain ``__dict__``; read
+    without calling the object's own ``__getattr__`` (a proxy's may do anything)."""
     module = type(value).__module__ or ""
-    return hasattr(value, "__dict__") and not module.startswith(("torch", "graphprof", "builtins"))
+    if module.startswith(("torch", "graphprof", "builtins")):
+        return False
+    try:
+        return type(object.__getattribute__(value, "__dict__")) is dict
+    except Exception:  # no __dict__ (slots), or a descriptor that refuses
+        return False
 
 
 def refuse_escaped_scalars(watched: Iterable[Any]) -> None:
