@@ -268,7 +268,7 @@ class PythonState:
         and dicts are watched ``depth`` levels further down."""
         self.objects.add(id(obj))
         self.containers += 1
-        for name, value in list(vars(obj).items()):
+        for name, value in list(object.__getattribute__(obj, "__dict__").items()):
             if not isinstance(name, str):
                 continue
             entry = self._add(_Watched(attribute_location(obj, name, label), value, _contents(value)))

@@ -118,7 +118,16 @@ def _watched(value: Any) -> bool:
     module = type(value).__module__ or ""
     # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
     # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
-    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and hasattr(value, "__dict__")
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and _has_dict(value)
+
+
+def _has_dict(value: Any) -> bool:
+    """Whether ``value`` keeps its fields in a plain ``__dict__``, read as the interpreter stores it:
+    ``hasattr`` would call the object's own ``__getattribute__``, which a proxy may make raise."""
+    try:
+        return type(object.__getattribute__(value, "__dict__")) is dict
+    except Exception:  # slots only, or a descriptor that refuses
+        return False
 
 
 def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = (),

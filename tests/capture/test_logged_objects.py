@@ -74,7 +74,7 @@ def _make(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]
 
 
 def _observed(state: Any) -> Any:
-    meters = state.values() if isinstance(state, dict) else [state]
+    meters = [m for m in state.values() if not isinstance(m, _Remote)] if isinstance(state, dict) else [state]
     return [{k: (list(v) if isinstance(v, collections.deque) else v) for k, v in vars(m).items()} for m in meters]
 
 
@@ -110,3 +110,22 @@ def test_a_value_left_in_a_deque_refuses_the_capture_with_one_warning() -> None:
     traced, messages = _run(_update_smoothed, SmoothedValue)
     assert traced.capture_mode == "segments"
     assert sum("a number read from a tensor in state.deque" in m for m in messages) == 1, messages
+
+
+class _Remote:
+    """A proxy whose attribute lookup refuses ``__dict__`` (a remote handle keeps no local state)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__dict__":
+            raise RuntimeError("a remote object has no local state")
+        return object.__getattribute__(self, name)
+
+
+def _log_beside_a_proxy(state: dict[str, Any], loss: torch.Tensor, n: int) -> None:
+    state["meter"].update(loss.item(), n)
+
+
+def test_a_proxy_in_the_step_s_dict_is_looked_at_without_its_own_attribute_lookup() -> None:
+    """Watching the objects in the step's dicts reads their fields as the interpreter keeps them."""
+    traced, messages = _run(_log_beside_a_proxy, lambda: {"meter": AverageMeter(), "remote": _Remote()})
+    assert traced.capture_mode == "whole-step" and not messages
