@@ -142,7 +142,7 @@ class BakedValues:
         #: Whether the step read any module's ``training`` flag (capture/name_reads.py, ``unnamed_attributes``).
         self.modes_read = modes_read
         now = guard_values(state, modes_read)
-        # The flags the step found (capture/module_modes.py): a step's own ``model.train()`` is replayed.
+        # The flags the step found (capture/switched_flags.py): a step's own ``model.train()`` is replayed.
         self.values = now if modes is None or not modes_read else (now[0], modes)
         groups = [g for opt in state.optimizers for g in opt.param_groups]
         # Plain dicts only: a dict's type cannot change later, a subclass may override items().

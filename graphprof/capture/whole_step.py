@@ -49,8 +49,7 @@ from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
-from graphprof.capture.module_modes import ModuleModes
-from graphprof.capture.parameter_flags import ParameterFlags
+from graphprof.capture.switched_flags import module_modes, parameter_flags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
@@ -192,8 +191,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     leaves, in_spec = flatten_call(args, kwargs)
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor) or is_number_input(leaf))
     pre_grads = {id(p): p.grad for p in state.params.values()}
-    flags = ParameterFlags(state.params.values())
-    modes = ModuleModes(state.module_objects())
+    flags = parameter_flags(state.params.values())
+    modes = module_modes(state.module_objects())
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
     optimizer_state_before = snapshot(state.optimizers)
@@ -320,7 +319,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(map(flags.at_entry, params)),
-                                modes_at_entry=modes.at_entry, modes_read=not unnamed("training"),
+                                modes_at_entry=modes.all_at_entry, modes_read=not unnamed("training"),
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
