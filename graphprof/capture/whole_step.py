@@ -49,7 +49,7 @@ from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
-from graphprof.capture.switched_flags import module_modes, parameter_flags
+from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
@@ -301,12 +301,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         writes = holder["writes"] or None  # one that changes nothing needs no runner's help
 
         def undo() -> None:
-            flags.restore()
-            modes.restore()
-            recorder.write_log.restore()
-            holder["deep"].restore()  # before the watched values: they hold the capture's inputs
-            python.restore()
-            holder["torch_objects"].restore()
+            _undo(holder, flags, modes, hyperparameters=False)  # the capture call already gave them back
 
         out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
@@ -327,18 +322,23 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     except BaseException:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
-        flags.restore()
-        modes.restore()
-        if "recorder" in holder:
-            holder["recorder"].hyperparameters.restore()
-            holder["recorder"].write_log.restore()
-        if "deep" in holder:
-            holder["deep"].restore()
-        if "python" in holder:
-            holder["python"].restore()
-        if "torch_objects" in holder:
-            holder["torch_objects"].restore()
+        _undo(holder, flags, modes, hyperparameters=True)
         raise
+
+
+def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hyperparameters: bool) -> None:
+    """Put back what the capture call changed, as far as it got (``holder``: what it had set up): the
+    flags, the recorded tensor writes, the contents below the watched values, then the watched
+    values themselves (they hold the capture's inputs), and the optimizers and schedulers."""
+    flags.restore()
+    modes.restore()
+    if "recorder" in holder:
+        if hyperparameters:
+            holder["recorder"].hyperparameters.restore()
+        holder["recorder"].write_log.restore()
+    for key in ("deep", "python", "torch_objects"):
+        if key in holder:
+            holder[key].restore()
 
 
 def is_number_input(value: Any) -> bool:
