@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch import nn
 
+from graphprof.capture.locations import fields_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 
 #: How many objects the walk looks at, and how deep below a watched value.
@@ -39,8 +40,8 @@ Path = tuple[Any, ...]  # a root's label, then keys ("[k]") and field names (".n
 
 
 def _below(roots: Iterable[tuple[str, Any]]) -> Iterator[tuple[Path, Any]]:
-    """(path, object) of every list, tuple, deque, set, dict and plain object below ``roots``, and
-    every ``TracedScalar``, depth first, at most ``WALK_LIMIT`` objects and ``WALK_DEPTH`` levels
+    """(path, object) of every list, tuple, deque, set and dict below ``roots`` (a plain object's
+    ``__dict__`` for the object), and every ``TracedScalar``, depth first, at most ``WALK_LIMIT`` objects and ``WALK_DEPTH`` levels
     down. Paths are built, not formatted: formatting a key calls its ``__repr__``, the user's code."""
     seen: set[int] = set()
     stack: list[tuple[Path, Any, int]] = [((label,), value, 0) for label, value in roots]
@@ -60,9 +61,9 @@ def _below(roots: Iterable[tuple[str, Any]]) -> Iterator[tuple[Path, Any]]:
             items = list(value)
             start = max(0, len(items) - WIDE)
             stack += [((*path, _Key(start + i)), v, depth + 1) for i, v in enumerate(items[start:])]
-        elif _plain(value):
-            yield path, value
-            stack += [((*path, k), v, depth + 1) for k, v in list(object.__getattribute__(value, "__dict__").items()) if isinstance(k, str)]
+        elif (fields := _user_fields(value)) is not None:
+            yield path, fields
+            stack += [((*path, k), v, depth + 1) for k, v in list(fields.items()) if isinstance(k, str)]
 
 
 class _Key:
@@ -111,11 +112,8 @@ class DeepContents:
         for _, value in _below(roots):
             if type(value) in (list, collections.deque, set):
                 self._contents.append(_Kept(value, list(value)))
-            elif isinstance(value, dict):
+            elif isinstance(value, dict):  # a plain object's fields too
                 self._contents.append(_Kept(value, dict(value)))
-            elif type(value) is not tuple and type(value) is not frozenset and type(value) is not TracedScalar:
-                fields = object.__getattribute__(value, "__dict__")
-                self._contents.append(_Kept(fields, dict(fields)))
 
     def restore(self) -> None:
         for kept in self._contents:
@@ -128,21 +126,18 @@ class DeepContents:
             elif len(target) != len(before) or any(a is not b for a, b in zip(target, before)):
                 if type(target) is list:
                     target[:] = before
+                elif type(target) is set:
+                    target.clear()
+                    target.update(before)
                 else:
                     target.clear()
-                    target.update(before) if type(target) is set else target.extend(before)
+                    target.extend(before)
 
 
-def _plain(value: Any) -> bool:
-    """An object of the user's own (not torch's, not graphprof's) with a plain ``__dict__``; read
-    without calling the object's own ``__getattr__`` (a proxy's may do anything)."""
+def _user_fields(value: Any) -> dict[str, Any] | None:
+    """The plain ``__dict__`` of an object not torch's or graphprof's (None for any other)."""
     module = type(value).__module__ or ""
-    if module.startswith(("torch", "graphprof", "builtins")):
-        return False
-    try:
-        return type(object.__getattribute__(value, "__dict__")) is dict
-    except Exception:  # no __dict__ (slots), or a descriptor that refuses
-        return False
+    return None if module.startswith(("torch", "graphprof", "builtins")) else fields_of(value)
 
 
 def refuse_escaped_scalars(watched: Iterable[Any]) -> None:

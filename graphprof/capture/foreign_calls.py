@@ -26,11 +26,12 @@ import types
 from typing import Any
 
 from graphprof.capture.scalars import DataDependentError, TracedScalar
+from graphprof.capture.sources import installed
 
 #: Installed code graphprof's replay covers: torch's own ops and modules, and graphprof.
 _COVERED = (f"{os.sep}torch{os.sep}", f"{os.sep}graphprof{os.sep}", f"{os.sep}functorch{os.sep}")
 #: Torch code that writes elsewhere (event files).
-_WRITERS = (f"{os.sep}torch{os.sep}utils{os.sep}tensorboard{os.sep}",)
+_WRITER = f"{os.sep}torch{os.sep}utils{os.sep}tensorboard{os.sep}"
 
 
 class ForeignCalls:
@@ -38,7 +39,7 @@ class ForeignCalls:
 
     def __init__(self) -> None:
         self._foreign: dict[types.CodeType, bool] = {}
-        self.first: str | None = None  # "module.function (file)"
+        self.first: str | None = None  # "module.function"
 
     def on_call(self, frame: types.FrameType) -> None:
         """Called for each new frame of code that is not the user's (``NameReads``)."""
@@ -55,7 +56,7 @@ class ForeignCalls:
         local = frame.f_locals
         if any(_read_from_tensor(local.get(name)) for name in names):
             module = frame.f_globals.get("__name__", "?")
-            self.first = f"{module}.{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name}"
+            self.first = f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
             self.refuse()  # raised into the call, before its body runs: nothing of it to undo
 
     def refuse(self) -> None:
@@ -66,12 +67,9 @@ class ForeignCalls:
                 "replayed graph would not call again (its writes and state would stop at the capture call)")
 
 
-
 def _foreign(filename: str) -> bool:
-    installed = "site-packages" in filename or "dist-packages" in filename
-    if not installed:
-        return False
-    return filename.count(_WRITERS[0]) > 0 or not any(part in filename for part in _COVERED)
+    """Installed code whose effects a replay does not cover."""
+    return installed(filename) and (_WRITER in filename or not any(part in filename for part in _COVERED))
 
 
 def _read_from_tensor(value: Any) -> bool:

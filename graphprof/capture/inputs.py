@@ -39,7 +39,7 @@ from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
-from graphprof.capture.locations import (Location, attribute_location, item_location, plain_object,
+from graphprof.capture.locations import (Location, attribute_location, fields_of, item_location, plain_object,
                                          reachable_locations)
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
@@ -268,7 +268,7 @@ class PythonState:
         and dicts are watched ``depth`` levels further down."""
         self.objects.add(id(obj))
         self.containers += 1
-        for name, value in list(object.__getattribute__(obj, "__dict__").items()):
+        for name, value in list((fields_of(obj) or {}).items()):
             if not isinstance(name, str):
                 continue
             entry = self._add(_Watched(attribute_location(obj, name, label), value, _contents(value)))

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.held_values import PLAIN_TYPES, Place
-from graphprof.capture.sources import is_library
+from graphprof.capture.sources import installed, is_library
 from graphprof.capture.state import held_in_container, partial_bindings
 
 
@@ -98,8 +98,7 @@ def plain_object(value: Any) -> bool:
         return False
     module = sys.modules.get(type(value).__module__)
     filename = getattr(module, "__file__", None)
-    return filename is None or not (is_library(filename) or "site-packages" in filename
-                                    or "dist-packages" in filename)
+    return filename is None or not (is_library(filename) or installed(filename))
 
 
 def attribute_location(obj: Any, name: str, label: str) -> Location:
@@ -118,16 +117,17 @@ def _watched(value: Any) -> bool:
     module = type(value).__module__ or ""
     # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
     # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
-    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and _has_dict(value)
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
 
 
-def _has_dict(value: Any) -> bool:
-    """Whether ``value`` keeps its fields in a plain ``__dict__``, read as the interpreter stores it:
-    ``hasattr`` would call the object's own ``__getattribute__``, which a proxy may make raise."""
+def fields_of(value: Any) -> dict[str, Any] | None:
+    """``value``'s plain ``__dict__``, read as the interpreter keeps it (None without one):
+    ``hasattr`` and ``vars`` call the object's own ``__getattribute__``, which a proxy may make raise."""
     try:
-        return type(object.__getattribute__(value, "__dict__")) is dict
+        fields = object.__getattribute__(value, "__dict__")
     except Exception:  # slots only, or a descriptor that refuses
-        return False
+        return None
+    return fields if type(fields) is dict else None
 
 
 def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = (),

@@ -34,6 +34,7 @@ from torch import nn
 
 from graphprof.capture.held_values import GENERATED, Place
 from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.sources import installed
 
 #: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
 _READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME"})
@@ -92,7 +93,9 @@ class NameReads:
         self.named.update(code.co_names)
         self.named.update(c for c in code.co_consts if type(c) is str)
         loads = None
-        if not (self._library(code.co_filename) or _installed(code.co_filename)):
+        # Installed code cannot name the user's variables: what it is given comes from the user's
+        # frames or from objects the referrer test looks at.
+        if not (self._library(code.co_filename) or installed(code.co_filename)):
             loads = {}
             instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "EXTENDED_ARG"]
             for j, ins in enumerate(instructions):
@@ -229,12 +232,6 @@ def _use(instructions: list[dis.Instruction], j: int) -> str | None:
             and instructions[k + 1].opname == "BINARY_SUBSCR"):
         return _LAST
     return _READ
-
-
-def _installed(filename: str) -> bool:
-    """Code of an installed package (transformers, numpy): it cannot name the user's variables, and
-    what it is given comes from the user's frames or from objects the referrer test looks at."""
-    return "site-packages" in filename or "dist-packages" in filename
 
 
 def _ours(obj: Any) -> bool:

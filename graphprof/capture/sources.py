@@ -31,6 +31,11 @@ def is_library(filename: str) -> bool:
     return filename.startswith(_SKIP_DIRS)
 
 
+def installed(filename: str) -> bool:
+    """Code of an installed package (transformers, numpy, a tracker), torch's own included."""
+    return "site-packages" in filename or "dist-packages" in filename
+
+
 def file_line(filename: str, line: int) -> str:
     """``file:line``, the file relative to the working directory when it can be (not across drives)."""
     return f"{_relative(filename, os.getcwd())}:{line}"
