@@ -56,19 +56,17 @@ class NameReads:
 
     def __init__(self, library: Callable[[str], bool]) -> None:
         self._library = library
-        self._codes: dict[types.CodeType, dict[int, tuple[str, ...]] | None] = {}
+        self._codes: dict[types.CodeType, dict[int, _Load] | None] = {}  # code -> offset -> its load
         #: Every name loaded, whatever its kind (a local, a closure variable, a global, an attribute).
         self.loaded: set[str] = set()
         #: Every name any code that ran could read: the names and string constants of each code
         #: object (the user's and the libraries'), whether or not the instruction ran.
         self.named: set[str] = set()
         self.dynamic = False
-        self._dynamic_at: set[tuple[types.CodeType, int]] = set()  # (code, offset) of dynamic loads
         #: (kind, name) of each load for a use other than appending to the object (``sum(hist)``,
         #: ``len(hist)``, ``h = hist``): what a list the step also extends must not be
         #: (``refuse_reading_extended_lists``). Kinds: ``_KINDS``' values and "item" (``logs["loss"]``).
         self.read_uses: set[tuple[str, str]] = set()
-        self._uses: dict[tuple[types.CodeType, int], tuple[str, tuple[str, ...], str]] = {}  # -> kind, names, use
         #: Whether every list watched under (kind, name) has grown in this call (its last item is this
         #: call's): set by the capture once the step's state is watched.
         self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
@@ -86,8 +84,8 @@ class NameReads:
         if self.active:
             sys.settrace(None)
 
-    def _loads(self, code: types.CodeType) -> dict[int, tuple[str, ...]] | None:
-        """Offset -> the names each load in ``code`` reads; None for library code."""
+    def _loads(self, code: types.CodeType) -> dict[int, _Load] | None:
+        """Offset -> each load in ``code`` (what it reads, and for what); None for library code."""
         if code in self._codes:
             return self._codes[code]
         self.named.update(code.co_names)
@@ -101,16 +99,14 @@ class NameReads:
             for j, ins in enumerate(instructions):
                 if not (ins.opname.startswith("LOAD_") or ins.opname in _READS):
                     continue
-                self._note_use(code, instructions, j)
                 # Any kind of name, each name of a fused instruction (``LOAD_FAST_LOAD_FAST`` in 3.13):
                 # a name loaded as a local in one frame counts as loaded as a global too.
                 names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
                 names = tuple(n for n in names if isinstance(n, str))
                 if names:
-                    loads[ins.offset] = names
                     dynamic = _DYNAMIC_ATTRIBUTES if ins.opname in _ATTRIBUTE_READS else _DYNAMIC
-                    if any(n in dynamic for n in names):
-                        self._dynamic_at.add((code, ins.offset))
+                    loads[ins.offset] = _Load(names, _read_use(instructions, j),
+                                              any(n in dynamic for n in names))
         self._codes[code] = loads
         return loads
 
@@ -126,39 +122,22 @@ class NameReads:
         return self._opcode
 
     def _opcode(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        # Runs for every instruction of the user's frames in the capture call: one lookup per load.
         if event == "opcode":
             loads = self._codes.get(frame.f_code)
             hit = loads.get(frame.f_lasti) if loads else None
             if hit is not None:
-                self.loaded.update(hit)
-                use = self._uses.get((frame.f_code, frame.f_lasti))
+                self.loaded.update(hit.names)
+                use = hit.use
                 if use is not None:
                     kind, used, how = use
                     if how is _READ:
                         self.read_uses.update((kind, n) for n in used)
                     else:  # ``hist[-1]``: this call's own value once the list has grown
                         self.read_uses.update((kind, n) for n in used if not self.grown((kind, n)))
-                if not self.dynamic and (frame.f_code, frame.f_lasti) in self._dynamic_at:
+                if hit.dynamic:
                     self.dynamic = True
         return self._opcode
-
-    def _note_use(self, code: types.CodeType, instructions: list[dis.Instruction], j: int) -> None:
-        """Note what the load ``instructions[j]`` is used for, where that is not appending to it."""
-        ins = instructions[j]
-        names: tuple[str, ...]
-        if ins.opname == "LOAD_CONST":
-            kind, names = "item", ((ins.argval,) if isinstance(ins.argval, str) else ())
-        else:
-            kind = _KINDS.get(ins.opname, "")
-            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
-            names = tuple(n for n in names if isinstance(n, str))
-        if not kind or not names:
-            return
-        how = _use(instructions, j)
-        if len(names) > 1 and how is not None:  # a fused load: only the last name's use is known
-            how = _READ
-        if how is not None and how is not _APPEND:
-            self._uses[(code, ins.offset)] = (kind, names, how)
 
     def unread(self, candidates: list[Candidate]) -> set[int]:
         """ids of the ``candidates`` the call did not read.
@@ -205,6 +184,36 @@ def unnamed_attributes(names: NameReads, modules: Iterable[nn.Module], leaves: I
 
 
 _APPEND, _READ, _LAST = "append", "read", "last"
+#: A load's use other than appending: (kind, names, ``_READ`` or ``_LAST``).
+Use = tuple[str, tuple[str, ...], str]
+
+
+class _Load:
+    """One load instruction of the user's code: the names it reads, what for (None: appending to
+    the object, or a constant that names nothing), and whether it reaches names dynamically."""
+
+    __slots__ = ("names", "use", "dynamic")
+
+    def __init__(self, names: tuple[str, ...], use: Use | None, dynamic: bool) -> None:
+        self.names, self.use, self.dynamic = names, use, dynamic
+
+
+def _read_use(instructions: list[dis.Instruction], j: int) -> Use | None:
+    """What the load ``instructions[j]`` is used for, where that is not appending to it."""
+    ins = instructions[j]
+    names: tuple[str, ...]
+    if ins.opname == "LOAD_CONST":
+        kind, names = "item", ((ins.argval,) if isinstance(ins.argval, str) else ())
+    else:
+        kind = _KINDS.get(ins.opname, "")
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        names = tuple(n for n in names if isinstance(n, str))
+    if not kind or not names:
+        return None
+    how = _use(instructions, j)
+    if len(names) > 1 and how is not None:  # a fused load: only the last name's use is known
+        how = _READ
+    return (kind, names, how) if how is not None and how is not _APPEND else None
 #: How each load instruction reaches a name: a closure cell, a global, a local (a default
 #: argument's parameter) or an attribute.
 _KINDS = {"LOAD_DEREF": "cell", "LOAD_CLASSDEREF": "cell", "LOAD_CLOSURE": "cell", "LOAD_GLOBAL": "global",
@@ -271,10 +280,14 @@ def watched_names(where: Any) -> tuple[tuple[str, str], ...]:
 def grown_lists(watched: Iterable[Any]) -> Callable[[tuple[str, str]], bool]:
     """``NameReads.grown``: whether every watched list loaded as (kind, name) is longer than when
     the step began, so that its last item is one the step appended (a graph value, not a constant)."""
-    lists = [e for e in watched if type(e.before) is list and e.snapshot is not None]
+    by_name: dict[tuple[str, str], list[Any]] = {}
+    for entry in watched:
+        if type(entry.before) is list and entry.snapshot is not None:
+            for name in watched_names(entry.location):
+                by_name.setdefault(name, []).append(entry)
 
     def grown(name: tuple[str, str]) -> bool:
-        named = [e for e in lists if name in watched_names(e.location)]
+        named = by_name.get(name, ())
         return bool(named) and all(len(e.before) > len(e.snapshot) for e in named)
 
     return grown
@@ -304,12 +317,10 @@ def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[Candidate
         value, where = entry.before, entry.location
         if type(value) is not list or id(entry) in changed:
             continue
-        if where.place is Place.ITEM and type(where.owner) is tuple and isinstance(where.key, int):
-            found.append((value, where.describe, where.owner))  # a default argument's value
-        elif where.place is Place.CELL and isinstance(where.owner, types.CellType):
-            found.append((value, where.describe.rsplit(".", 1)[-1], where.owner))
-        elif where.place is Place.ITEM and _module_globals(where.owner) and isinstance(where.key, str):
-            found.append((value, where.key, where.owner))
+        for kind, name in watched_names(where):
+            # A closure variable, a global, a positional default (not a keyword-only one).
+            if kind in ("cell", "global") or (kind == "fast" and type(where.owner) is tuple):
+                found.append((value, name, where.owner))
     return found
 
 
