@@ -103,13 +103,14 @@ class _Kept:
 
 
 class DeepContents:
-    """The contents of the lists, deques, sets, dicts and plain objects below the watched values,
+    """The contents of the lists, deques, sets, dicts and plain objects below the watched values
+    (``watched``: ``PythonState.watched``),
     as the step found them: a refused capture puts them back (what is watched is put back by
     ``PythonState.restore``, after this), so that the step's run as segments finds eager's state."""
 
-    def __init__(self, roots: Iterable[tuple[str, Any]]) -> None:
+    def __init__(self, watched: Iterable[Any]) -> None:
         self._contents: list[_Kept] = []
-        for _, value in _below(roots):
+        for _, value in _below(_roots(watched)):
             if type(value) in (list, collections.deque, set):
                 self._contents.append(_Kept(value, list(value)))
             elif isinstance(value, dict):  # a plain object's fields too
@@ -140,10 +141,15 @@ def _user_fields(value: Any) -> dict[str, Any] | None:
     return None if module.startswith(("torch", "graphprof", "builtins")) else fields_of(value)
 
 
+def _roots(watched: Iterable[Any]) -> Iterator[tuple[str, Any]]:
+    """(label, value now) of each watched entry (``PythonState.watched``)."""
+    return ((entry.location.describe, entry.location.get()) for entry in watched)
+
+
 def refuse_escaped_scalars(watched: Iterable[Any]) -> None:
     """Refuse the capture where a value the step read from a tensor is still in the user's objects,
     below a watched value (``watched``: ``PythonState.watched`` after its effects)."""
-    where = find_escaped((entry.location.describe, entry.location.get()) for entry in watched)
+    where = find_escaped(_roots(watched))
     if where is not None:
         raise DataDependentError(
             f"the step keeps a number read from a tensor in {where}, which graphprof does not watch: a "

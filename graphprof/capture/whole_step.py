@@ -225,7 +225,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments,
                                    hook_functions(state.module_objects()))
         holder["python"] = python
-        holder["deep"] = DeepContents((e.location.describe, e.location.get()) for e in python.watched)
+        holder["deep"] = DeepContents(python.watched)
         holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
                                                 *(obj for _, obj in arguments)])
         hyperparameters = recorder.hyperparameters
