@@ -67,6 +67,18 @@ def _compare(make: Any, inputs: Any, calls: int) -> Any:
     return traced
 
 
+def _eager_and_traced(make: Any) -> list[tuple[Any, Any, Any]]:
+    """Two copies from ``make()`` -> (model, step, what to observe), built from one seed and moved to
+    the device: the first steps eagerly, the second traced."""
+    sides = []
+    for traced_side in (False, True):
+        torch.manual_seed(0)
+        model, step, observed = make()
+        model.to(_device())
+        sides.append((model, graphprof.trace(step) if traced_side else step, observed))
+    return sides
+
+
 def _architectures() -> list[Any]:
     pytest.importorskip("transformers")
     from tests.conformance.models import ARCHITECTURES
@@ -111,13 +123,7 @@ def test_a_log_appended_every_third_call_on_the_device_equals_eager() -> None:
     def inputs(i: int) -> tuple[torch.Tensor]:
         return (torch.randn(8, 16, generator=torch.Generator().manual_seed(i)),)
 
-    pairs: list[Any] = []
-    for traced_side in (False, True):
-        torch.manual_seed(0)
-        model, step, history = make()
-        model.to(_device())
-        pairs.append((model, graphprof.trace(step) if traced_side else step, history))
-    (model_a, step_a, history_a), (model_b, traced, history_b) = pairs
+    (model_a, step_a, history_a), (model_b, traced, history_b) = _eager_and_traced(make)
     for i in range(9):
         torch.manual_seed(i)
         step_a(*_to_device(inputs(i)))
@@ -165,13 +171,7 @@ def test_meters_and_a_moving_average_on_the_device_equal_eager(moving_average: b
 
         return model, step, lambda: (vars(meters["loss"]).copy(), list(window))
 
-    sides = []
-    for traced_side in (False, True):
-        torch.manual_seed(0)
-        model, step, observed = make()
-        model.to(_device())
-        sides.append((model, graphprof.trace(step) if traced_side else step, observed))
-    (model_a, step_a, seen_a), (model_b, traced, seen_b) = sides
+    (model_a, step_a, seen_a), (model_b, traced, seen_b) = _eager_and_traced(make)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(6):
