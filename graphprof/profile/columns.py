@@ -177,8 +177,13 @@ def _list_of(value: Any, n: int, types: tuple[type, ...], what: str) -> list[Any
 
 def _indices(value: Any, n: int, table: list[Any], what: str) -> np.ndarray:
     """A validated column of indices into ``table``, as an intp array (resolved on demand)."""
-    _list_of(value, n, (int,), what)
-    return schema.in_range(value, 0, len(table) - 1, f"{what} refers past its table").astype(np.intp, copy=False)
+    _check(isinstance(value, list) and len(value) == n, f"{what} must be a list of {n} values")
+    failure = f"{what} refers past its table"
+    packed = schema.int64_array(value)
+    if packed is None:
+        _list_of(value, n, (int,), what)
+        packed = schema.in_range(value, 0, len(table) - 1, failure)
+    return schema.within(packed, 0, len(table) - 1, failure).astype(np.intp, copy=False)
 
 
 def _table_of_tuples(raw: Any, what: str, item_ok: Callable[[Any], bool]) -> list[tuple[Any, ...]]:
@@ -236,10 +241,12 @@ def _memory_from_json(raw: Any, n: int, what: str) -> MemoryColumns:
             values = _list_of(col.get("values"), n, (list, type(None)), f"{what}.{f.name}.values")
             rows = [v for v in values if v is not None]
             flat = list(itertools.chain.from_iterable(rows))
-            _check(set(map(len, rows)) <= {len(keys)} and set(map(type, flat)) <= {int},
+            packed = schema.int64_array(flat)
+            _check(set(map(len, rows)) <= {len(keys)} and (packed is not None or set(map(type, flat)) <= {int}),
                    f"{what}.{f.name}.values holds a malformed entry")
-            # the types are checked: schema.ints's range check alone (its sentence), without its type pass
-            schema.in_range(flat, schema.BYTES.lo, schema.BYTES.hi, f"{what}.{f.name}.values must hold {schema.BYTES.what}")
+            if packed is None:  # ints, one beyond 64 bits: schema.ints's range sentence (BYTES is all of int64)
+                schema.in_range(flat, schema.BYTES.lo, schema.BYTES.hi,
+                                f"{what}.{f.name}.values must hold {schema.BYTES.what}")
             per_field[f.name] = SparseMaps(keys, values)
         else:
             kept = per_field[f.name] = Kept(*schema.checked_ints(col, schema.BYTES, f"{what}.{f.name}", n, nullable=True))
@@ -275,13 +282,14 @@ def _inputs_from_json(raw: Any, n: int, ids: Any, explicit_ids: bool) -> Edges:
     """
     rows = _list_of(raw, n, (list,), "columns.inputs")
     deltas = list(itertools.chain.from_iterable(rows))
-    _check(set(map(type, deltas)) <= {int}, "columns.inputs holds a non-integer")
+    packed = schema.int64_array(deltas)
+    _check(packed is not None or set(map(type, deltas)) <= {int}, "columns.inputs holds a non-integer")
     counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     id_array = np.fromiter(ids, dtype=np.int64, count=n)
     try:
-        delta_array = np.array(deltas, dtype=np.int64)
+        delta_array = packed if packed is not None else np.array(deltas, dtype=np.int64)
     except OverflowError:  # a difference no int64 holds cannot lead to an id of the graph
         raise ColumnError("columns.inputs refers to a node the graph does not have") from None
     owner_ids = np.repeat(id_array, counts)

@@ -43,6 +43,12 @@ CASES = [
     ("graphs/0/columns/flops/0", HUGE, "columns.flops must hold integers from 0 to 2**63-1"),
     ("graphs/0/columns/bytes_read/0", -1, "columns.bytes_read must hold integers from 0 to 2**63-1"),
     ("graphs/0/columns/flops/0", 1.5, "columns.flops holds a value of the wrong type"),
+    # JSON true and false are ints to a 64-bit array: every integer column still refuses them
+    ("graphs/0/columns/bytes_read", [True, 7], "columns.bytes_read holds a value of the wrong type"),
+    ("graphs/0/columns/op/0", True, "columns.op holds a value of the wrong type"),
+    ("graphs/0/columns/host_time_s/by_step/0/0", False, "by_step holds a tick of the wrong type"),
+    ("graphs/0/columns/inputs", [[], [True]], "columns.inputs holds a non-integer"),
+    ("graphs/0/columns/id", [0, True], "columns.id holds a value of the wrong type"),
     ("steps/0/wall_time_s", HUGE, "steps[0].wall_time_s must be one of the times"),
     ("steps/0/wall_time_s", 1e308, "steps[0].wall_time_s must be one of the times"),
     ("steps/0/wall_time_s", float("nan"), "steps[0].wall_time_s must be one of the times"),
@@ -70,6 +76,8 @@ CASES = [
     ("graphs/0/columns/memory", {"allocated_bytes": [HUGE, None]}, "columns.memory.allocated_bytes must hold"),
     ("graphs/0/columns/memory", {"present": [1, 0], "live_by_category_bytes": {
         "keys": ["a"], "values": [[1.5], None]}}, "live_by_category_bytes.values holds a malformed entry"),
+    ("graphs/0/columns/memory", {"present": [1, 0], "live_by_category_bytes": {
+        "keys": ["a"], "values": [[False], None]}}, "live_by_category_bytes.values holds a malformed entry"),
     ("graphs/0/shape_sets", [[[-1, 2]]], "shape_sets holds a malformed entry"),
     ("graphs/0/memory_peak", {"node_id": 0, "live_bytes": HUGE}, "memory_peak.live_bytes must be one of the 64-bit"),
     ("graphs/0/device_memory", {"step": [0], "node_id": [0], "allocated_bytes": [float("inf")],
@@ -85,6 +93,21 @@ def test_every_value_is_bounded_and_typed(path: str, value: object, message: str
         profile_from_document(doc)
     text = str(info.value)
     assert "\n" not in text and text.startswith("not a valid graphprof profile: ") and len(text) < 300
+
+
+@pytest.mark.parametrize("values, exact", [
+    ([5, -3, 2**63 - 1, -(2**63)], True), ([], True), ([0, 1, 1, 0], True), ([7] * 40 + [1], True),
+    ([7] * 40 + [True], False), ([0, 1, False], False), ([3, 1.0], False), ([3, None], False),
+    ([3, "4"], False), ([3, [4]], False), ([2**63], False), ([-(2**63) - 1], False)])
+def test_int64_array_takes_exactly_the_ints_64_bits_hold(values: list, exact: bool) -> None:
+    """The integer columns' one-pass conversion: any other value (a bool among many ints or among
+    zeros and ones included) sends the column to the exact check, which names the fault."""
+    from graphprof.profile.schema import int64_array
+
+    packed = int64_array(values)
+    assert (packed is not None) == exact
+    if exact:
+        assert packed.dtype.name == "int64" and packed.tolist() == values
 
 
 @pytest.mark.parametrize("field, value", [("host_time_s", [1e308]), ("host_time_s", [HUGE]), ("flops", HUGE),
