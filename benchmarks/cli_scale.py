@@ -16,6 +16,10 @@ since a child's peak counts its parent's resident memory at the fork). Targets: 
 at most 1.5 s at 100,000 nodes; analyze, report and diff at 1,000,000 nodes
 at most 15 s and 4 GiB.
 
+The commands take turns (each command's first run, then each one's second,
+...), so that a burst of load on a shared machine slows one run of several
+commands rather than every run of one.
+
 Each export writes a new file (the last run's output is removed first, outside
 the timing), as a first export does. ``--overwrite`` times replacing the
 existing file instead: on ext4 the atomic writer's rename over an existing
@@ -104,16 +108,16 @@ def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps
         for name, filename in EXPORTS:
             outputs[f"export {name}"] = os.path.join(directory, filename)
             plan[f"export {name}"] = [*gp, "export", first, "-o", outputs[f"export {name}"]]
-    results = []
-    for name, argv in plan.items():
-        if commands is not None and name not in commands:
-            continue
-        fresh = None if overwrite else outputs.get(name)
-        if overwrite and name in outputs:
-            run_once(argv)  # the file every timed run replaces
-        runs = [run_once(argv, fresh) for _ in range(repeat)]
-        results.append(CommandResult(nodes, name, statistics.median(r[0] for r in runs),
-                                     statistics.median(r[1] for r in runs), max(r[2] for r in runs)))
+    chosen = {name: argv for name, argv in plan.items() if commands is None or name in commands}
+    if overwrite:
+        for name in chosen.keys() & outputs.keys():
+            run_once(chosen[name])  # the file every timed run replaces
+    runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in chosen}
+    for _ in range(repeat):  # round robin: a burst of load on this shared machine slows one run of several commands
+        for name, argv in chosen.items():
+            runs[name].append(run_once(argv, None if overwrite else outputs.get(name)))
+    results = [CommandResult(nodes, name, statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
+                             max(r[2] for r in rs)) for name, rs in runs.items()]
     for path in (first, second):
         os.remove(path)
     return results

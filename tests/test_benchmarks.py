@@ -44,6 +44,15 @@ def test_exports_are_timed_writing_a_new_file_unless_overwrite_is_asked(tmp_path
     assert existed == [False, True, True]  # one untimed run makes the file the two timed runs replace
 
 
+def test_commands_take_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each command's first run, then each one's second: a burst of load slows runs of several commands."""
+    order: list[str] = []
+    monkeypatch.setattr(cli_scale, "run_once", lambda argv, fresh=None: (order.append(argv[3]), (1.0, 1.0, 2**21))[1])
+    rows = cli_scale.measure(200, str(tmp_path), repeat=2, steps=2, commands=("analyze", "report"))
+    assert order == ["analyze", "report", "analyze", "report"]
+    assert [r.command for r in rows] == ["analyze", "report"]
+
+
 def test_hugging_face_workloads_are_benchmarked_and_profiling_keeps_their_losses() -> None:
     assert set(HF_STEPS) <= set(WORKLOADS)
     eager, traced = workload_step("hf-gpt2", seed=0), workload_step("hf-gpt2", seed=0)
