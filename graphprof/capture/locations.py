@@ -199,7 +199,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     for label, obj in roots:
         if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
             seen.add(id(obj))
-            yield from optimizer_fields(obj, label)
+            yield from optimizer_fields(obj, label, seen)
         if not _watched(obj) or id(obj) in seen:
             continue
         objects = [(label, obj)]
@@ -208,7 +208,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             for k, v in vars(obj).items():
                 if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                     seen.add(id(v))
-                    yield from optimizer_fields(v, f"{label}.{k}")
+                    yield from optimizer_fields(v, f"{label}.{k}", seen)
             objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
         for olabel, o in objects:
             if isinstance(o, nn.Module):
@@ -239,19 +239,32 @@ TORCH_OPTIMIZER_FIELDS = frozenset({
     "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks"})
 
 
-def optimizer_fields(optimizer: torch.optim.Optimizer, label: str) -> Iterator[tuple[Location, Any, bool]]:
-    """The fields a custom optimizer keeps besides torch's (``self.t += 1`` in its ``step``).
+def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
+                     seen: set[int]) -> Iterator[tuple[Location, Any, bool]]:
+    """The fields a custom optimizer keeps besides torch's (``self.t += 1`` in its ``step``), and
+    those of the plain objects it keeps, one level down, as a named object's are watched.
 
     They are the user's state, like a plain object's: a number is an input and
     its change an effect. Why: its ``step`` runs only in the capture call, and
     a counter it kept there stayed at that call's value in every replay.
-    Torch's own optimizer classes keep nothing else.
+    Torch's own optimizer classes keep nothing else. Why the objects it keeps:
+    a wrapper's ``step`` decides on their fields (accelerate's
+    ``AcceleratedOptimizer`` steps only when ``self.gradient_state.sync_gradients``
+    is set): a segmented step's optimizer is captured on its own, with nothing
+    else of the step in reach, and replayed the update it captured on every
+    call, accumulating ones included. ``seen``: objects whose fields were
+    yielded already (the caller's).
     """
     if (type(optimizer).__module__ or "").startswith("torch."):
         return
     for k, v in list(vars(optimizer).items()):
-        if k not in TORCH_OPTIMIZER_FIELDS:
-            yield _attr(optimizer, k, label), v, True
+        if k in TORCH_OPTIMIZER_FIELDS:
+            continue
+        yield _attr(optimizer, k, label), v, True
+        if _watched(v) and not isinstance(v, nn.Module) and id(v) not in seen:
+            seen.add(id(v))
+            for field, value in list(vars(v).items()):
+                yield _attr(v, field, f"{label}.{k}"), value, True
 
 
 def buffer_locations(module: nn.Module, label: str) -> Iterator[tuple[Location, Any, bool]]:

@@ -307,8 +307,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
-                                held=() if optimizer_only else python.held(model_state, unread_lists(
-                                    python, holder["names"], leaves, params), unnamed), structure=structure,
+                                held=_held(python.held(model_state, unread_lists(
+                                    python, holder["names"], leaves, params), unnamed), optimizer_only),
+                                structure=structure,
                                 autocast=autocast,
                                 scalar_positions=holder.get("scalar_positions", {}),
                                 grads_at_entry=tuple(pre_grads.get(id(p)) is not None for p in params),
@@ -324,6 +325,17 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
         _undo(holder, flags, modes, hyperparameters=True)
         raise
+
+
+def _held(held: tuple[HeldValue, ...], optimizer_only: bool) -> tuple[HeldValue, ...]:
+    """What a path holds: everything watched, but of an optimizer-only step (a segmented step's
+    ``opt.step``) not the model it names for its parameters' names and never runs. What the
+    optimizer keeps is held: a wrapper decides on it (accelerate's ``AcceleratedOptimizer``
+    steps only when its ``gradient_state.sync_gradients`` is set), and without it the update
+    captured in a synchronising call was replayed in every accumulating one."""
+    if not optimizer_only:
+        return held
+    return tuple(h for h in held if not isinstance(h.owner, nn.Module) and not isinstance(h.value, nn.Module))
 
 
 def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hyperparameters: bool) -> None:
