@@ -120,6 +120,25 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
 
 
+def _first_visit(obj: Any, seen: set[int]) -> bool:
+    """Whether ``obj``'s fields are not watched yet (``seen``: ids of objects and of their
+    ``__dict__``), noting that they now are.
+
+    Why the ``__dict__`` too: the instances of a class that share one ``__dict__`` (the Borg
+    pattern: accelerate's ``GradientState``, which the accelerator, its optimizer and its
+    scheduler each hold an instance of) are one state. Watched once per instance, the second
+    watch took its snapshot after the first had put input scalars in the shared dict, and held
+    them: no later call ever matched, and a gradient-accumulation loop captured until the
+    storm limit sent it to segments.
+    """
+    fields = fields_of(obj)
+    keys = (id(obj),) if fields is None else (id(obj), id(fields))
+    if any(key in seen for key in keys):
+        return False
+    seen.update(keys)
+    return True
+
+
 def fields_of(value: Any) -> dict[str, Any] | None:
     """``value``'s plain ``__dict__``, read as the interpreter keeps it (None without one):
     ``hasattr`` and ``vars`` call the object's own ``__getattribute__``, which a proxy may make raise."""
@@ -216,9 +235,8 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             else:
                 members = [(olabel, o)]
             for mlabel, m in members:
-                if id(m) in seen:
+                if not _first_visit(m, seen):
                     continue
-                seen.add(id(m))
                 for k, v in list(vars(m).items()):
                     if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
                         continue
@@ -261,8 +279,7 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
         if k in TORCH_OPTIMIZER_FIELDS:
             continue
         yield _attr(optimizer, k, label), v, True
-        if _watched(v) and not isinstance(v, nn.Module) and id(v) not in seen:
-            seen.add(id(v))
+        if _watched(v) and not isinstance(v, nn.Module) and _first_visit(v, seen):
             for field, value in list(vars(v).items()):
                 yield _attr(v, field, f"{label}.{k}"), value, True
 

@@ -142,3 +142,75 @@ def test_an_accelerate_accumulation_loop_matches_eager_call_by_call(progress: bo
     refusals = [w for w in caught if "cannot capture" in str(w.message)]
     assert len(refusals) == (1 if progress else 0), [str(w.message) for w in refusals]
     assert traced.get_profile().meta.capture == ("dynamo" if progress else "fx")
+
+
+def _borg_loop() -> tuple[nn.Module, Any]:
+    """Two instances sharing one ``__dict__`` (the Borg pattern of accelerate's states), both in reach."""
+
+    class Settings:
+        shared: dict[str, Any] = {}
+
+        def __init__(self) -> None:
+            self.__dict__ = Settings.shared
+
+    first, second = Settings(), Settings()
+    first.options = {"scale": 2}
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y) * first.options["scale"] / second.options["scale"]
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, step
+
+
+def test_instances_sharing_one_dict_are_watched_once() -> None:
+    """Watched once per instance, the second snapshot held the input the first put in the shared
+    dict, and no call matched it again: a capture per call, then segments."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no refusal, no storm
+        traced = assert_bitwise_against_eager(_borg_loop, _batch, CALLS, profiling=True)
+    assert traced.captures == 1
+
+
+def _accumulating_four(accelerate: Any) -> tuple[nn.Module, Any, list[float]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    accelerator = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=4)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, opt, sched = accelerator.prepare(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s)))
+    rates: list[float] = []
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with accelerator.accumulate(model):
+            loss = nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        rates.append(sched.get_last_lr()[0])
+        return loss
+
+    return model, step, rates
+
+
+def test_an_accelerate_loop_accumulating_four_calls_stays_one_step_graph() -> None:
+    """Scheduler, clipping on synchronising calls, four accumulating calls: a few paths, then replays,
+    each call as eager's (run first: accelerate's gradient state is one per process)."""
+    accelerate = pytest.importorskip("accelerate")
+    model_a, step_a, rates_a = _accumulating_four(accelerate)
+    losses_a = [step_a(*_batch(i)) for i in range(16)]
+    model_b, step_b, rates_b = _accumulating_four(accelerate)
+    traced = graphprof.trace(step_b, profiling=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses_b = [traced(*_batch(i)) for i in range(16)]
+    assert all(map(torch.equal, losses_a, losses_b)) and rates_a == rates_b and len(set(rates_b)) == 5
+    assert all(map(torch.equal, model_a.parameters(), model_b.parameters()))
+    assert traced.get_profile().meta.capture == "fx" and traced.captures <= 5
