@@ -7,7 +7,8 @@ and runs, each as its own process with the interpreter start counted,
 * ``graphprof analyze FILE -t 20``, ``graphprof report FILE`` and
   ``graphprof diff FILE FILE2``;
 * ``graphprof export FILE -o OUT`` for every export format (unless
-  ``--no-exports``).
+  ``--no-exports``);
+* a reference: ``REFERENCE``, no graphprof code, to read the machine's speed by.
 
 Per command: the median wall time, the median CPU time (user + sys, which a
 loaded machine disturbs less than wall time) and the peak resident memory
@@ -46,6 +47,14 @@ from dataclasses import dataclass
 EXPORTS = (("chrome", "out.trace.json"), ("dot", "out.dot"), ("graphml", "out.graphml"),
            ("nodelink", "out.nodelink.json"), ("folded", "out.folded"), ("html", "out.html"),
            ("memory-svg", "out.memory.svg"))
+#: Work that involves no graphprof code (the interpreter, numpy's import, JSON and list passes of
+#: the kinds a load makes), timed in the same turns as the commands: this shared machine's speed
+#: moves by more than half between days (``analyze`` of 100,000 nodes read 0.54 s in the sixth
+#: round and 0.87 to 0.91 s in the twelfth, on code that reads profiles the same way), and the
+#: reference row tells a slower machine apart from slower code.
+REFERENCE = ("import json, numpy\n"
+             "doc = json.dumps({'c': [list(range(i, i + 100_000)) for i in range(6)], 'n': ['x%d' % i for i in range(100_000)]})\n"
+             "for _ in range(3): numpy.array(json.loads(doc)['c'], dtype=numpy.int64).sum()")
 WALL_TARGET_100K_S = 1.5
 WALL_TARGET_1M_S = 15.0
 RSS_TARGET_1M_BYTES = 4 * 2**30
@@ -108,6 +117,7 @@ def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps
         for name, filename in EXPORTS:
             outputs[f"export {name}"] = os.path.join(directory, filename)
             plan[f"export {name}"] = [*gp, "export", first, "-o", outputs[f"export {name}"]]
+    plan["reference"] = [sys.executable, "-c", REFERENCE]
     chosen = {name: argv for name, argv in plan.items() if commands is None or name in commands}
     if overwrite:
         for name in chosen.keys() & outputs.keys():
@@ -125,6 +135,8 @@ def measure(nodes: int, directory: str, repeat: int, exports: bool = True, steps
 
 def target_note(r: CommandResult) -> str:
     """Whether a row meets its target ('-' where the issue sets none)."""
+    if r.command == "reference":
+        return "-"
     if r.nodes == 100_000:
         return "met" if r.wall_median_s <= WALL_TARGET_100K_S else "MISSED"
     if r.nodes == 1_000_000 and r.command in ("analyze", "report", "diff"):

@@ -17,7 +17,7 @@ from benchmarks.hf_workloads import HF_STEPS, workload_step
 def test_cli_rows_cover_every_command_with_time_and_peak_memory(tmp_path: Path) -> None:
     rows = cli_scale.measure(300, str(tmp_path), repeat=1, steps=2)
     commands = [r.command for r in rows]
-    assert commands == ["analyze", "report", "diff", *(f"export {name}" for name, _ in cli_scale.EXPORTS)]
+    assert commands == ["analyze", "report", "diff", *(f"export {name}" for name, _ in cli_scale.EXPORTS), "reference"]
     assert all(r.wall_median_s > 0 and r.cpu_median_s > 0 and r.peak_rss_bytes > 2**20 for r in rows)
     assert "| 300 | export graphml |" in cli_scale.markdown(rows)
     assert CLI_NODES == (10_000, 100_000, 1_000_000)
