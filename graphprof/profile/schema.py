@@ -129,7 +129,7 @@ def int64_array(values: list[Any]) -> np.ndarray | None:
     validation. ``array("q", ...)`` is one C pass that refuses every
     non-integer JSON gives (floats, strings, null, lists) and every int
     beyond 64 bits; only bools pass as 0 and 1, so the types are looked at
-    where the array holds 0 or 1 (all of them when that is most of it). A
+    where the array holds 0 or 1 (all of them when those are over a quarter). A
     caller given None takes its exact path, whose sentence names the fault.
     """
     try:
