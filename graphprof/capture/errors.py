@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.sources import file_line, is_library
 
 
 class CaptureError(RuntimeError):
@@ -15,5 +16,28 @@ class CaptureError(RuntimeError):
         else:
             first_line = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first_line}"
+            if "TracedScalar" in first_line:
+                reason = _run_time_number(exc, first_line)
         return cls(f"cannot capture {function} as one static graph: {reason} "
                    "(parameters and optimizer state were restored to before the call)")
+
+
+def _run_time_number(exc: BaseException, first_line: str) -> str:
+    """The reason when code that takes only a plain number was given one graphprof reads at run time.
+
+    Why: the step's number arguments and the numbers in its state are
+    ``TracedScalar``s while the capture call runs, so that each replay reads
+    them anew; a C function that wants a real int (``Generator.manual_seed(i)``)
+    refuses one with a message naming graphprof's own type. Said in the
+    user's terms, at the user's line.
+    """
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not is_library(code.co_filename):
+            where = f" at {file_line(code.co_filename, tb.tb_lineno)}"
+        tb = tb.tb_next
+    said = first_line.replace("TracedScalar", "a number read at run time")
+    return (f"a number the step reads anew on every call (a number argument, or a number kept in its state) is "
+            f"passed{where} to code that takes only a plain number ({type(exc).__name__}: {said})")

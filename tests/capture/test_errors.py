@@ -1,0 +1,45 @@
+"""A refusal names the user's line in the user's terms, never graphprof's own types."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+import graphprof
+
+
+def test_a_run_time_number_given_to_a_plain_number_parameter_is_said_plainly() -> None:
+    """``Generator.manual_seed(i)`` of a number argument: it takes a real int, and the step's number
+    arguments are read anew on every call; the refusal says so at the line, and segments run the step."""
+    def make() -> tuple[nn.Module, object]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+
+        def step(i: int, x: torch.Tensor) -> torch.Tensor:
+            noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(i))  # the line named
+            loss = model(x + noise).square().mean()
+            loss.backward()
+            return loss
+
+        return model, step
+
+    eager_model, eager = make()
+    traced_model, step = make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x = torch.full((2, 4), float(i))
+            assert torch.equal(eager(i, x), traced(i, x))
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(eager_model.parameters(), traced_model.parameters()))
+    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "TracedScalar" not in messages[0] and "takes only a plain number" in messages[0]
+    assert f"test_errors.py:{_line_of('# the line named')}" in messages[0]
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        return next(n for n, line in enumerate(f, 1) if marker in line and "_line_of" not in line)
