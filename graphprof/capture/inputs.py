@@ -39,8 +39,8 @@ from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
-from graphprof.capture.locations import (Location, attribute_location, fields_of, item_location, plain_object,
-                                         reachable_locations)
+from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
+                                         object_keys, plain_object, reachable_locations)
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
@@ -213,7 +213,8 @@ class PythonState:
     pinned: set[int] = field(default_factory=set)
     #: How many watched entries are lists or dicts (``_watch_items`` stops at ``NESTED_LIMIT``).
     containers: int = 0
-    #: ids of the objects whose fields are watched (each once, wherever the step reaches it).
+    #: ``object_keys`` of the objects whose fields are watched (each once, wherever the step reaches
+    #: it, and instances sharing one ``__dict__`` once).
     objects: set[int] = field(default_factory=set)
 
     @classmethod
@@ -221,7 +222,8 @@ class PythonState:
               arguments: Sequence[tuple[str, Any]] = (), hooks: Sequence[Any] = ()) -> "PythonState":
         state = cls()
         reachable = list(reachable_locations(fn, arguments, hooks))
-        state.objects = {id(loc.owner) for loc, _, _ in reachable if loc.place is Place.ATTRIBUTE}
+        state.objects = {key for loc, _, _ in reachable if loc.place is Place.ATTRIBUTE
+                         for key in object_keys(loc.owner)}
         for location, value, _ in reachable:  # before anything is replaced by an input: nothing to undo
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
@@ -259,14 +261,14 @@ class PythonState:
                   and self.containers < NESTED_LIMIT):
                 inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
                 self._watch_items(inner, graph, record, depth - 1)
-            elif depth > 0 and plain_object(item) and id(item) not in self.objects and self.containers < NESTED_LIMIT:
+            elif (depth > 0 and plain_object(item) and self.containers < NESTED_LIMIT
+                  and first_visit(item, self.objects)):
                 self._watch_fields(item, f"{label}[{key!r}]", graph, record, depth - 1)
 
     def _watch_fields(self, obj: Any, label: str, graph: torch.fx.Graph, record: Callable[[], Any], depth: int) -> None:
         """The fields of an object in a list or dict of the step's own (``meters["loss"].update(v)`` on an
         ``AverageMeter``), watched as those of an object the step names: numbers are inputs, lists
         and dicts are watched ``depth`` levels further down."""
-        self.objects.add(id(obj))
         self.containers += 1
         for name, value in list((fields_of(obj) or {}).items()):
             if not isinstance(name, str):

@@ -120,9 +120,15 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
 
 
-def _first_visit(obj: Any, seen: set[int]) -> bool:
-    """Whether ``obj``'s fields are not watched yet (``seen``: ids of objects and of their
-    ``__dict__``), noting that they now are.
+def object_keys(obj: Any) -> tuple[int, ...]:
+    """The ids a watched object is known by: its own, and its ``__dict__``'s (``first_visit``)."""
+    fields = fields_of(obj)
+    return (id(obj),) if fields is None else (id(obj), id(fields))
+
+
+def first_visit(obj: Any, seen: set[int]) -> bool:
+    """Whether ``obj``'s fields are not watched yet (``seen``: ``object_keys`` of those that are),
+    noting that they now are.
 
     Why the ``__dict__`` too: the instances of a class that share one ``__dict__`` (the Borg
     pattern: accelerate's ``GradientState``, which the accelerator, its optimizer and its
@@ -131,8 +137,7 @@ def _first_visit(obj: Any, seen: set[int]) -> bool:
     them: no later call ever matched, and a gradient-accumulation loop captured until the
     storm limit sent it to segments.
     """
-    fields = fields_of(obj)
-    keys = (id(obj),) if fields is None else (id(obj), id(fields))
+    keys = object_keys(obj)
     if any(key in seen for key in keys):
         return False
     seen.update(keys)
@@ -235,7 +240,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             else:
                 members = [(olabel, o)]
             for mlabel, m in members:
-                if not _first_visit(m, seen):
+                if not first_visit(m, seen):
                     continue
                 for k, v in list(vars(m).items()):
                     if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
@@ -279,8 +284,8 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
         if k in TORCH_OPTIMIZER_FIELDS:
             continue
         yield _attr(optimizer, k, label), v, True
-        if _watched(v) and not isinstance(v, nn.Module) and _first_visit(v, seen):
-            for field, value in list(vars(v).items()):
+        if _watched(v) and not isinstance(v, nn.Module) and first_visit(v, seen):
+            for field, value in list((fields_of(v) or {}).items()):
                 yield _attr(v, field, f"{label}.{k}"), value, True
 
 

@@ -102,6 +102,26 @@ def test_a_dict_of_average_meters_is_replayed_whole_step() -> None:
     assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
 
 
+def _shared_meters() -> dict[str, AverageMeter]:
+    """Two meters of one state: instances sharing one ``__dict__`` (the Borg pattern), each copy its own."""
+
+    class SharedMeter(AverageMeter):
+        state: dict[str, Any] = {}
+
+        def __init__(self) -> None:
+            self.__dict__ = SharedMeter.state
+            super().__init__()
+
+    return {"loss": SharedMeter(), "scaled": SharedMeter()}
+
+
+def test_meters_sharing_one_dict_are_watched_once() -> None:
+    """Watched once per instance, the second watch would see the inputs the first put in the shared
+    dict, and hold them: a capture per call."""
+    traced, messages = _run(_update_meters, _shared_meters)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
 def _update_smoothed(meter: SmoothedValue, loss: torch.Tensor, n: int) -> None:
     meter.update(loss.item(), n)
 
