@@ -46,7 +46,7 @@ from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
-    GUARD_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars, contains_traced_scalar,
+    GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars, contains_traced_scalar,
 )
 from graphprof.capture.state import StateIndex, add_parameter
 from graphprof.capture.value_guards import VALUE_READS, ValueGuards
@@ -71,14 +71,20 @@ _REFUSED = {
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
 
 def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
-    """Replace a literal equal to a pending scalar's value by that scalar's node."""
+    """Replace a literal equal to a pending scalar's value by that scalar's node.
+
+    Of several scalars with that value, the first one no literal took yet: a
+    foreach optimizer's list of bias corrections, one per parameter, is equal
+    while the step counts are, and each item stays linked to its own count.
+    """
     if isinstance(value, (list, tuple)):
         return type(value)(_substitute(v, scalars, used) for v in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        for s in scalars:
-            if type(s.value) is type(value) and s.value == value:
-                used.add(id(s))
-                return s.node
+        equal = [s for s in scalars if type(s.value) is type(value) and s.value == value]
+        if equal:
+            chosen = next((s for s in equal if id(s) not in used), equal[0])
+            used.add(id(chosen))
+            return chosen.node
     return value
 
 
@@ -251,7 +257,8 @@ class CaptureRecorder:
                     "which a static graph cannot replay"
                 ) from None
             raise
-        scalars = [s for group in self.pending_scalars for s in group]
+        # The innermost call's scalars first: a literal is linked to the number its own call was given.
+        scalars = [s for group in reversed(self.pending_scalars) for s in group]
         used: set[int] = set()
         for node in self._new_nodes(before):
             if node.op != "call_function":
@@ -259,6 +266,8 @@ class CaptureRecorder:
             node.meta[CAPTURE] = record
             if scalars:
                 _link_scalars(node, scalars, used)
+        for linked in LINKED_SINKS:
+            linked |= used
         # Autograd numbers each node it creates; the counter moved only if this
         # op created one, and then the newest number is this op's backward node.
         seq = torch.autograd._get_sequence_nr()
@@ -272,6 +281,11 @@ class CaptureRecorder:
             # that computes with it in C++): replay only while it is the same.
             if s.is_input and (id(s) not in used or differentiable):
                 self.guards.append(Guard(operator.eq, (s.node, s.value), True, record.source))
+            elif differentiable and id(s) in used:  # read from a tensor: a new number every call
+                raise DataDependentError(
+                    f"a value read from a tensor with .item() at {record.source} reaches {func}, whose backward "
+                    "keeps it as a number, which a static graph would replay with the capture call's value; keep "
+                    "it a tensor (.detach() instead of .item())")
         return out
 
     def traced_item(self, tensor: torch.Tensor) -> TracedScalar:

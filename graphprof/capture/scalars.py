@@ -30,6 +30,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
+import torch
 import torch.fx
 
 from graphprof.capture.sources import user_source
@@ -136,6 +137,10 @@ GUARD_SINKS: list[list[Guard]] = []
 #: The active capture's stack of scalars passed to the torch call now running (the
 #: recorder links the op nodes that call creates to them); empty outside a capture.
 PENDING_SINKS: list[list[list["TracedScalar"]]] = []
+#: One set per torch call running with scalars, innermost last: the ids of the scalars the op nodes it
+#: made were linked to (the recorder adds them to every set). A scalar read from a tensor that no node
+#: took was baked into the graph as the capture call's number.
+LINKED_SINKS: list[set[int]] = []
 
 
 _COMPARISONS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
@@ -248,8 +253,23 @@ class TracedScalar:
         return call_with_scalars(func, args, kwargs or {})
 
 
+#: Functions that make a tensor of the data they are given: a number read from a tensor becomes one
+#: ``scalar_tensor`` node linked to it, where the tensor's data would be a constant of the capture call.
+_NEW_TENSOR = (torch.tensor, torch.as_tensor, torch.asarray)
+
+
 def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes."""
+    """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes.
+
+    A number read from a tensor that none of the call's op nodes takes as an
+    argument was baked into the graph (``torch.tensor(loss.item())``: the
+    tensor's data is a constant): a replay would use the capture call's
+    number, so the capture is refused instead. ``torch.tensor`` and its kin
+    of one such number are made as ``torch.scalar_tensor``, which takes it.
+    """
+    if (func in _NEW_TENSOR and len(args) == 1 and type(args[0]) is TracedScalar and PENDING_SINKS
+            and kwargs.keys() <= {"dtype", "device", "requires_grad"}):
+        return _scalar_tensor(args[0], **kwargs)
     found: list[TracedScalar] = []
     args = unwrap_scalars(args, found)
     kwargs = unwrap_scalars(kwargs, found)
@@ -257,10 +277,38 @@ def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)
     pending = PENDING_SINKS[-1]
     pending.append(found)
+    linked: set[int] = set()
+    LINKED_SINKS.append(linked)
     try:
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
     finally:
         pending.pop()
+        LINKED_SINKS.pop()
+    baked = next((s for s in found if not s.is_input and id(s) not in linked), None)
+    if baked is not None:
+        raise DataDependentError(
+            f"a value read from a tensor with .item() at {baked._where} reaches {_torch_name(func)} as a number the "
+            "graph would keep (a constant, a size), which a static graph cannot replay; keep it a tensor "
+            "(.detach() instead of .item())")
+    return out
+
+
+def _torch_name(func: Any) -> str:
+    """``torch.tensor``, ``Tensor.add``: a torch function as the user writes it."""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    owner, _, short = name.rpartition(".")
+    if owner in ("_VariableFunctionsClass", "") and getattr(torch, short, None) is func:
+        return f"torch.{short}"
+    return f"Tensor.{short}" if owner in ("TensorBase", "Tensor") else name
+
+
+def _scalar_tensor(value: TracedScalar, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Any:
+    """``torch.tensor(value, ...)`` of one number as a ``scalar_tensor`` taking it: the same dtype (the
+    default float type for a float, int64 for an int, bool for a bool) and the same number."""
+    if dtype is None:
+        dtype = {bool: torch.bool, int: torch.int64}.get(type(value.value), torch.get_default_dtype())
+    out = call_with_scalars(torch.scalar_tensor, (value,), {"dtype": dtype, "device": device})
+    return out.requires_grad_() if requires_grad else out
 
 
 def contains_traced_scalar(tree: Any) -> bool:
