@@ -296,8 +296,8 @@ class CaptureRecorder:
         node.meta[CAPTURE] = record
         node.meta[SCALAR] = True
         # Computed from the inputs alone: an input scalar (branches on it become guards).
-        is_input = self.value_guards.mark_item(node, tensor)
-        return TracedScalar(value, node, self.graph, record.source, is_input=is_input)
+        is_input, counted = self.value_guards.mark_item(node, tensor)
+        return TracedScalar(value, node, self.graph, record.source, is_input=is_input, counted=counted)
 
     # -- hooks -------------------------------------------------------------------
     @contextlib.contextmanager

@@ -149,16 +149,20 @@ _COMPARISONS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
 class TracedScalar:
     """A Python number read from a tensor, with the fx node that computes it at replay."""
 
-    __slots__ = ("value", "node", "_graph", "_where", "is_input")
+    __slots__ = ("value", "node", "_graph", "_where", "is_input", "counted")
 
     def __init__(self, value: int | float | bool, node: torch.fx.Node, graph: torch.fx.Graph, where: str,
-                 is_input: bool = False) -> None:
+                 is_input: bool = False, counted: bool = False) -> None:
         self.value = value
         self.node = node
         self._graph = graph
         self._where = where
         #: Known before the step runs (derived only from inputs): guards may be taken on it.
         self.is_input = is_input
+        #: Computed from inputs and counters the step keeps and advances (an optimizer's ``step``,
+        #: read after its ``+= 1``): a check can compute it before the step runs, but it changes
+        #: every call, so only the outcome of a comparison or a branch is guarded, never the value.
+        self.counted = counted and not is_input
 
     # -- recording arithmetic ------------------------------------------------
     def _record(self, fn: Callable[..., Any], *operands: Any) -> "TracedScalar | Any":
@@ -177,8 +181,13 @@ class TracedScalar:
         clock = _clock_read(operands)
         if clock is not None:  # a value computed from a clock reading carries it
             node.meta[CLOCK_READ] = clock
-        is_input = all(op.is_input for op in operands if isinstance(op, TracedScalar))
-        return TracedScalar(result, node, self._graph, self._where, is_input)
+        scalars = [op for op in operands if isinstance(op, TracedScalar)]
+        is_input = all(op.is_input for op in scalars)
+        counted = all(op.is_input or op.counted for op in scalars)
+        # Named where the value came from: a refusal names the read that makes it unknown before the
+        # step, not the hyperparameter it was first combined with (RAdam's ``rho_inf - ...``).
+        where = next((op._where for op in scalars if not op.is_input), self._where)
+        return TracedScalar(result, node, self._graph, where, is_input, counted)
 
     def __add__(self, o: Any) -> Any: return self._record(operator.add, self, o)
     def __radd__(self, o: Any) -> Any: return self._record(operator.add, o, self)
@@ -217,7 +226,8 @@ class TracedScalar:
         scalars = [o for o in operands if isinstance(o, TracedScalar)]
         if any(not isinstance(o, (TracedScalar, *_Number)) for o in operands):
             return NotImplemented if op in _COMPARISONS else self._refuse(what)
-        if not GUARD_SINKS or not all(s.is_input for s in scalars):
+        outcome_only = op is bool or op in _COMPARISONS  # two outcomes: a guard on one is a path, not a value
+        if not GUARD_SINKS or not all(s.is_input or (s.counted and outcome_only) for s in scalars):
             return self._refuse(what)
         clock = _clock_read(scalars)
         if clock is not None:

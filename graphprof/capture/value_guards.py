@@ -119,6 +119,9 @@ class ValuePrefix:
     constants: tuple[tuple[torch.fx.Node, Any], ...]  # get_attr nodes and the tensors the trace made
     convert: Callable[[Any], Any]
     label: str
+    #: Nodes that advance a kept counter in place (``step_t += 1``): run on a copy of it, so that the
+    #: check computes what the step will read without changing what it will find.
+    increments: frozenset[torch.fx.Node] = frozenset()
 
     @property
     def __name__(self) -> str:
@@ -131,10 +134,17 @@ class ValuePrefix:
     def __call__(self, *inputs: Any) -> Any:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, inputs))
         env.update(self.constants)
+        copied: set[torch.fx.Node] = set()
         with torch.no_grad():
             for node in self.nodes:
                 if node in env:
                     continue
+                if node in self.increments:
+                    _read_kept(node, env)
+                    for counter in _writes(node):  # the counter as the call finds it, written on a copy
+                        if counter not in copied:
+                            env[counter] = env[counter].clone()
+                            copied.add(counter)
                 try:
                     args = torch.fx.map_arg(node.args, env.__getitem__)
                     kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
@@ -153,6 +163,10 @@ def _read_kept(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> None:
             if arg.op != "call_function" or arg.args or arg.kwargs:
                 raise KeyError(arg)
             env[arg] = arg.target()  # type: ignore[operator]
+
+
+def _item(tensor: torch.Tensor) -> Any:
+    return tensor.item()
 
 
 def sizes(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -198,20 +212,26 @@ class ValueGuards:
         self.guards.append(Guard(prefix, prefix.placeholders, value, where))
         return value
 
-    def mark_item(self, item: torch.fx.Node, tensor: torch.Tensor) -> bool:
-        """Whether ``.item()`` of ``tensor`` (node ``item``) is computed from inputs alone.
+    def mark_item(self, item: torch.fx.Node, tensor: torch.Tensor) -> tuple[bool, bool]:
+        """Whether ``.item()`` of ``tensor`` (node ``item``) is computed from inputs alone, and else whether
+        from inputs and one-element counters the model or optimizer keeps (``TracedScalar.counted``).
 
-        If so the node carries its prefix, so a guard on the number (``if
-        mask.sum().item() > 0``) is checked like any guard on an input.
+        Either way the node carries its prefix, so a guard on the number (``if
+        mask.sum().item() > 0``, RAdam's ``if rho_t > 5.0`` on its step count)
+        is checked like any guard on an input.
         """
         node = self.tensor_node(tensor)
         if not isinstance(node, torch.fx.Node):
-            return False
-        prefix, _ = self.prefix(node, lambda t: t.item(), ".item()")
+            return False, False
+        prefix, _ = self.prefix(node, _item, ".item()")
+        if prefix is not None:
+            item.meta[VALUE_PREFIX] = prefix
+            return True, False
+        prefix, _ = self.prefix(node, _item, ".item()", state_counters=True)
         if prefix is None:
-            return False
+            return False, False
         item.meta[VALUE_PREFIX] = prefix
-        return True
+        return False, True
 
     def prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
                what: str, state_counters: bool = False) -> tuple[ValuePrefix | None, str]:
@@ -235,14 +255,18 @@ class ValueGuards:
                 continue
             if any(_alias_root(w) in read for w in _writes(node)):
                 return None, f"depends on a tensor the step writes in place earlier ({node.target})"
-        for node in needed:  # the prefix itself may write only tensors it made
-            if any(_alias_root(w).op in ("placeholder", "get_attr") for w in _writes(node)):
+        increments = set()
+        for node in needed:  # the prefix itself may write only tensors it made, and counters it copies
+            kept = [w for w in _writes(node) if _alias_root(w).op in ("placeholder", "get_attr")]
+            if kept and state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in kept):
+                increments.add(node)  # ``step_t += 1`` on the counter itself: run on a copy
+            elif kept:
                 return None, f"writes in place into an input ({node.target})"
         nodes = tuple(sorted(needed, key=order.__getitem__))
         placeholders = tuple(n for n in nodes if n.op == "placeholder")
         constants = tuple((n, self._attr(n)) for n in nodes if n.op == "get_attr")
         label = f"{what} computed from inputs by {sum(n.op == 'call_function' for n in nodes)} ops"
-        return ValuePrefix(nodes, placeholders, constants, convert, label), ""
+        return ValuePrefix(nodes, placeholders, constants, convert, label, frozenset(increments)), ""
 
     def _attr(self, node: torch.fx.Node) -> Any:
         value: Any = self.root

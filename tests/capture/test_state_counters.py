@@ -11,6 +11,7 @@ and a counter the user resets between calls selects the other branch.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import pytest
@@ -66,3 +67,50 @@ def test_an_averaged_model_is_updated_as_eager_updates_it_in_one_graph(kind: str
     # the averaging graph again, which is still held.
     assert run.captures == (1 if restart_at is None else 2)
     assert any("n_averaged" in guard for guard in run.get_profile().meta.extra.get("guards", []))
+
+
+#: Optimizers that branch on their step count after advancing it (``step_t += 1``, then ``.item()``):
+#: RAdam asks ``rho_t > 5.0`` (false for the first five steps), ASGD ``max(1, step - t0)``.
+COUNTING = {
+    "radam": lambda params: torch.optim.RAdam(params, lr=0.01),
+    "radam-decoupled": lambda params: torch.optim.RAdam(params, lr=0.01, weight_decay=0.1,
+                                                         decoupled_weight_decay=True),
+    "asgd": lambda params: torch.optim.ASGD(params, lr=0.01, t0=3),
+}
+
+
+def _counting_run(traced: bool, make_opt: Callable[[Any], torch.optim.Optimizer],
+                  calls: int) -> tuple[list[torch.Tensor], nn.Module, torch.optim.Optimizer, Any]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = make_opt(model.parameters())
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    run = graphprof.trace(step, profiling=True) if traced else step
+    g = torch.Generator().manual_seed(1)
+    losses = [run(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)) for _ in range(calls)]
+    return losses, model, opt, run
+
+
+@pytest.mark.parametrize("name", sorted(COUNTING))
+def test_an_optimizer_branching_on_its_advanced_step_count_is_one_graph_per_branch(name: str) -> None:
+    """The check computes the count the step will read (as the call finds it, advanced on a copy) and
+    guards the comparison's outcome, never the number: one path per branch, not one per step."""
+    calls = 12
+    eager_losses, eager_model, eager_opt, _ = _counting_run(False, COUNTING[name], calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no refusal, no storm
+        losses, model, opt, run = _counting_run(True, COUNTING[name], calls)
+    assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses))
+    assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), model.parameters()))
+    eager_state, state = eager_opt.state_dict()["state"], opt.state_dict()["state"]
+    assert all(torch.equal(eager_state[k][f], state[k][f]) for k in state for f in state[k])
+    assert run.capture_mode == "whole-step"
+    assert run.captures <= 3  # each branch once (ASGD: mu is read before and after t0)
+    assert len(run.get_profile().steps) > 0
