@@ -18,6 +18,9 @@ class CaptureError(RuntimeError):
             reason = f"{type(exc).__name__}: {first_line}"
             if "TracedScalar" in first_line:
                 reason = _run_time_number(exc, first_line)
+            elif "dynamo-optimized function" in first_line:
+                reason = (f"the step calls code compiled with torch.compile{_user_line(exc)}, which only "
+                          "torch.compile itself can trace")
         return cls(f"cannot capture {function} as one static graph: {reason} "
                    "(parameters and optimizer state were restored to before the call)")
 
@@ -31,6 +34,13 @@ def _run_time_number(exc: BaseException, first_line: str) -> str:
     refuses one with a message naming graphprof's own type. Said in the
     user's terms, at the user's line.
     """
+    said = first_line.replace("TracedScalar", "a number read at run time")
+    return (f"a number the step reads anew on every call (a number argument, or a number kept in its state) is "
+            f"passed{_user_line(exc)} to code that takes only a plain number ({type(exc).__name__}: {said})")
+
+
+def _user_line(exc: BaseException) -> str:
+    """`` at file:line`` of the innermost frame of the user's code the exception passed through, or ""."""
     where = ""
     tb = exc.__traceback__
     while tb is not None:
@@ -38,6 +48,4 @@ def _run_time_number(exc: BaseException, first_line: str) -> str:
         if not is_library(code.co_filename):
             where = f" at {file_line(code.co_filename, tb.tb_lineno)}"
         tb = tb.tb_next
-    said = first_line.replace("TracedScalar", "a number read at run time")
-    return (f"a number the step reads anew on every call (a number argument, or a number kept in its state) is "
-            f"passed{where} to code that takes only a plain number ({type(exc).__name__}: {said})")
+    return where

@@ -43,3 +43,33 @@ def test_a_run_time_number_given_to_a_plain_number_parameter_is_said_plainly() -
 def _line_of(marker: str) -> int:
     with open(__file__) as f:
         return next(n for n, line in enumerate(f, 1) if marker in line and "_line_of" not in line)
+
+
+def test_a_module_compiled_with_torch_compile_is_named_as_such() -> None:
+    """make_fx cannot trace into a ``torch.compile``'d module; the refusal says that in the user's terms
+    and torch.compile's segments run the step, equal to eager."""
+    def make() -> tuple[nn.Module, object]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        compiled = torch.compile(model, backend="eager")
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = compiled(x).square().mean()  # the compiled call
+            loss.backward()
+            return loss
+
+        return model, step
+
+    eager_model, eager = make()
+    traced_model, step = make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x = torch.full((2, 4), float(i))
+            assert torch.equal(eager(x), traced(x))
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(eager_model.parameters(), traced_model.parameters()))
+    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "compiled with torch.compile" in messages[0] and "symbolically trace" not in messages[0]
+    assert f"test_errors.py:{_line_of('# the compiled call')}" in messages[0]
