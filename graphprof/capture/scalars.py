@@ -275,11 +275,16 @@ def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
     argument was baked into the graph (``torch.tensor(loss.item())``: the
     tensor's data is a constant): a replay would use the capture call's
     number, so the capture is refused instead. ``torch.tensor`` and its kin
-    of one such number are made as ``torch.scalar_tensor``, which takes it.
+    of one such number, and one assigned into a tensor (``t[i] = number``),
+    are made as ``torch.scalar_tensor``, which takes it.
     """
     if (func in _NEW_TENSOR and len(args) == 1 and type(args[0]) is TracedScalar and PENDING_SINKS
             and kwargs.keys() <= {"dtype", "device", "requires_grad"}):
         return _scalar_tensor(args[0], **kwargs)
+    if (func is torch.Tensor.__setitem__ and len(args) == 3 and type(args[2]) is TracedScalar and PENDING_SINKS
+            and isinstance(args[0], torch.Tensor)):  # ``history[i] = loss.item()``: the number as the tensor's type
+        value = _scalar_tensor(args[2], dtype=args[0].dtype, device=args[0].device)
+        return call_with_scalars(func, (args[0], args[1], value), kwargs)
     found: list[TracedScalar] = []
     args = unwrap_scalars(args, found)
     kwargs = unwrap_scalars(kwargs, found)

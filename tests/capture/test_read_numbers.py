@@ -67,6 +67,31 @@ def test_a_tensor_made_of_a_read_number_is_made_anew_on_every_replay(number: Cal
     assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
+def test_read_numbers_assigned_into_a_kept_tensor_are_assigned_anew_on_every_replay() -> None:
+    """``history[i % 2] = loss.item()``: the assigned value was a constant of the graph (the history
+    differed from the fourth call); it is now a ``scalar_tensor`` of the history's dtype."""
+    def make() -> tuple[nn.Module, Any]:
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        history = torch.zeros(4, dtype=torch.float64)
+
+        def step(x: torch.Tensor, y: torch.Tensor, i: int) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            history[i % 2] = loss.item()
+            history[2:] = loss.item() * 2
+            return history.clone()
+        return model, step
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = assert_bitwise_against_eager(make, lambda i: (*_batch(i), i), CALLS, profiling=True)
+    assert not _refusals(caught)
+    assert traced.capture_mode == "whole-step" and traced.captures == 2  # one path per index
+
+
 @pytest.mark.parametrize("case", ["a list of read numbers", "a read number scaling a differentiable result"])
 def test_a_read_number_the_graph_would_keep_refuses_the_capture_and_the_step_stays_eager_equal(case: str) -> None:
     if case == "a list of read numbers":
