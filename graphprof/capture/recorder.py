@@ -136,6 +136,8 @@ class CaptureRecorder:
         self.scopes: list[str] = []
         self.optimizer_depth = 0
         self.backward_depth = 0
+        #: Backward passes the step ran (``loss.backward()``, ``torch.autograd.grad``).
+        self.backwards = 0
         self.forward_by_seq: dict[int, CaptureRecord] = {}
         self.pending_scalars: list[list[TracedScalar]] = []
         self.params_seen: dict[int, nn.Parameter] = {}
@@ -407,6 +409,7 @@ class _ScalarMode(TorchFunctionMode):
                 "which a static graph cannot replay"
             )
         if func in _BACKWARD_ENTRIES:
+            self.recorder.backwards += 1
             self.recorder.backward_depth += 1
             try:
                 return func(*args, **kwargs)

@@ -47,7 +47,7 @@ def _toggling() -> tuple[nn.Module, Callable[..., torch.Tensor]]:
 
     def step(x: torch.Tensor) -> torch.Tensor:
         model.train(not model.training)
-        return model(x).sum()
+        return model(x).sum().detach()  # (a result to differentiate outside would refuse the graph)
 
     return model, step
 

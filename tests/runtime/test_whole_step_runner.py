@@ -76,7 +76,7 @@ def test_random_streams_are_untouched_by_the_measurement() -> None:
 
 def test_under_a_users_profiler_the_profile_says_workspace_was_not_measured() -> None:
     model = nn.Linear(4, 2)
-    fn = graphprof.trace(lambda x: model(x).sum(), profiling=True)
+    fn = graphprof.trace(lambda x: model(x).sum().detach(), profiling=True)
     with profile(activities=[ProfilerActivity.CPU]):
         for _ in range(3):
             fn(torch.ones(2, 4))
@@ -111,7 +111,7 @@ def test_the_first_recorded_step_is_not_an_outlier_on_the_demo() -> None:
 
 def test_codegen_binds_replacement_constants() -> None:
     model = nn.Linear(3, 1, bias=False)
-    fn = graphprof.trace(lambda x: model(x), profiling=False)
+    fn = graphprof.trace(lambda x: model(x).detach(), profiling=False)
     x = torch.ones(1, 3)
     for _ in range(2):
         fn(x)

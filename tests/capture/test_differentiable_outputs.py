@@ -1,0 +1,66 @@
+"""A traced forward pass whose result is differentiated outside it.
+
+A replay runs the graph under ``no_grad``: a whole-step graph's backward is
+explicit. A function that runs no backward and returns a tensor autograd can
+still differentiate (``fwd = trace(lambda x: model(x))``, then
+``loss_fn(fwd(x), y).backward()`` outside) got back a tensor without a
+``grad_fn`` from the first replay on, and the user's backward raised. Such a
+function is now profiled as segments, with one warning, and trains as eager.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+CALLS = 5
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+
+
+def test_a_forward_pass_differentiated_outside_trains_as_eager_with_one_warning() -> None:
+    eager_model, model = _model(), _model()
+    eager_opt, opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager_model, model))
+    forward = graphprof.trace(lambda x: model(x), profiling=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            x, y = _batch(i)
+            for run, o in ((eager_model, eager_opt), (forward, opt)):
+                o.zero_grad()
+                out = run(x)
+                assert out.grad_fn is not None, f"call {i}: the result lost autograd's record"
+                F.mse_loss(out, y).backward()
+                o.step()
+            assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), model.parameters())), f"call {i}"
+    refusals = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(refusals) == 1 and "runs no backward itself" in refusals[0] and "AddmmBackward0" in refusals[0]
+    assert forward.capture_mode != "whole-step"
+
+
+def test_a_forward_pass_under_no_grad_stays_one_graph() -> None:
+    model = _model()
+
+    def predict(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x)
+
+    forward = graphprof.trace(predict, profiling=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = [forward(_batch(i)[0]) for i in range(CALLS)]
+    assert all(torch.equal(out, model(_batch(i)[0]).detach()) for i, out in enumerate(outs))
+    assert forward.capture_mode == "whole-step" and forward.captures == 1
