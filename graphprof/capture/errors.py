@@ -34,7 +34,8 @@ def _run_time_number(exc: BaseException, first_line: str) -> str:
     refuses one with a message naming graphprof's own type. Said in the
     user's terms, at the user's line.
     """
-    said = first_line.replace("TracedScalar", "a number read at run time")
+    said = first_line.replace("<class 'graphprof.capture.scalars.TracedScalar'>", "a number read at run time")
+    said = said.replace("TracedScalar", "a number read at run time")
     return (f"a number the step reads anew on every call (a number argument, or a number kept in its state) is "
             f"passed{_user_line(exc)} to code that takes only a plain number ({type(exc).__name__}: {said})")
 

@@ -120,6 +120,32 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
 
 
+#: The class attributes watched on a class the step names: data, not methods or descriptors.
+_CLASS_DATA = PLAIN_TYPES | {list, dict}
+
+
+def user_class(value: Any) -> bool:
+    """A class defined in the user's code (not a library's, not a module, optimizer or exception
+    class), whose public data attributes the step may keep state in (``Trainer.count += 1``)."""
+    if not isinstance(value, type) or issubclass(value, (nn.Module, torch.optim.Optimizer, BaseException)):
+        return False
+    source = getattr(sys.modules.get(value.__module__), "__file__", None) or ""
+    return value.__module__ == "__main__" or bool(source) and not installed(source) and not is_library(source)
+
+
+def class_fields(cls: type, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The public data attributes of a class the step names, as an object's fields are watched.
+
+    Why: a counter or a log kept on a class (``Trainer.count += 1``,
+    ``Stats.history.append(...)``) ran only in the capture call and stayed
+    at that call's value in every replay, silently. Methods, properties and
+    names with a leading underscore are the class's machinery, not state.
+    """
+    for name, value in list(vars(cls).items()):
+        if isinstance(name, str) and not name.startswith("_") and type(value) in _CLASS_DATA:
+            yield _attr(cls, name, label), value, True
+
+
 def object_keys(obj: Any) -> tuple[int, ...]:
     """The ids a watched object is known by: its own, and its ``__dict__``'s (``first_visit``)."""
     fields = fields_of(obj)
@@ -224,6 +250,9 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
         if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
             seen.add(id(obj))
             yield from optimizer_fields(obj, label, seen)
+        if user_class(obj) and id(obj) not in seen:
+            seen.add(id(obj))
+            yield from class_fields(obj, label)
         if not _watched(obj) or id(obj) in seen:
             continue
         objects = [(label, obj)]
