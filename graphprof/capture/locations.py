@@ -146,6 +146,23 @@ def class_fields(cls: type, label: str) -> Iterator[tuple[Location, Any, bool]]:
             yield _attr(cls, name, label), value, True
 
 
+def _wrapper_chain(fn: Any) -> list[types.FunctionType]:
+    """The functions from ``fn`` down its ``__wrapped__`` chain (``functools.wraps``), ``fn`` first."""
+    chain: list[types.FunctionType] = []
+    while isinstance(fn, types.FunctionType) and all(fn is not f for f in chain):
+        chain.append(fn)
+        fn = getattr(fn, "__wrapped__", None)
+    return chain
+
+
+def function_fields(fn: types.FunctionType, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The public data attributes of a function the step runs (``wrapper.calls += 1``), watched like a
+    class's: a decorator that counts or logs its calls on its wrapper ran only in the capture call."""
+    for name, value in list(vars(fn).items()):
+        if isinstance(name, str) and not name.startswith("_") and type(value) in _CLASS_DATA:
+            yield _attr(fn, name, label), value, True
+
+
 def object_keys(obj: Any) -> tuple[int, ...]:
     """The ids a watched object is known by: its own, and its ``__dict__``'s (``first_visit``)."""
     fields = fields_of(obj)
@@ -190,6 +207,9 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     numbers (``in_features``, a dropout ``p``) are configuration that library
     code type-checks, so they never become input scalars.
     """
+    wrappers = _wrapper_chain(fn)
+    for wrapper in wrappers:  # ``wrapper.calls += 1`` in a decorator's wrapper
+        yield from function_fields(wrapper, getattr(wrapper, "__name__", "the step"))
     target = inspect.unwrap(fn)
     roots: list[tuple[str, Any]] = []
     if isinstance(target, functools.partial):  # what it binds is the step's: its keywords can be written
@@ -207,6 +227,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     # The function's names, and those of a function it holds in its closure (a wrapper around
     # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too.
     functions = [func] if code is not None else []
+    functions += [w for w in wrappers if w is not func]  # a decorator's wrapper runs in the step too
     for i, hook in enumerate(hooks):
         hook_self = getattr(hook, "__self__", None)
         hook_func = getattr(hook, "__func__", hook)

@@ -309,6 +309,27 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
                     "the items and length the capture call found, not the ones eager finds")
 
 
+def refuse_rebuilt_containers(python: Any, names: NameReads) -> None:
+    """Refuse a step that builds a list or dict it keeps anew from what it read of the old one
+    (``history = history + [loss.item()]``, ``self.window = self.window[-9:] + [v]``).
+
+    Why: the new container is assigned as the capture call made it, with the
+    old items in it as constants: every replay put back the capture call's
+    history plus one number (eager's grows by one per call), silently. A
+    container the step assigns without reading the old one (``self.log = []``)
+    is a graph value like any other.
+    """
+    if not names.active or names.dynamic or not names.read_uses:
+        return
+    for entry in python.watched:
+        if id(entry) in python.assigned and type(entry.before) in (list, dict) and entry.before:
+            if any(name in names.read_uses for name in watched_names(entry.location)):
+                raise DataDependentError(
+                    f"the step builds {entry.location.describe} anew from the {type(entry.before).__name__} it "
+                    "held: a replay would build it from the capture call's items, not the ones eager finds "
+                    "(change it in place: .append(), .update())")
+
+
 def list_candidates(watched: Iterable[Any], changed: set[int]) -> list[Candidate]:
     """The lists held in a closure cell, a module global or a default argument that the step did not
     change (``changed``: ids of its extended or assigned entries), as ``NameReads.unread`` takes them."""

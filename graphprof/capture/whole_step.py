@@ -44,8 +44,8 @@ from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
-from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists, unnamed_attributes,
-                                          unread_lists)
+from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
+                                          refuse_rebuilt_containers, unnamed_attributes, unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
@@ -250,6 +250,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         foreign.refuse()
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         refuse_reading_extended_lists(python, names)
+        refuse_rebuilt_containers(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         hyperparameters.restore()  # the user's optimizer keeps its real numbers
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
