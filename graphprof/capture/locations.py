@@ -147,10 +147,15 @@ def class_fields(cls: type, label: str) -> Iterator[tuple[Location, Any, bool]]:
 
 
 def _wrapper_chain(fn: Any) -> list[types.FunctionType]:
-    """The functions from ``fn`` down its ``__wrapped__`` chain (``functools.wraps``), ``fn`` first."""
+    """The functions of the user's code from ``fn`` down its ``__wrapped__`` chain (``functools.wraps``),
+    ``fn`` first: a library's wrapper (``torch.no_grad()`` as a decorator) keeps no state of the step's."""
     chain: list[types.FunctionType] = []
-    while isinstance(fn, types.FunctionType) and all(fn is not f for f in chain):
-        chain.append(fn)
+    seen: list[Any] = []
+    while isinstance(fn, types.FunctionType) and all(fn is not f for f in seen):
+        seen.append(fn)
+        filename = fn.__code__.co_filename
+        if not is_library(filename) and not installed(filename):
+            chain.append(fn)
         fn = getattr(fn, "__wrapped__", None)
     return chain
 

@@ -86,3 +86,24 @@ def test_a_list_rebuilt_from_its_old_items_refuses_the_capture_and_grows_as_in_e
     assert len(traced[-1][2]) == CALLS
     assert len(refusals) == 1 and "builds history anew" in refusals[0], refusals
     assert run.capture_mode != "whole-step"
+
+
+def test_a_library_s_wrapper_is_not_read_as_the_step_s_code() -> None:
+    """``@torch.no_grad()`` wraps the step in torch's own function: its module's names are torch's, not
+    the step's state, and are not watched."""
+    from graphprof.capture.locations import reachable_locations
+
+    model = nn.Linear(4, 1)
+
+    @torch.no_grad()
+    def predict(x: torch.Tensor) -> torch.Tensor:
+        return model(x)
+
+    assert {loc.describe for loc, _, _ in reachable_locations(predict)} == {
+        "model", "model.in_features", "model.out_features"}
+    run = graphprof.trace(predict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = [run(torch.full((2, 4), float(i))) for i in range(4)]
+    assert all(torch.equal(out, model(torch.full((2, 4), float(i))).detach()) for i, out in enumerate(outs))
+    assert run.capture_mode == "whole-step" and run.captures == 1
