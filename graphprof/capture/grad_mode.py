@@ -12,6 +12,10 @@ the kernel sees what eager showed it, and still nothing is recorded.
 A node needs this only when the graph uses an output that exists only with
 grad mode on (the workspace, read by the backward); an inference step's
 layer runs as captured.
+
+For the same reason a replay's results carry no ``grad_fn``: a function that
+runs no backward and returns a tensor autograd can still differentiate is
+refused (``refuse_differentiable_outputs``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import operator
 
 import torch
 import torch.fx
+
+from graphprof.capture.scalars import DataDependentError
 
 aten = torch.ops.aten
 
@@ -48,3 +54,23 @@ def with_grad_mode(op: Callable[..., Any]) -> Callable[..., Any]:
         with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
             return op(*args, **kwargs)
     return call
+
+
+def refuse_differentiable_outputs(out_flat: list[Any], backwards: int) -> None:
+    """Refuse a step that returns a tensor autograd can still differentiate and runs no backward itself.
+
+    Why: a replay runs the graph under ``no_grad`` (its backward, when it has
+    one, is explicit), so what it returns carries no ``grad_fn``. A step with a
+    backward returns a loss whose graph that backward already used; a step
+    without one (a traced forward pass, ``loss = fwd(x).sum(); loss.backward()``
+    outside it) hands its result to a backward outside, which would fail on the
+    first replay. Such a step is profiled as segments, whose results keep it.
+    """
+    if backwards:
+        return
+    made = next((t.grad_fn for t in out_flat if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+    if made is not None:
+        raise DataDependentError(
+            f"the step returns a tensor autograd can still differentiate (made by {type(made).__name__}) and runs "
+            "no backward itself: a replayed graph returns it without autograd's record, so a backward outside the "
+            "step would fail (under torch.no_grad() it is returned as it is)")

@@ -120,8 +120,8 @@ def _watched(value: Any) -> bool:
     return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
 
 
-#: The class attributes watched on a class the step names: data, not methods or descriptors.
-_CLASS_DATA = PLAIN_TYPES | {list, dict}
+#: The attributes watched on a class the step names or a function it runs: data, not methods or descriptors.
+_DATA_TYPES = PLAIN_TYPES | {list, dict}
 
 
 def user_class(value: Any) -> bool:
@@ -133,17 +133,19 @@ def user_class(value: Any) -> bool:
     return value.__module__ == "__main__" or bool(source) and not installed(source) and not is_library(source)
 
 
-def class_fields(cls: type, label: str) -> Iterator[tuple[Location, Any, bool]]:
-    """The public data attributes of a class the step names, as an object's fields are watched.
+def data_fields(owner: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    """The public data attributes of a class the step names or of a function it runs, watched as an
+    object's fields are.
 
     Why: a counter or a log kept on a class (``Trainer.count += 1``,
-    ``Stats.history.append(...)``) ran only in the capture call and stayed
-    at that call's value in every replay, silently. Methods, properties and
-    names with a leading underscore are the class's machinery, not state.
+    ``Stats.history.append(...)``) or on a decorator's wrapper function
+    (``wrapper.calls += 1``) ran only in the capture call and stayed at that
+    call's value in every replay, silently. Methods, properties and names with
+    a leading underscore are the owner's machinery, not state.
     """
-    for name, value in list(vars(cls).items()):
-        if isinstance(name, str) and not name.startswith("_") and type(value) in _CLASS_DATA:
-            yield _attr(cls, name, label), value, True
+    for name, value in list(vars(owner).items()):
+        if isinstance(name, str) and not name.startswith("_") and type(value) in _DATA_TYPES:
+            yield _attr(owner, name, label), value, True
 
 
 def _wrapper_chain(fn: Any) -> list[types.FunctionType]:
@@ -158,14 +160,6 @@ def _wrapper_chain(fn: Any) -> list[types.FunctionType]:
             chain.append(fn)
         fn = getattr(fn, "__wrapped__", None)
     return chain
-
-
-def function_fields(fn: types.FunctionType, label: str) -> Iterator[tuple[Location, Any, bool]]:
-    """The public data attributes of a function the step runs (``wrapper.calls += 1``), watched like a
-    class's: a decorator that counts or logs its calls on its wrapper ran only in the capture call."""
-    for name, value in list(vars(fn).items()):
-        if isinstance(name, str) and not name.startswith("_") and type(value) in _CLASS_DATA:
-            yield _attr(fn, name, label), value, True
 
 
 def object_keys(obj: Any) -> tuple[int, ...]:
@@ -214,7 +208,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     """
     wrappers = _wrapper_chain(fn)
     for wrapper in wrappers:  # ``wrapper.calls += 1`` in a decorator's wrapper
-        yield from function_fields(wrapper, getattr(wrapper, "__name__", "the step"))
+        yield from data_fields(wrapper, getattr(wrapper, "__name__", "the step"))
     target = inspect.unwrap(fn)
     roots: list[tuple[str, Any]] = []
     if isinstance(target, functools.partial):  # what it binds is the step's: its keywords can be written
@@ -278,7 +272,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             yield from optimizer_fields(obj, label, seen)
         if user_class(obj) and id(obj) not in seen:
             seen.add(id(obj))
-            yield from class_fields(obj, label)
+            yield from data_fields(obj, label)
         if not _watched(obj) or id(obj) in seen:
             continue
         objects = [(label, obj)]

@@ -37,13 +37,14 @@ from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.sources import is_library
-from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
+from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
 from graphprof.capture.state import StateIndex, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
+from graphprof.capture.grad_mode import refuse_differentiable_outputs
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
@@ -358,26 +359,6 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
 def is_number_input(value: Any) -> bool:
     """An int or float argument: a graph input, not part of the signature's key."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def refuse_differentiable_outputs(out_flat: list[Any], backwards: int) -> None:
-    """Refuse a step that returns a tensor autograd can still differentiate and runs no backward itself.
-
-    Why: a replay runs the graph under ``no_grad`` (its backward, when it has
-    one, is explicit), so what it returns carries no ``grad_fn``. A step with a
-    backward returns a loss whose graph that backward already used; a step
-    without one (a traced forward pass, ``loss = fwd(x).sum(); loss.backward()``
-    outside it) hands its result to a backward outside, which would fail on the
-    first replay. Such a step is profiled as segments, whose results keep it.
-    """
-    if backwards:
-        return
-    made = next((t.grad_fn for t in out_flat if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
-    if made is not None:
-        raise DataDependentError(
-            f"the step returns a tensor autograd can still differentiate (made by {type(made).__name__}) and runs "
-            "no backward itself: a replayed graph returns it without autograd's record, so a backward outside the "
-            "step would fail (under torch.no_grad() it is returned as it is)")
 
 
 def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar]) -> None:
