@@ -46,7 +46,8 @@ from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
-    GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars, contains_traced_scalar,
+    GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars,
+    contains_traced_scalar,
 )
 from graphprof.capture.state import StateIndex, add_parameter
 from graphprof.capture.value_guards import VALUE_READS, ValueGuards

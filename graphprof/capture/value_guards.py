@@ -223,15 +223,14 @@ class ValueGuards:
         node = self.tensor_node(tensor)
         if not isinstance(node, torch.fx.Node):
             return False, False
-        prefix, _ = self.prefix(node, _item, ".item()")
-        if prefix is not None:
-            item.meta[VALUE_PREFIX] = prefix
-            return True, False
+        # One walk (it visits the whole graph, once per ``.item()``): a prefix that reads no counter and
+        # advances none is what a walk without counters would have found.
         prefix, _ = self.prefix(node, _item, ".item()", state_counters=True)
         if prefix is None:
             return False, False
         item.meta[VALUE_PREFIX] = prefix
-        return False, True
+        from_inputs = not prefix.increments and not any(self._refusal(n, False) for n, _ in prefix.constants)
+        return from_inputs, not from_inputs
 
     def prefix(self, value: torch.fx.Node, convert: Callable[[Any], Any],
                what: str, state_counters: bool = False) -> tuple[ValuePrefix | None, str]:
