@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import graphprof
 from graphprof.demo.steps import DemoStep
@@ -85,3 +87,43 @@ def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: 
             assert torch.equal(torch.as_tensor(x), torch.as_tensor(y)), f"result differs {where}"
         assert_modules_equal(model_a, model_b, where)
     return traced
+
+
+def optimizer_loop(make_optimizer: Callable[[Any], torch.optim.Optimizer], traced: bool, calls: int = 7,
+                   between: Callable[[int, torch.optim.Optimizer], None] = lambda i, opt: None,
+                   **options: Any) -> tuple[Any, Any]:
+    """A small model trained by ``make_optimizer(params)`` for ``calls`` calls, eagerly or traced with
+    ``options`` (``between(i, opt)`` runs before call i): ((losses, parameters, the optimizer's
+    ``state_dict``, its ``t`` if it keeps one), the function called)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = make_optimizer(model.parameters())
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    run = graphprof.trace(step, **options) if traced else step
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for i in range(calls):
+        between(i, opt)
+        losses.append(run(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)))
+    return (losses, [p.detach().clone() for p in model.parameters()], opt.state_dict(),
+            getattr(opt, "t", None)), run
+
+
+def assert_same_optimizer_loop(eager: Any, traced: Any) -> None:
+    """Two ``optimizer_loop`` results are equal: losses, parameters, ``t``, groups and state."""
+    (losses_a, params_a, opt_a, t_a), (losses_b, params_b, opt_b, t_b) = eager, traced
+    assert all(torch.equal(a, b) for a, b in zip(losses_a, losses_b))
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
+    assert t_a == t_b
+    assert [{k: v for k, v in g.items()} for g in opt_a["param_groups"]] == opt_b["param_groups"]
+    for key, state in opt_a["state"].items():
+        for name, value in state.items():
+            other = opt_b["state"][key][name]
+            assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other

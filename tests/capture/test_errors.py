@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -13,7 +14,7 @@ import graphprof
 def test_a_run_time_number_given_to_a_plain_number_parameter_is_said_plainly() -> None:
     """``Generator.manual_seed(i)`` of a number argument: it takes a real int, and the step's number
     arguments are read anew on every call; the refusal says so at the line, and segments run the step."""
-    def make() -> tuple[nn.Module, object]:
+    def make() -> tuple[nn.Module, Any]:
         torch.manual_seed(0)
         model = nn.Linear(4, 1)
 
@@ -25,19 +26,24 @@ def test_a_run_time_number_given_to_a_plain_number_parameter_is_said_plainly() -
 
         return model, step
 
+    messages = _refusals(make, lambda i: (i, torch.full((2, 4), float(i))))
+    assert len(messages) == 1, messages
+    assert "TracedScalar" not in messages[0] and "takes only a plain number" in messages[0]
+    assert f"test_errors.py:{_line_of('# the line named')}" in messages[0]
+
+
+def _refusals(make: Callable[[], tuple[nn.Module, Any]], inputs: Callable[[int], tuple[Any, ...]]) -> list[str]:
+    """Run two copies of ``make()``'s step, eagerly and traced, for three calls; their results and
+    gradients are equal. Returns the refusals the traced one warned."""
     eager_model, eager = make()
     traced_model, step = make()
     traced = graphprof.trace(step)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(3):
-            x = torch.full((2, 4), float(i))
-            assert torch.equal(eager(i, x), traced(i, x))
+            assert torch.equal(eager(*inputs(i)), traced(*inputs(i)))
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(eager_model.parameters(), traced_model.parameters()))
-    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
-    assert len(messages) == 1, messages
-    assert "TracedScalar" not in messages[0] and "takes only a plain number" in messages[0]
-    assert f"test_errors.py:{_line_of('# the line named')}" in messages[0]
+    return [str(w.message) for w in caught if "cannot capture" in str(w.message)]
 
 
 def _line_of(marker: str) -> int:
@@ -48,7 +54,7 @@ def _line_of(marker: str) -> int:
 def test_a_module_compiled_with_torch_compile_is_named_as_such() -> None:
     """make_fx cannot trace into a ``torch.compile``'d module; the refusal says that in the user's terms
     and torch.compile's segments run the step, equal to eager."""
-    def make() -> tuple[nn.Module, object]:
+    def make() -> tuple[nn.Module, Any]:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
         compiled = torch.compile(model, backend="eager")
@@ -60,16 +66,7 @@ def test_a_module_compiled_with_torch_compile_is_named_as_such() -> None:
 
         return model, step
 
-    eager_model, eager = make()
-    traced_model, step = make()
-    traced = graphprof.trace(step)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for i in range(3):
-            x = torch.full((2, 4), float(i))
-            assert torch.equal(eager(x), traced(x))
-    assert all(torch.equal(p.grad, q.grad) for p, q in zip(eager_model.parameters(), traced_model.parameters()))
-    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    messages = _refusals(make, lambda i: (torch.full((2, 4), float(i)),))
     assert len(messages) == 1, messages
     assert "compiled with torch.compile" in messages[0] and "symbolically trace" not in messages[0]
     assert f"test_errors.py:{_line_of('# the compiled call')}" in messages[0]

@@ -21,6 +21,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 import graphprof
+from tests.helpers import assert_same_optimizer_loop, optimizer_loop
 
 
 def _run(traced: bool, make_average: Callable[[nn.Module], AveragedModel], calls: int = 8,
@@ -79,38 +80,15 @@ COUNTING = {
 }
 
 
-def _counting_run(traced: bool, make_opt: Callable[[Any], torch.optim.Optimizer],
-                  calls: int) -> tuple[list[torch.Tensor], nn.Module, torch.optim.Optimizer, Any]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
-    opt = make_opt(model.parameters())
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    run = graphprof.trace(step, profiling=True) if traced else step
-    g = torch.Generator().manual_seed(1)
-    losses = [run(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)) for _ in range(calls)]
-    return losses, model, opt, run
-
-
 @pytest.mark.parametrize("name", sorted(COUNTING))
 def test_an_optimizer_branching_on_its_advanced_step_count_is_one_graph_per_branch(name: str) -> None:
     """The check computes the count the step will read (as the call finds it, advanced on a copy) and
     guards the comparison's outcome, never the number: one path per branch, not one per step."""
-    calls = 12
-    eager_losses, eager_model, eager_opt, _ = _counting_run(False, COUNTING[name], calls)
+    eager, _ = optimizer_loop(COUNTING[name], traced=False, calls=12)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no refusal, no storm
-        losses, model, opt, run = _counting_run(True, COUNTING[name], calls)
-    assert all(torch.equal(a, b) for a, b in zip(eager_losses, losses))
-    assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), model.parameters()))
-    eager_state, state = eager_opt.state_dict()["state"], opt.state_dict()["state"]
-    assert all(torch.equal(eager_state[k][f], state[k][f]) for k in state for f in state[k])
+        traced, run = optimizer_loop(COUNTING[name], traced=True, calls=12, profiling=True)
+    assert_same_optimizer_loop(eager, traced)
     assert run.capture_mode == "whole-step"
     assert run.captures <= 3  # each branch once (ASGD: mu is read before and after t0)
     assert len(run.get_profile().steps) > 0
