@@ -53,7 +53,8 @@ def assert_modules_equal(a: torch.nn.Module, b: torch.nn.Module, where: str = ""
             assert torch.equal(p.grad, q.grad), f"grad of {name} differs {where}"
 
 
-def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: Any) -> Any:
+def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, device: torch.device | None = None,
+                                 **options: Any) -> Any:
     """Build two copies with ``make()`` -> (model, step), run one eagerly and one traced.
 
     ``inputs(i)`` gives call i's arguments. After every call the results,
@@ -61,23 +62,31 @@ def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: 
     arguments that require grad and the global RNG state are bitwise equal.
     Each side gets its own copy of such an argument: a backward gives it a
     ``.grad``, which the other side's call would otherwise accumulate into.
-    Returns the traced function.
+    With ``device``, both models and every call's tensors are moved there
+    (the models before any step, so an optimizer keeps its parameters) and
+    the device's generator is compared too. Returns the traced function.
     """
     torch.manual_seed(0)
     model_a, step_a = make()
     torch.manual_seed(0)
     model_b, step_b = make()
+    if device is not None:
+        model_a.to(device)
+        model_b.to(device)
     traced = graphprof.trace(step_b, **options)
     for i in range(calls):
         args = inputs(i)
+        if device is not None:
+            args = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), args)
         args_b = torch.utils._pytree.tree_map_only(
             torch.Tensor, lambda t: t.detach().clone().requires_grad_() if t.requires_grad else t, args)
         torch.manual_seed(1000 + i)
         out_a = step_a(*args)
-        rng_a = torch.get_rng_state()
+        rng_a, device_rng_a = torch.get_rng_state(), _device_rng(device)
         torch.manual_seed(1000 + i)
         out_b = traced(*args_b)
         where = f"after call {i}"
+        assert torch.equal(_device_rng(device), device_rng_a), f"device RNG state differs {where}"
         for x, y in zip(torch.utils._pytree.tree_leaves(args), torch.utils._pytree.tree_leaves(args_b)):
             if isinstance(x, torch.Tensor) and x.requires_grad:
                 assert (x.grad is None) == (y.grad is None), f"an argument's .grad: one is None {where}"
@@ -89,14 +98,21 @@ def assert_bitwise_against_eager(make: Any, inputs: Any, calls: int, **options: 
     return traced
 
 
+def _device_rng(device: torch.device | None) -> torch.Tensor:
+    """The generator state of ``device`` (an empty tensor without one)."""
+    if device is None or device.type == "cpu":
+        return torch.empty(0)
+    return torch.get_device_module(device.type).get_rng_state()
+
+
 def optimizer_loop(make_optimizer: Callable[[Any], torch.optim.Optimizer], traced: bool, calls: int = 7,
                    between: Callable[[int, torch.optim.Optimizer], None] = lambda i, opt: None,
-                   **options: Any) -> tuple[Any, Any]:
+                   device: torch.device | None = None, **options: Any) -> tuple[Any, Any]:
     """A small model trained by ``make_optimizer(params)`` for ``calls`` calls, eagerly or traced with
-    ``options`` (``between(i, opt)`` runs before call i): ((losses, parameters, the optimizer's
-    ``state_dict``, its ``t`` if it keeps one), the function called)."""
+    ``options`` (``between(i, opt)`` runs before call i), on ``device`` if given: ((losses,
+    parameters, the optimizer's ``state_dict``, its ``t`` if it keeps one), the function called)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to(device or "cpu")
     opt = make_optimizer(model.parameters())
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -111,7 +127,8 @@ def optimizer_loop(make_optimizer: Callable[[Any], torch.optim.Optimizer], trace
     losses = []
     for i in range(calls):
         between(i, opt)
-        losses.append(run(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)))
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
+        losses.append(run(x.to(device or "cpu"), y.to(device or "cpu")))
     return (losses, [p.detach().clone() for p in model.parameters()], opt.state_dict(),
             getattr(opt, "t", None)), run
 
