@@ -79,6 +79,8 @@ def _writes(node: torch.fx.Node) -> list[torch.fx.Node]:
         value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
         if isinstance(value, torch.fx.Node):
             written.append(value)
+        elif isinstance(value, (list, tuple)):  # ``_foreach_add_(steps, 1)``: every tensor of the list
+            written.extend(v for v in value if isinstance(v, torch.fx.Node))
     return written
 
 
@@ -96,6 +98,13 @@ def _expression(node: torch.fx.Node, depth: int) -> str:
     parts = [_expression(a, depth + 1) if isinstance(a, torch.fx.Node) else repr(a) for a in node.args
              if not isinstance(a, (list, tuple)) or not a]
     return f"{name}({', '.join(parts)})"
+
+
+def _storage_key(node: torch.fx.Node) -> Any:
+    """What identifies the storage ``node`` shares: its alias root, or for a kept tensor the attribute's
+    name (the graph reads one attribute through a get_attr node per use)."""
+    root = _alias_root(node)
+    return ("attr", root.target) if root.op == "get_attr" else root
 
 
 def _alias_root(node: torch.fx.Node) -> torch.fx.Node:
@@ -143,8 +152,7 @@ class ValuePrefix:
                     _read_kept(node, env)
                     for counter in _writes(node):  # the counter as the call finds it, written on a copy
                         if counter not in copied:
-                            env[counter] = env[counter].clone()
-                            copied.add(counter)
+                            self._copy(counter, env, copied)
                 try:
                     args = torch.fx.map_arg(node.args, env.__getitem__)
                     kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
@@ -154,6 +162,15 @@ class ValuePrefix:
                     kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
                 env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
             return self.convert(env[self.nodes[-1]])
+
+    @staticmethod
+    def _copy(counter: torch.fx.Node, env: dict[torch.fx.Node, Any], copied: set[torch.fx.Node]) -> None:
+        """Give ``counter`` a copy in ``env``, and every other get_attr node reading the same attribute."""
+        clone = env[counter].clone()
+        for node in [counter] if counter.op != "get_attr" else [n for n in env if n.op == "get_attr"
+                                                                and n.target == counter.target]:
+            env[node] = clone
+            copied.add(node)
 
 
 def _read_kept(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> None:
@@ -240,19 +257,25 @@ class ValueGuards:
         needed: set[torch.fx.Node] = set()
         todo = [value]
         while todo:
-            node = todo.pop()
-            if node in needed:
-                continue
-            needed.add(node)
-            why_not = self._refusal(node, state_counters)
-            if why_not:
-                return None, why_not
-            todo.extend(node.all_input_nodes)
-        read = {_alias_root(n) for n in needed}
-        for node in self.graph.nodes:  # a tensor the prefix reads, written before the branch
-            if node in needed or node.op != "call_function":
-                continue
-            if any(_alias_root(w) in read for w in _writes(node)):
+            while todo:
+                node = todo.pop()
+                if node in needed:
+                    continue
+                needed.add(node)
+                why_not = self._refusal(node, state_counters)
+                if why_not:
+                    return None, why_not
+                todo.extend(node.all_input_nodes)
+            read = {_storage_key(n) for n in needed}
+            for node in self.graph.nodes:  # a tensor the prefix reads, written before the branch
+                if node in needed or node.op != "call_function":
+                    continue
+                written = _writes(node)
+                if not any(_storage_key(w) in read for w in written):
+                    continue
+                if state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in written):
+                    todo.append(node)  # foreach ``_foreach_add_(steps, 1)``: the counters' own advance
+                    continue
                 return None, f"depends on a tensor the step writes in place earlier ({node.target})"
         increments = set()
         for node in needed:  # the prefix itself may write only tensors it made, and counters it copies

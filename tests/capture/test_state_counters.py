@@ -77,6 +77,10 @@ COUNTING = {
     "radam-decoupled": lambda params: torch.optim.RAdam(params, lr=0.01, weight_decay=0.1,
                                                          decoupled_weight_decay=True),
     "asgd": lambda params: torch.optim.ASGD(params, lr=0.01, t0=3),
+    # foreach: the counters advance in one ``_foreach_add_`` over the list, read back through other
+    # get_attr nodes; the check advanced none of them, so each branch flipped one call late.
+    "radam-foreach": lambda params: torch.optim.RAdam(params, lr=0.01, foreach=True),
+    "asgd-foreach": lambda params: torch.optim.ASGD(params, lr=0.01, t0=3, foreach=True),
 }
 
 

@@ -81,11 +81,22 @@ def test_each_parameter_keeps_its_own_step_count_with_the_default_foreach_adam()
     assert traced.capture_mode == "whole-step"
 
 
-@pytest.mark.parametrize("name", ["radam", "asgd", "adamw"])
+COUNTING = {
+    "radam": lambda params: torch.optim.RAdam(params, lr=0.01),
+    "asgd": lambda params: torch.optim.ASGD(params, lr=0.01, t0=3),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=0.01),
+    # capturable: the counts stay on the device and the branches become tensor ops
+    "adam-capturable": lambda params: torch.optim.Adam(params, lr=0.01, capturable=True),
+    "radam-capturable": lambda params: torch.optim.RAdam(params, lr=0.01, capturable=True),
+    "adamw-fused": lambda params: torch.optim.AdamW(params, lr=0.01, fused=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COUNTING))
 def test_optimizers_counting_steps_on_the_device_equal_eager(name: str) -> None:
-    make = {"radam": lambda params: torch.optim.RAdam(params, lr=0.01),
-            "asgd": lambda params: torch.optim.ASGD(params, lr=0.01, t0=3),
-            "adamw": lambda params: torch.optim.AdamW(params, lr=0.01)}[name]
+    """On a device RAdam and ASGD default to foreach: the counters advance in one ``_foreach_add_``,
+    which the value guards' check did not advance (they flipped one call late, silently)."""
+    make = COUNTING[name]
     eager, _ = optimizer_loop(make, traced=False, calls=10, device=_device())
     traced, run = optimizer_loop(make, traced=True, calls=10, device=_device(), profiling=True)
     assert_same_optimizer_loop(eager, traced)
