@@ -63,3 +63,37 @@ def test_real_loop_on_device_equals_eager(accumulate: bool) -> None:
         assert ba == bb
     assert fn.capture_mode == "whole-step"
     assert fn.get_profile().steps
+
+
+def _host_batches_loop():
+    """A loader's CPU batches moved inside the step (pinned, non-blocking) and a running loss read back."""
+    device = torch.accelerator.current_accelerator()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    meter = {"sum": 0.0, "count": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        meter["sum"] += loss.item() * x.shape[0]
+        meter["count"] += x.shape[0]
+        return loss.detach()
+
+    return model, meter, step
+
+
+def test_host_batches_moved_inside_the_step_and_a_running_loss_equal_eager() -> None:
+    ma, meter_a, step_a = _host_batches_loop()
+    mb, meter_b, step_b = _host_batches_loop()
+    fn = graphprof.trace(step_b, profiling=True)
+    for i in range(8):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(16, 64, generator=g).pin_memory(), torch.randn(16, 8, generator=g).pin_memory()
+        assert torch.equal(step_a(x, y), fn(x, y)), f"loss of call {i} differs"
+        assert meter_a == meter_b, f"meter differs after call {i}"
+        assert all(torch.equal(p, q) for p, q in zip(ma.parameters(), mb.parameters())), f"call {i}"
+    assert fn.capture_mode == "whole-step"
