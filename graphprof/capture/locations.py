@@ -3,8 +3,10 @@
 Reachable means: the function's closure cells, the globals its code names,
 its bound ``self`` and defaults, attributes of those objects one level down,
 every module under the models found there, and the fields of the objects
-those modules keep (a config). State the step reaches only through other
-objects is not watched: the README says so.
+those modules keep (a config); and the same of every function of the user's
+code that these name (a helper the step calls, also under a library's
+decorator such as ``@torch.no_grad()``). State the step reaches only through
+other objects is not watched: the README says so.
 
 A ``Location`` can be read and written back (an undone capture puts every
 value back), and says where it lives (``place``, ``owner``, ``key``) so that
@@ -224,7 +226,8 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     if self_obj is not None:
         roots.append(("self", self_obj))
     # The function's names, and those of a function it holds in its closure (a wrapper around
-    # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too.
+    # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too;
+    # and those of every function of the user's code these name, through a library's decorator too.
     functions = [func] if code is not None else []
     functions += [w for w in wrappers if w is not func]  # a decorator's wrapper runs in the step too
     for i, hook in enumerate(hooks):
@@ -237,6 +240,16 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
         elif not isinstance(hook_func, types.BuiltinFunctionType):
             roots.append((f"hook {i}", hook_func))  # a callable object
     named: set[tuple[int, str]] = set()
+    followed = {id(f) for f in functions}
+
+    def follow(value: Any) -> None:
+        """Walk, like the step, the user's functions ``value`` is or wraps (``@torch.no_grad()`` on a
+        helper): a helper the step calls keeps its counters and logs in its own closure and globals."""
+        for helper in _wrapper_chain(value):
+            if id(helper) not in followed:
+                followed.add(id(helper))
+                functions.append(helper)
+
     while functions:
         f = functions.pop(0)
         f_code = f.__code__
@@ -250,8 +263,10 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             named.add((id(cell), ""))
             yield _cell(cell, name), value, True
             roots.append((name, value))
-            if f is func and isinstance(value, types.FunctionType):
+            if f is func and isinstance(value, types.FunctionType) and id(value) not in followed:
+                followed.add(id(value))
                 functions.append(value)
+            follow(value)
         for location, value in _default_locations(f):  # ``def step(x, log=log, stats=stats)``
             if (id(value), location.describe) not in named and type(value) not in PLAIN_TYPES:
                 named.add((id(value), location.describe))
@@ -263,6 +278,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
                 named.add((id(globals_), name))
                 yield item_location(globals_, name, name), globals_[name], True
                 roots.append((name, globals_[name]))
+                follow(globals_[name])
     roots += arguments
     seen: set[int] = set()
     roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
