@@ -19,6 +19,8 @@ one warning, instead of leaving a value a replay would never write.
 from __future__ import annotations
 
 import collections
+import functools
+import types
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -61,6 +63,11 @@ def _below(roots: Iterable[tuple[str, Any]]) -> Iterator[tuple[Path, Any]]:
             items = list(value)
             start = max(0, len(items) - WIDE)
             stack += [((*path, _Key(start + i)), v, depth + 1) for i, v in enumerate(items[start:])]
+        elif isinstance(value, functools.partial):  # what a held callable binds: ``partial(log_to, history)``
+            stack += [((*path, _Key(i)), v, depth + 1) for i, v in enumerate(value.args)]
+            stack += [((*path, _Key(k)), v, depth + 1) for k, v in value.keywords.items()]
+        elif isinstance(value, types.MethodType):  # ``update = tracker.update``
+            stack.append(((*path, "__self__"), value.__self__, depth + 1))
         elif (fields := _user_fields(value)) is not None:
             yield path, fields
             stack += [((*path, k), v, depth + 1) for k, v in list(fields.items()) if isinstance(k, str)]

@@ -227,95 +227,190 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
         roots.append(("self", self_obj))
     # The function's names, and those of a function it holds in its closure (a wrapper around
     # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too;
-    # and those of every function of the user's code these name, through a library's decorator too.
-    functions = [func] if code is not None else []
-    functions += [w for w in wrappers if w is not func]  # a decorator's wrapper runs in the step too
+    # and those of every function of the user's code these name, through a library's decorator too,
+    # and of the methods of the user's classes whose objects they reach (a module's ``forward``).
+    walk = _Walk(func, roots)
+    if code is not None:
+        walk.functions.append(func)
+        walk.followed.add(id(func))
+    for wrapper in wrappers:  # a decorator's wrapper runs in the step too
+        walk.follow(wrapper)
     for i, hook in enumerate(hooks):
         hook_self = getattr(hook, "__self__", None)
         hook_func = getattr(hook, "__func__", hook)
         if hook_self is not None and not isinstance(hook_self, types.ModuleType):
             roots.append((f"hook {i}'s object", hook_self))
         if isinstance(hook_func, types.FunctionType):
-            functions.append(hook_func)
+            walk.functions.append(hook_func)
         elif not isinstance(hook_func, types.BuiltinFunctionType):
             roots.append((f"hook {i}", hook_func))  # a callable object
-    named: set[tuple[int, str]] = set()
-    followed = {id(f) for f in functions}
+    yield from walk.names()
+    roots += arguments
+    while roots or walk.methods_named():
+        yield from walk.objects()
+        walk.methods_named()
+        yield from walk.names()  # the globals of the methods the objects' classes brought
 
-    def follow(value: Any) -> None:
+
+#: Methods run for the user's objects without their code naming them: a module's forward, a call.
+_CALLED_FOR_THE_USER = frozenset({"forward", "__call__"})
+
+
+class _Walk:
+    """The walk of ``reachable_locations``: functions give names (cells, defaults, globals), names give
+    objects, objects give fields and, through their classes' methods, functions again."""
+
+    def __init__(self, step: Any, roots: list[tuple[str, Any]]) -> None:
+        self.step = step
+        self.roots = roots
+        self.functions: list[types.FunctionType] = []
+        self.followed: set[int] = set()
+        self.named: set[tuple[int, str]] = set()
+        self.seen: set[int] = set()  # objects whose fields were yielded
+        self.classes: set[int] = set()
+        #: The names the walked code has (``co_names``: attributes it reads, methods it calls).
+        self.code_names: set[str] = set()
+        #: (name, function) of the user's classes' methods, followed once walked code names them.
+        self.methods: list[tuple[str, Any]] = []
+
+    def follow(self, value: Any) -> None:
         """Walk, like the step, the user's functions ``value`` is or wraps (``@torch.no_grad()`` on a
         helper): a helper the step calls keeps its counters and logs in its own closure and globals."""
         for helper in _wrapper_chain(value):
-            if id(helper) not in followed:
-                followed.add(id(helper))
-                functions.append(helper)
+            if id(helper) not in self.followed:
+                self.followed.add(id(helper))
+                self.functions.append(helper)
 
-    while functions:
-        f = functions.pop(0)
-        f_code = f.__code__
-        for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:
+    def follow_methods(self, cls: type) -> None:
+        """Note the methods of the user's classes in ``cls``'s MRO (``methods_named`` follows them): a
+        module's ``forward`` reading a global flag or scale, a logger's method appending to a global
+        list, run inside the step."""
+        for klass in cls.__mro__:
+            if id(klass) in self.classes or (klass.__module__ or "").startswith(("torch", "builtins")):
                 continue
-            if (id(cell), "") in named:
-                continue
-            named.add((id(cell), ""))
-            yield _cell(cell, name), value, True
-            roots.append((name, value))
-            if f is func and isinstance(value, types.FunctionType) and id(value) not in followed:
-                followed.add(id(value))
-                functions.append(value)
-            follow(value)
-        for location, value in _default_locations(f):  # ``def step(x, log=log, stats=stats)``
-            if (id(value), location.describe) not in named and type(value) not in PLAIN_TYPES:
-                named.add((id(value), location.describe))
-                yield location, value, True
-                roots.append((location.describe, value))
-        globals_ = getattr(f, "__globals__", {})
-        for name in f_code.co_names:
-            if name in globals_ and (id(globals_), name) not in named:
-                named.add((id(globals_), name))
-                yield item_location(globals_, name, name), globals_[name], True
-                roots.append((name, globals_[name]))
-                follow(globals_[name])
-    roots += arguments
-    seen: set[int] = set()
-    roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
-    for label, obj in roots:
-        if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
-            seen.add(id(obj))
-            yield from optimizer_fields(obj, label, seen)
-        if user_class(obj) and id(obj) not in seen:
-            seen.add(id(obj))
-            yield from data_fields(obj, label)
-        if not _watched(obj) or id(obj) in seen:
-            continue
-        objects = [(label, obj)]
-        if not isinstance(obj, nn.Module):
-            objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
-            for k, v in vars(obj).items():
-                if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
-                    seen.add(id(v))
-                    yield from optimizer_fields(v, f"{label}.{k}", seen)
-            objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
-        for olabel, o in objects:
-            if isinstance(o, nn.Module):
-                members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
+            self.classes.add(id(klass))
+            for name, attribute in list(vars(klass).items()):
+                if isinstance(attribute, (staticmethod, classmethod)):
+                    attribute = attribute.__func__
+                if isinstance(attribute, property):
+                    self.methods += [(name, accessor) for accessor in (attribute.fget, attribute.fset) if accessor]
+                elif isinstance(attribute, types.FunctionType):
+                    self.methods.append((name, attribute))
+
+    def methods_named(self) -> bool:
+        """Follow the noted methods that walked code names (``tracker.update(...)``, ``self.helper()``)
+        or that torch calls (``forward``, ``__call__``); whether any was. Why not all: a class's other
+        methods (its ``__init__``) do not run in the step, and what they name is not its state."""
+        before = len(self.functions)
+        waiting = []
+        for name, method in self.methods:
+            if name in self.code_names or name in _CALLED_FOR_THE_USER:
+                self.follow(method)
             else:
-                members = [(olabel, o)]
-            for mlabel, m in members:
-                if not first_visit(m, seen):
+                waiting.append((name, method))
+        self.methods = waiting
+        return len(self.functions) > before
+
+    def bound(self, name: str, value: Any) -> Iterator[tuple[Location, Any, bool]]:
+        """What a callable the step holds binds, and the function it runs: a partial's arguments
+        (``log = partial(append_to, history)``) and a bound method's object (``update = tracker.update``).
+        Why: the list or object so bound was reached by no name, and a replay neither logged nor counted."""
+        while isinstance(value, functools.partial):
+            arguments = value.args
+            for i, argument in enumerate(arguments):
+                label = f"{name} argument {i}"
+                if (id(arguments), label) not in self.named and type(argument) not in PLAIN_TYPES:
+                    self.named.add((id(arguments), label))
+                    # keeper: the partial, which reads the argument when called (no code loads it by a name)
+                    yield (Location(label, functools.partial(operator.getitem, arguments, i), _read_only(label),
+                                    Place.ITEM, arguments, i, value), argument, True)
+                    self.roots.append((label, argument))
+            for key, argument in value.keywords.items():
+                if (id(value.keywords), key) not in self.named:
+                    self.named.add((id(value.keywords), key))
+                    yield item_location(value.keywords, key, f"{name} keyword {key}"), argument, True
+                    self.roots.append((f"{name} keyword {key}", argument))
+            value = value.func
+        if isinstance(value, types.MethodType) and not isinstance(value.__self__, types.ModuleType):
+            self.roots.append((f"{name}.__self__", value.__self__))
+            value = value.__func__
+        self.follow(value)
+
+    def names(self) -> Iterator[tuple[Location, Any, bool]]:
+        """The closure cells, defaults and named globals of every function waiting to be walked."""
+        functions, roots, named = self.functions, self.roots, self.named
+        while functions:
+            f = functions.pop(0)
+            f_code = f.__code__
+            self.code_names.update(f_code.co_names)
+            for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):
+                try:
+                    value = cell.cell_contents
+                except ValueError:
                     continue
-                for k, v in list(vars(m).items()):
-                    if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
-                        continue
-                    yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
-                    if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:
+                if (id(cell), "") in named or name == "__class__":  # ``super()``'s cell: the method's class
+                    continue
+                named.add((id(cell), ""))
+                yield _cell(cell, name), value, True
+                roots.append((name, value))
+                if f is self.step and isinstance(value, types.FunctionType) and id(value) not in self.followed:
+                    self.followed.add(id(value))
+                    functions.append(value)
+                yield from self.bound(name, value)
+            for location, value in _default_locations(f):  # ``def step(x, log=log, stats=stats)``
+                if (id(value), location.describe) not in named and type(value) not in PLAIN_TYPES:
+                    named.add((id(value), location.describe))
+                    yield location, value, True
+                    roots.append((location.describe, value))
+            globals_ = getattr(f, "__globals__", {})
+            for name in f_code.co_names:
+                if name in globals_ and (id(globals_), name) not in named:
+                    named.add((id(globals_), name))
+                    yield item_location(globals_, name, name), globals_[name], True
+                    roots.append((name, globals_[name]))
+                    yield from self.bound(name, globals_[name])
+
+    def objects(self) -> Iterator[tuple[Location, Any, bool]]:
+        """The fields of the objects found so far (``roots``, emptied), and their modules' and keeps'."""
+        seen = self.seen
+        roots = list(self.roots)
+        self.roots.clear()
+        roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
+        for label, obj in roots:
+            if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
+                seen.add(id(obj))
+                yield from optimizer_fields(obj, label, seen)
+            if user_class(obj) and id(obj) not in seen:
+                seen.add(id(obj))
+                yield from data_fields(obj, label)
+            if not _watched(obj) or id(obj) in seen:
+                continue
+            objects = [(label, obj)]
+            if not isinstance(obj, nn.Module):
+                objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if _watched(v)]
+                for k, v in vars(obj).items():
+                    if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                         seen.add(id(v))
-                        yield from _fields_of(v, f"{mlabel}.{k}")
-                if isinstance(m, nn.Module):
-                    yield from buffer_locations(m, mlabel)
+                        yield from optimizer_fields(v, f"{label}.{k}", seen)
+                objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
+            for olabel, o in objects:
+                if isinstance(o, nn.Module):
+                    members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
+                else:
+                    members = [(olabel, o)]
+                for mlabel, m in members:
+                    if not first_visit(m, seen):
+                        continue
+                    self.follow_methods(type(m))
+                    for k, v in list(vars(m).items()):
+                        if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
+                            continue
+                        yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
+                        if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:
+                            seen.add(id(v))
+                            yield from _fields_of(v, f"{mlabel}.{k}")
+                    if isinstance(m, nn.Module):
+                        yield from buffer_locations(m, mlabel)
 
 
 #: What torch's ``Optimizer`` keeps in an optimizer's ``__dict__`` (hooks, its state and groups, and

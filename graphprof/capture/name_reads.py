@@ -272,7 +272,7 @@ def watched_names(where: Any) -> tuple[tuple[str, str], ...]:
         if where.describe == where.key:  # a keyword-only default, labelled by its parameter alone
             return (("fast", where.key),)
         return (("item", where.key),)
-    if where.place is Place.ITEM and type(where.owner) is tuple:
+    if where.place is Place.ITEM and type(where.owner) is tuple and where.keeper is None:
         return (("fast", str(where.describe)),)  # a default argument's value, named after its parameter
     return ()
 

@@ -9,11 +9,18 @@ a constant of the graph, and a log appended by the helper held graphprof's
 own ``TracedScalar``. All silently. The functions of the user's code that the
 step's code names (and those they name, through a library's decorator) are
 now walked like the step.
+
+So are the methods of the user's classes whose objects the walk reaches, once
+walked code names them (``tracker.update(v)``) or torch calls them (a
+module's ``forward``): a forward reading a global scale or flag baked the
+capture call's value. And what a callable the step holds binds: a bound
+method's object, a ``functools.partial``'s arguments.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from typing import Any
 
@@ -103,4 +110,110 @@ def test_state_a_helper_keeps_changes_on_every_replay_as_in_eager(helper: str) -
         assert all(torch.equal(p, q) for p, q in zip(a[1], b[1])), f"EMA after call {i}"
         assert a[2:] == b[2:], f"counters or log after call {i}: {a[2:]} vs {b[2:]}"
         assert all(type(v) is float for v in b[4]), f"the log holds {b[4]}"
+    assert run.capture_mode == "whole-step" and run.captures == 1
+
+
+SCALE = 1.0
+USE_BIAS = False
+HISTORY: list[int] = []
+
+
+class _Net(nn.Module):
+    """A model of the user's code whose forward reads two module globals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(x) * SCALE
+        return out + 1 if USE_BIAS else out
+
+
+def _forward_globals_run(traced: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], Any]:
+    global SCALE, USE_BIAS
+    SCALE, USE_BIAS = 1.0, False
+    torch.manual_seed(0)
+    model = _Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    run = graphprof.trace(step, profiling=True) if traced else step
+    losses = []
+    for i in range(CALLS):
+        SCALE = 2.0 if i >= 3 else 1.0
+        USE_BIAS = i >= 4
+        g = torch.Generator().manual_seed(i)
+        losses.append(run(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)))
+    return losses, [p.detach().clone() for p in model.parameters()], run
+
+
+def test_globals_a_models_forward_reads_are_read_on_every_call() -> None:
+    """A forward's global scale and flag, changed between calls, were constants of the graph."""
+    eager, params_a, _ = _forward_globals_run(False)
+    losses, params_b, run = _forward_globals_run(True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, losses))
+    assert all(torch.equal(p, q) for p, q in zip(params_a, params_b))
+    assert run.capture_mode == "whole-step"
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.n = 0
+        self.losses: list[float] = []
+
+    def update(self, value: float) -> None:
+        self.n += 1
+        self.losses.append(value)
+        HISTORY.append(self.n)  # a global the step's code never names
+
+
+def _append_to(log: list[float], value: float) -> None:
+    log.append(value)
+
+
+def _callable_run(traced: bool, how: str) -> tuple[Any, ...]:
+    HISTORY.clear()
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    tracker, log = _Tracker(), []  # type: ignore[var-annotated]
+    update, append = tracker.update, functools.partial(_append_to, log)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if how == "a method":
+            tracker.update(loss.item())
+        elif how == "a bound method":
+            update(loss.item())
+        else:
+            append(loss.item())
+        return loss.detach()
+
+    run = graphprof.trace(step, profiling=True) if traced else step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no refusal
+        for i in range(CALLS):
+            g = torch.Generator().manual_seed(i)
+            run(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g))
+    return tracker.n, list(tracker.losses), list(HISTORY), list(log), run
+
+
+@pytest.mark.parametrize("how", ["a method", "a bound method", "a partial"])
+def test_what_a_callable_the_step_holds_binds_changes_on_every_replay(how: str) -> None:
+    """``tracker.update(v)`` writing a global, ``update = tracker.update``, ``partial(append_to, log)``:
+    the global, the bound object and the bound list were reached by no name the step has."""
+    *eager, _ = _callable_run(False, how)  # one after the other: HISTORY is shared
+    *traced, run = _callable_run(True, how)
+    assert eager == traced
+    assert all(type(v) in (int, float) for values in traced[1:] for v in values)
     assert run.capture_mode == "whole-step" and run.captures == 1
