@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import types
 import warnings
@@ -49,6 +50,15 @@ DEFAULT_MAX_STEPS = 100
 
 #: Captures in a row (no replay between them) after which the step is profiled as segments.
 STORM_LIMIT = 5
+
+
+class _Outer(threading.local):
+    """Whether this thread is inside a traced function's call (``calls``: 0 or 1)."""
+
+    calls = 0
+
+
+_OUTER = _Outer()
 
 
 class TracedFunction:
@@ -124,6 +134,18 @@ class TracedFunction:
 
     # -- calling ----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or _OUTER.calls:
+            # Called from inside another traced function's call: its ops are that call's, captured or
+            # compiled with it. Profiled here too, it hung (a compile inside the other's compile) or
+            # crashed dynamo, which traced into graphprof's own machinery.
+            return self._fn(*args, **kwargs)
+        _OUTER.calls = 1
+        try:
+            return self._call(*args, **kwargs)
+        finally:
+            _OUTER.calls = 0
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
         start = self._clock()
         call = self._calls
         self._calls += 1

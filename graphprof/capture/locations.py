@@ -155,6 +155,11 @@ def _wrapper_chain(fn: Any) -> list[types.FunctionType]:
     ``fn`` first: a library's wrapper (``torch.no_grad()`` as a decorator) keeps no state of the step's."""
     chain: list[types.FunctionType] = []
     seen: list[Any] = []
+    if not isinstance(fn, types.FunctionType) and callable(fn) and not isinstance(fn, (type, nn.Module)):
+        try:  # a callable object wrapping a function (a traced one); a proxy's own lookup may raise
+            fn = getattr(fn, "__wrapped__", None)
+        except Exception:
+            return chain
     while isinstance(fn, types.FunctionType) and all(fn is not f for f in seen):
         seen.append(fn)
         filename = fn.__code__.co_filename

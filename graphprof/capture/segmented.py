@@ -162,6 +162,11 @@ class SegmentedCapture:
         self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
+        # Dynamo calls these from inside a compile, holding its callbacks' lock; it can do so while its
+        # frame hook is active (a backward compiled lazily when a traced step nests another). A hook
+        # that converted their frames would compile again and wait on that lock forever: disabled.
+        self._start_callback = torch._dynamo.disable(self._on_compile_start)
+        self._end_callback = torch._dynamo.disable(self._on_compile_end)
         weakref.finalize(self, host_reads.uninstall)
         state = discover_state(fn)
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
@@ -305,8 +310,8 @@ class SegmentedCapture:
         self.timeline = StepTimeline()
         self._failures_seen = _failure_counts()
         handler = torch._dynamo.callback_handler
-        handler.register_start_callback(self._on_compile_start)
-        handler.register_end_callback(self._on_compile_end)
+        handler.register_start_callback(self._start_callback)
+        handler.register_end_callback(self._end_callback)
         saved = self._install()
         try:
             if not self.probing:
@@ -316,6 +321,6 @@ class SegmentedCapture:
                 return self.compiled(*args, **kwargs)
         finally:
             self._uninstall(saved)
-            handler.remove_start_callback(self._on_compile_start)
-            handler.remove_end_callback(self._on_compile_end)
+            handler.remove_start_callback(self._start_callback)
+            handler.remove_end_callback(self._end_callback)
             self.compiled_once = True
