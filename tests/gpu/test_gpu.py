@@ -118,7 +118,13 @@ def test_per_op_device_times_agree_with_torch_profiler_kernel_times() -> None:
     pairs = measure_agreement("resnet", steps=5, timing="pipelined", min_s=50e-6)
     assert pairs, "no op above 50 us"
     ratios = [p.ratio for p in pairs]
-    assert 0.9 <= statistics.median(ratios) <= 1.1, ratios
+    # A pipelined node's device time is its kernels plus any wait for the host to launch them: never
+    # much less than the profiler's kernel time, and more by as much as the host lags. The median
+    # was 1.03 to 1.05 on an idle H200 and 1.17 on a busier one (2026-11-28): the figure is the
+    # benchmark's (``python -m benchmarks.device_agreement``); the test holds the bounds a wrong
+    # pairing or a lost event would break.
+    assert statistics.median(ratios) >= 0.95 and min(ratios) >= 0.8, ratios
+    assert statistics.median(ratios) <= 1.5, ratios
 
 
 def test_tiny_ops_are_launch_bound_and_big_matmuls_are_not() -> None:
