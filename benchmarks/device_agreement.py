@@ -1,8 +1,8 @@
 """On an accelerator: probe overhead, and per-op device times against torch.profiler's kernel times.
 
 Needs a torch.accelerator device (CUDA, ROCm, XPU, ...); without one it says
-so and exits with status 2. Nothing here has been run on a real device in
-this project yet: the figures in the README come from whoever runs it.
+so and exits with status 2. It ran on an H100 and an H200 (torch 2.11, CUDA
+13); their figures are in benchmarks/results.md and the README's Accelerators.
 
 Overhead (interleaved rounds on ONE model and optimizer, as in
 ``benchmarks.overhead``; each ratio is the median over rounds of per-round
