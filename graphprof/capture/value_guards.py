@@ -186,9 +186,12 @@ def _item(tensor: torch.Tensor) -> Any:
     return tensor.item()
 
 
-def sizes(tensor: torch.Tensor) -> tuple[int, ...]:
-    """A tensor's sizes, as a guard compares them."""
-    return tuple(tensor.shape)
+def sizes(value: Any) -> tuple[Any, ...]:
+    """A tensor's sizes, as a guard compares them; of an op's several outputs (``torch.unique`` gives
+    the values, the inverse and the counts), each one's."""
+    if isinstance(value, (tuple, list)):
+        return tuple(sizes(v) for v in value if isinstance(v, torch.Tensor))
+    return tuple(value.shape)
 
 
 class ValueGuards:

@@ -39,8 +39,14 @@ def _masked_steps() -> dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor
         right = torch.nonzero(logits.argmax(-1) == labels)  # sized by the model's own outputs
         return F.cross_entropy(logits, labels.clamp(min=0)), right.shape[0]
 
+    def class_balanced(m: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+        kept = labels[labels != -100]
+        classes, counts = torch.unique(kept, return_counts=True)  # several outputs, each sized by the data
+        weight = torch.zeros(3).index_add(0, classes, kept.numel() / counts.float())
+        return F.cross_entropy(m(x), labels, weight=weight), len(classes)
+
     return {"flowing": flowing, "counted": counted, "mean_of_kept": mean_of_kept, "flattened": flattened,
-            "correct_count": correct_count}
+            "correct_count": correct_count, "class_balanced": class_balanced}
 
 
 STEPS = _masked_steps()
@@ -95,6 +101,13 @@ def test_a_count_read_in_python_is_guarded_one_graph_per_count() -> None:
     assert traced.capture_mode == "whole-step" and not messages
     counts = {int((_batch(i)[1] != -100).sum()) for i in range(1, 7)}  # the first call runs eagerly
     assert len(counts) >= 2 and traced.captures == len(counts)  # one graph per count
+
+
+def test_an_op_with_several_data_sized_outputs_is_guarded_on_each() -> None:
+    """``torch.unique(..., return_counts=True)``: the guard read ``.shape`` of the op's tuple of
+    outputs and the capture failed with an AttributeError (segments, an internal-sounding warning)."""
+    traced, messages = _run("class_balanced", calls=10)
+    assert traced.capture_mode == "whole-step" and not messages, messages
 
 
 @pytest.mark.parametrize("name, op", [("mean_of_kept", "aten.expand.default"), ("flattened", "aten.view.default")])
