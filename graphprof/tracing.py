@@ -133,7 +133,13 @@ class TracedFunction:
         return None if self.schedule is not None else self.max_steps
 
     # -- calling ----------------------------------------------------------------
+    #: Set on graphprof's own traced functions that run inside another's call by design (a segmented
+    #: step's optimizer graph): they capture and replay there as usual.
+    _part_of_another = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._part_of_another:
+            return self._call(*args, **kwargs)
         if torch.compiler.is_compiling() or _OUTER.calls:
             # Called from inside another traced function's call: its ops are that call's, captured or
             # compiled with it. Profiled here too, it hung (a compile inside the other's compile) or
@@ -268,6 +274,7 @@ class TracedFunction:
         setattr(optimizer_step, OPTIMIZER_ONLY, True)  # it names the model, it does not run it
         traced = TracedFunction(optimizer_step, capture="fx", clock=self._clock, cache_size=self.cache_size,
                                 max_steps=1)
+        traced._part_of_another = True
         traced._calls = 1  # the step's eager call already created the optimizer's state: capture at once
         return OptimizerGraph(traced, step)
 
