@@ -38,6 +38,7 @@ the profile is of the program eager runs.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -67,21 +68,55 @@ _READER = "graphprof_input_reader"
 VALUE_PREFIX = "graphprof.value_prefix"
 
 
-def _writes(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The argument nodes an op writes in place (``add_``, ``out=``)."""
+#: An op node's arguments as a check runs it: (args, kwargs as (name, value) pairs).
+Call = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
+
+
+def _writes(node: torch.fx.Node, call: Call | None = None) -> list[torch.fx.Node]:
+    """The argument nodes an op writes in place (``add_``, ``out=``), of ``call`` if given."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return []
+    args, kwargs = (node.args, node.kwargs) if call is None else (call[0], dict(call[1]))
     written = []
     for i, argument in enumerate(schema.arguments):
         if argument.alias_info is None or not argument.alias_info.is_write:
             continue
-        value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        value = args[i] if i < len(args) else kwargs.get(argument.name)
         if isinstance(value, torch.fx.Node):
             written.append(value)
         elif isinstance(value, (list, tuple)):  # ``_foreach_add_(steps, 1)``: every tensor of the list
             written.extend(v for v in value if isinstance(v, torch.fx.Node))
     return written
+
+
+def _sliced(node: torch.fx.Node, read: set[Any]) -> Call | None:
+    """A foreach op's call cut down to the items whose written tensor the prefix reads, or None when it
+    reads them all. Why: RAdam advances every parameter's count in one ``_foreach_add_`` and guards
+    each parameter's ``rho_t > 5`` on its own count; each guard ran the whole list, on copies of every
+    count (a 200-parameter model's check took seconds per call)."""
+    written = next((a for a in node.args if isinstance(a, (list, tuple)) and a and all(
+        isinstance(v, torch.fx.Node) for v in a) and set(a) <= set(_writes(node))), None)
+    if written is None:
+        return None
+    keep = [i for i, w in enumerate(written) if _storage_key(w) in read]
+    if len(keep) == len(written):
+        return None
+
+    def cut(value: Any) -> Any:
+        return tuple(value[i] for i in keep) if isinstance(value, (list, tuple)) and len(value) == len(written) \
+            else value
+
+    return tuple(cut(a) for a in node.args), tuple((k, cut(v)) for k, v in node.kwargs.items())
+
+
+def _inputs(node: torch.fx.Node, call: Call | None) -> list[torch.fx.Node]:
+    """The nodes ``node`` reads, as ``call`` gives its arguments if given."""
+    if call is None:
+        return node.all_input_nodes
+    found: list[torch.fx.Node] = []
+    torch.fx.map_arg(call, lambda n: found.append(n) or n)  # type: ignore[func-returns-value]
+    return found
 
 
 def _expression(node: torch.fx.Node, depth: int) -> str:
@@ -107,6 +142,13 @@ def _storage_key(node: torch.fx.Node) -> Any:
     return ("attr", root.target) if root.op == "get_attr" else root
 
 
+def _same_attribute(written: torch.fx.Node, nodes: tuple[torch.fx.Node, ...]) -> tuple[torch.fx.Node, ...]:
+    """``written`` and, for a kept tensor, the other get_attr nodes of ``nodes`` reading its attribute."""
+    if written.op != "get_attr":
+        return (written,)
+    return (written, *(n for n in nodes if n.op == "get_attr" and n.target == written.target and n is not written))
+
+
 def _alias_root(node: torch.fx.Node) -> torch.fx.Node:
     """The node whose storage ``node`` shares (through views and in-place results)."""
     while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.args:
@@ -128,9 +170,21 @@ class ValuePrefix:
     constants: tuple[tuple[torch.fx.Node, Any], ...]  # get_attr nodes and the tensors the trace made
     convert: Callable[[Any], Any]
     label: str
-    #: Nodes that advance a kept counter in place (``step_t += 1``): run on a copy of it, so that the
-    #: check computes what the step will read without changing what it will find.
-    increments: frozenset[torch.fx.Node] = frozenset()
+    #: Nodes that advance a kept counter in place (``step_t += 1``, ``_foreach_add_(steps, 1)``), each
+    #: with the nodes it writes: run on a copy of them, so that the check computes what the step will
+    #: read without changing what it will find. A written counter comes with the other get_attr nodes
+    #: of its attribute, which read it back and share its copy.
+    increments: tuple[tuple[torch.fx.Node, tuple[tuple[torch.fx.Node, ...], ...]], ...] = ()
+    #: Foreach counter advances cut down to the counters the value reads (``_sliced``).
+    sliced: tuple[tuple[torch.fx.Node, Call], ...] = ()
+
+    @functools.cached_property
+    def _copies(self) -> dict[torch.fx.Node, tuple[tuple[torch.fx.Node, ...], ...]]:
+        return dict(self.increments)
+
+    @functools.cached_property
+    def _calls(self) -> dict[torch.fx.Node, tuple[tuple[Any, ...], dict[str, Any]]]:
+        return {node: (args, dict(kwargs)) for node, (args, kwargs) in self.sliced}
 
     @property
     def __name__(self) -> str:
@@ -148,38 +202,37 @@ class ValuePrefix:
             for node in self.nodes:
                 if node in env:
                     continue
-                if node in self.increments:
-                    _read_kept(node, env)
-                    for counter in _writes(node):  # the counter as the call finds it, written on a copy
-                        if counter not in copied:
-                            self._copy(counter, env, copied)
+                node_args, node_kwargs = self._calls.get(node) or (node.args, node.kwargs)
+                written = self._copies.get(node)
+                if written is not None:
+                    _read_kept((node_args, node_kwargs), env)
+                    for same in written:  # the counter as the call finds it, written on a copy
+                        if same[0] not in copied:
+                            clone = env[same[0]].clone()
+                            for reader in same:
+                                env[reader] = clone
+                                copied.add(reader)
                 try:
-                    args = torch.fx.map_arg(node.args, env.__getitem__)
-                    kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
+                    args = torch.fx.map_arg(node_args, env.__getitem__)
+                    kwargs = torch.fx.map_arg(node_kwargs, env.__getitem__)
                 except KeyError:  # a constant the capture then replaced by a node reading it where it is kept
-                    _read_kept(node, env)
-                    args = torch.fx.map_arg(node.args, env.__getitem__)
-                    kwargs = torch.fx.map_arg(node.kwargs, env.__getitem__)
+                    _read_kept((node_args, node_kwargs), env)
+                    args = torch.fx.map_arg(node_args, env.__getitem__)
+                    kwargs = torch.fx.map_arg(node_kwargs, env.__getitem__)
                 env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
             return self.convert(env[self.nodes[-1]])
 
-    @staticmethod
-    def _copy(counter: torch.fx.Node, env: dict[torch.fx.Node, Any], copied: set[torch.fx.Node]) -> None:
-        """Give ``counter`` a copy in ``env``, and every other get_attr node reading the same attribute."""
-        clone = env[counter].clone()
-        for node in [counter] if counter.op != "get_attr" else [n for n in env if n.op == "get_attr"
-                                                                and n.target == counter.target]:
-            env[node] = clone
-            copied.add(node)
 
-
-def _read_kept(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> None:
-    """Read, into ``env``, the inputs of ``node`` that are reader nodes (calls without arguments)."""
-    for arg in node.all_input_nodes:
+def _read_kept(arguments: Any, env: dict[torch.fx.Node, Any]) -> None:
+    """Read, into ``env``, the nodes in a node's ``arguments`` that are reader nodes (calls without
+    arguments)."""
+    def read(arg: torch.fx.Node) -> torch.fx.Node:
         if arg not in env:
             if arg.op != "call_function" or arg.args or arg.kwargs:
                 raise KeyError(arg)
             env[arg] = arg.target()  # type: ignore[operator]
+        return arg
+    torch.fx.map_arg(arguments, read)
 
 
 def _item(tensor: torch.Tensor) -> Any:
@@ -258,6 +311,7 @@ class ValueGuards:
         the model's and optimizer's one-element state tensors), or None and why not."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         needed: set[torch.fx.Node] = set()
+        sliced: dict[torch.fx.Node, Call] = {}
         todo = [value]
         while todo:
             while todo:
@@ -268,7 +322,7 @@ class ValueGuards:
                 why_not = self._refusal(node, state_counters)
                 if why_not:
                     return None, why_not
-                todo.extend(node.all_input_nodes)
+                todo.extend(_inputs(node, sliced.get(node)))
             read = {_storage_key(n) for n in needed}
             for node in self.graph.nodes:  # a tensor the prefix reads, written before the branch
                 if node in needed or node.op != "call_function":
@@ -277,21 +331,26 @@ class ValueGuards:
                 if not any(_storage_key(w) in read for w in written):
                     continue
                 if state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in written):
-                    todo.append(node)  # foreach ``_foreach_add_(steps, 1)``: the counters' own advance
+                    cut = _sliced(node, read)  # foreach ``_foreach_add_(steps, 1)``: the counters' own advance
+                    if cut is not None:
+                        sliced[node] = cut
+                    todo.append(node)
                     continue
                 return None, f"depends on a tensor the step writes in place earlier ({node.target})"
-        increments = set()
-        for node in needed:  # the prefix itself may write only tensors it made, and counters it copies
-            kept = [w for w in _writes(node) if _alias_root(w).op in ("placeholder", "get_attr")]
+        nodes = tuple(sorted(needed, key=order.__getitem__))
+        increments = []
+        for node in nodes:  # the prefix itself may write only tensors it made, and counters it copies
+            written = _writes(node, sliced.get(node))
+            kept = [w for w in written if _alias_root(w).op in ("placeholder", "get_attr")]
             if kept and state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in kept):
-                increments.add(node)  # ``step_t += 1`` on the counter itself: run on a copy
+                increments.append((node, tuple(_same_attribute(w, nodes) for w in written)))  # run on a copy
             elif kept:
                 return None, f"writes in place into an input ({node.target})"
-        nodes = tuple(sorted(needed, key=order.__getitem__))
         placeholders = tuple(n for n in nodes if n.op == "placeholder")
         constants = tuple((n, self._attr(n)) for n in nodes if n.op == "get_attr")
         label = f"{what} computed from inputs by {sum(n.op == 'call_function' for n in nodes)} ops"
-        return ValuePrefix(nodes, placeholders, constants, convert, label, frozenset(increments)), ""
+        return (ValuePrefix(nodes, placeholders, constants, convert, label, tuple(increments), tuple(sliced.items())),
+                "")
 
     def _attr(self, node: torch.fx.Node) -> Any:
         value: Any = self.root
