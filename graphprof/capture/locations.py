@@ -74,11 +74,16 @@ def _default_locations(f: types.FunctionType) -> Iterator[tuple[Location, Any]]:
     defaults = f.__defaults__ or ()
     names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
     for i, (name, value) in enumerate(zip(names, defaults)):
-        yield Location(name, functools.partial(operator.getitem, defaults, i), _read_only(name), Place.ITEM,
-                       defaults, i), value
+        yield _tuple_slot(defaults, i, name), value
     kwdefaults = f.__kwdefaults__ or {}
     for name, value in kwdefaults.items():
         yield item_location(kwdefaults, name, name), value
+
+
+def _tuple_slot(owner: tuple, i: int, label: str, keeper: Any = None) -> Location:
+    """Item ``i`` of a tuple (a function's defaults, a partial's arguments): read, never rebound."""
+    return Location(label, functools.partial(operator.getitem, owner, i), _read_only(label), Place.ITEM, owner, i,
+                    keeper)
 
 
 def _read_only(name: str) -> Callable[[Any], None]:
@@ -251,9 +256,8 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
             roots.append((f"hook {i}", hook_func))  # a callable object
     yield from walk.names()
     roots += arguments
-    while roots or walk.methods_named():
+    while roots:
         yield from walk.objects()
-        walk.methods_named()
         yield from walk.names()  # the globals of the methods the objects' classes brought
 
 
@@ -327,8 +331,7 @@ class _Walk:
                 if (id(arguments), label) not in self.named and type(argument) not in PLAIN_TYPES:
                     self.named.add((id(arguments), label))
                     # keeper: the partial, which reads the argument when called (no code loads it by a name)
-                    yield (Location(label, functools.partial(operator.getitem, arguments, i), _read_only(label),
-                                    Place.ITEM, arguments, i, value), argument, True)
+                    yield _tuple_slot(arguments, i, label, value), argument, True
                     self.roots.append((label, argument))
             for key, argument in value.keywords.items():
                 if (id(value.keywords), key) not in self.named:
@@ -342,9 +345,10 @@ class _Walk:
         self.follow(value)
 
     def names(self) -> Iterator[tuple[Location, Any, bool]]:
-        """The closure cells, defaults and named globals of every function waiting to be walked."""
+        """The closure cells, defaults and named globals of every function waiting to be walked, and of
+        the noted methods that walked code comes to name."""
         functions, roots, named = self.functions, self.roots, self.named
-        while functions:
+        while functions or self.methods_named():
             f = functions.pop(0)
             f_code = f.__code__
             self.code_names.update(f_code.co_names)
