@@ -20,15 +20,9 @@ from torch import nn
 
 import graphprof
 from tests.helpers import assert_bitwise_against_eager
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
-
-
-def _device() -> torch.device:
-    return torch.accelerator.current_accelerator()
+pytestmark = ON_AN_ACCELERATOR
 
 
 def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,17 +49,17 @@ def test_a_bfloat16_autocast_step_on_the_device_is_one_graph_equal_to_eager() ->
             return loss.detach()
         return model, step
 
-    traced = assert_bitwise_against_eager(make, _batch, 6, device=_device(), profiling=True)
+    traced = assert_bitwise_against_eager(make, _batch, 6, device=accelerator(), profiling=True)
     assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
 def _scaled_loop(optimizer: str) -> tuple[nn.Module, torch.amp.GradScaler, Any]:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 1)).to(_device())
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 1)).to(accelerator())
     opt: torch.optim.Optimizer = (torch.optim.Adam(model.parameters(), lr=0.01) if optimizer == "adam"
                                   else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
     # A scale of 2**20 overflows float16 gradients: the first calls skip the optimizer and halve it.
-    scaler = torch.amp.GradScaler(_device().type, init_scale=2.0**20, growth_interval=2)
+    scaler = torch.amp.GradScaler(accelerator().type, init_scale=2.0**20, growth_interval=2)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         opt.zero_grad()
@@ -87,7 +81,7 @@ def test_a_gradient_scaler_skipping_overflowed_steps_leaves_what_eager_leaves(op
     traced = graphprof.trace(step_b, profiling=True)
     messages: list[str] = []
     for i in range(10):
-        x, y = (t.to(_device()) for t in _batch(i))
+        x, y = (t.to(accelerator()) for t in _batch(i))
         expected = step_a(x, y)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

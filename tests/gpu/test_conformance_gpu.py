@@ -20,25 +20,19 @@ import torch
 
 import graphprof
 from tests.helpers import assert_modules_equal
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
+pytestmark = ON_AN_ACCELERATOR
 
 STEPS = 4
 
 
-def _device() -> torch.device:
-    return torch.accelerator.current_accelerator()
-
-
 def _to_device(tree: Any) -> Any:
-    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(_device()), tree)
+    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(accelerator()), tree)
 
 
 def _device_rng() -> torch.Tensor:
-    return torch.get_device_module(_device().type).get_rng_state()
+    return torch.get_device_module(accelerator().type).get_rng_state()
 
 
 def _compare(make: Any, inputs: Any, calls: int) -> Any:
@@ -47,7 +41,7 @@ def _compare(make: Any, inputs: Any, calls: int) -> Any:
     for _ in range(2):
         torch.manual_seed(0)
         model, step = make()
-        model.to(_device())  # before the optimizer's first step: its state is empty, parameters keep identity
+        model.to(accelerator())  # before the optimizer's first step: its state is empty, parameters keep identity
         pairs.append((model, step))
     (model_a, step_a), (model_b, step_b) = pairs
     traced = graphprof.trace(step_b, profiling=True)
@@ -74,7 +68,7 @@ def _eager_and_traced(make: Any) -> list[tuple[Any, Any, Any]]:
     for traced_side in (False, True):
         torch.manual_seed(0)
         model, step, observed = make()
-        model.to(_device())
+        model.to(accelerator())
         sides.append((model, graphprof.trace(step) if traced_side else step, observed))
     return sides
 
@@ -94,7 +88,7 @@ def test_hugging_face_training_steps_on_the_device_equal_eager(name: str) -> Non
     traced = _compare(lambda: build(arch), arch.inputs, STEPS)
     assert traced.capture_mode == "whole-step"
     profile = traced.get_profile()
-    assert profile.meta.device_type == _device().type
+    assert profile.meta.device_type == accelerator().type
     assert {"forward", "backward", "optimizer"} <= {n.phase for g in profile.graphs for n in g.nodes}
 
 
@@ -175,7 +169,7 @@ def test_meters_and_a_moving_average_on_the_device_equal_eager(moving_average: b
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(6):
-            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(i)).to(_device())
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(i)).to(accelerator())
             a, b = step_a(x), traced(x)
             assert (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b), f"result differs after call {i}"
             assert seen_a() == seen_b(), f"meters or window differ after call {i}"

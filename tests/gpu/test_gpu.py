@@ -17,15 +17,9 @@ from torch import nn
 
 import graphprof
 from graphprof.analysis.advisor import advise
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
-
-
-def _device() -> torch.device:
-    return torch.accelerator.current_accelerator()
+pytestmark = ON_AN_ACCELERATOR
 
 
 def _mlp(width: int = 1024, depth: int = 2, seed: int = 0):
@@ -33,7 +27,7 @@ def _mlp(width: int = 1024, depth: int = 2, seed: int = 0):
     layers: list[nn.Module] = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(width, 10)).to(_device())
+    model = nn.Sequential(*layers, nn.Linear(width, 10)).to(accelerator())
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -46,7 +40,7 @@ def _mlp(width: int = 1024, depth: int = 2, seed: int = 0):
     def inputs(i: int, batch: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(i)
         x = torch.randn(batch, width, generator=g)
-        return x.to(_device()), torch.randint(0, 10, (batch,), generator=g).to(_device())
+        return x.to(accelerator()), torch.randint(0, 10, (batch,), generator=g).to(accelerator())
 
     return model, step, inputs
 
@@ -61,8 +55,8 @@ def test_training_step_on_the_device_has_device_times_outputs_unchanged() -> Non
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), eager_model.parameters()))
     profile = fn.get_profile()
     meta = profile.meta
-    assert meta.device_type == _device().type and meta.device_name not in ("", _device().type)
-    assert meta.device is not None and meta.device.timing == "pipelined" and meta.device.device.startswith(_device().type)
+    assert meta.device_type == accelerator().type and meta.device_name not in ("", accelerator().type)
+    assert meta.device is not None and meta.device.timing == "pipelined" and meta.device.device.startswith(accelerator().type)
     step_graph = profile.graphs[0]
     assert all(len(n.device_time_s) == len(profile.steps) for n in step_graph.nodes)
     assert all(t >= 0 for n in step_graph.nodes for t in n.device_time_s)
@@ -131,8 +125,8 @@ def test_tiny_ops_are_launch_bound_and_big_matmuls_are_not() -> None:
     from graphprof.demo.steps import tiny_op_mlp_step
 
     demo = tiny_op_mlp_step()
-    demo.model.to(_device())
-    x, y = (t.to(_device()) for t in demo.make_inputs(0))
+    demo.model.to(accelerator())
+    x, y = (t.to(accelerator()) for t in demo.make_inputs(0))
     fn = graphprof.trace(demo.step_fn)
     for _ in range(6):
         fn(x, y)
@@ -147,7 +141,7 @@ def test_tiny_ops_are_launch_bound_and_big_matmuls_are_not() -> None:
 def test_calibrate_on_the_device_feeds_the_profile_meta() -> None:
     from graphprof.runtime.calibrate import calibrate, load_cached
 
-    kind = _device().type
+    kind = accelerator().type
     peaks = calibrate(kind, matmul_n=2048, copy_mib=64, repeats=2)
     assert peaks["flops_per_s"] > 0 and peaks["bytes_per_s"] > 0
     assert load_cached(kind) == peaks

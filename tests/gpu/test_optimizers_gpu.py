@@ -21,11 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.helpers import assert_bitwise_against_eager
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
+pytestmark = ON_AN_ACCELERATOR
 
 O = torch.optim
 OPTIMIZERS: dict[str, Callable[[Any], O.Optimizer]] = {
@@ -46,14 +44,10 @@ OPTIMIZERS: dict[str, Callable[[Any], O.Optimizer]] = {
 }
 
 
-def _device() -> torch.device:
-    return torch.accelerator.current_accelerator()
-
-
 def _loop(name: str) -> Callable[[], tuple[nn.Module, Any]]:
     def make() -> tuple[nn.Module, Any]:
         # On the device before the optimizer: Adagrad makes its state when constructed.
-        model = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 1), nn.Linear(8, 1)]).to(_device())
+        model = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 1), nn.Linear(8, 1)]).to(accelerator())
         heads = list(model[1].parameters()) + list(model[2].parameters())
         opt = OPTIMIZERS[name]([{"params": model[0].parameters()}, {"params": heads, "lr": 0.003}])
         if name in ("adadelta", "rprop"):  # no lr to cycle in a useful range: a step schedule
@@ -83,5 +77,5 @@ def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_each_optimizer_in_a_real_loop_on_the_device_equals_eager(name: str) -> None:
-    traced = assert_bitwise_against_eager(_loop(name), _batch, 12, device=_device(), profiling=True)
+    traced = assert_bitwise_against_eager(_loop(name), _batch, 12, device=accelerator(), profiling=True)
     assert traced.captures >= 1  # whatever the mode, a capture was tried; equality is the point

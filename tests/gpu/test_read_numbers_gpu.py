@@ -20,15 +20,9 @@ from torch import nn
 
 import graphprof
 from tests.helpers import assert_bitwise_against_eager, assert_same_optimizer_loop, optimizer_loop
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
-
-
-def _device() -> torch.device:
-    return torch.accelerator.current_accelerator()
+pytestmark = ON_AN_ACCELERATOR
 
 
 def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +50,7 @@ def test_a_device_tensor_made_of_a_read_number_is_made_anew_on_every_replay() ->
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        traced = assert_bitwise_against_eager(make, _batch, 6, device=_device(), profiling=True)
+        traced = assert_bitwise_against_eager(make, _batch, 6, device=accelerator(), profiling=True)
     assert not _refusals(caught)
     assert traced.capture_mode == "whole-step" and traced.captures == 1
 
@@ -77,7 +71,7 @@ def test_each_parameter_keeps_its_own_step_count_with_the_default_foreach_adam()
         return model, step
 
     traced = assert_bitwise_against_eager(make, lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0), 10,
-                                          device=_device(), profiling=True)
+                                          device=accelerator(), profiling=True)
     assert traced.capture_mode == "whole-step"
 
 
@@ -97,8 +91,8 @@ def test_optimizers_counting_steps_on_the_device_equal_eager(name: str) -> None:
     """On a device RAdam and ASGD default to foreach: the counters advance in one ``_foreach_add_``,
     which the value guards' check did not advance (they flipped one call late, silently)."""
     make = COUNTING[name]
-    eager, _ = optimizer_loop(make, traced=False, calls=10, device=_device())
-    traced, run = optimizer_loop(make, traced=True, calls=10, device=_device(), profiling=True)
+    eager, _ = optimizer_loop(make, traced=False, calls=10, device=accelerator())
+    traced, run = optimizer_loop(make, traced=True, calls=10, device=accelerator(), profiling=True)
     assert_same_optimizer_loop(eager, traced)
     assert run.get_profile().steps
 
@@ -111,7 +105,7 @@ class Counters:
 def _class_state_run(traced: bool) -> tuple[list[Any], list[torch.Tensor]]:
     Counters.calls, Counters.losses = 0, []
     torch.manual_seed(0)
-    model = nn.Linear(8, 1).to(_device())
+    model = nn.Linear(8, 1).to(accelerator())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -127,7 +121,7 @@ def _class_state_run(traced: bool) -> tuple[list[Any], list[torch.Tensor]]:
     side = []
     for i in range(6):
         x, y = _batch(i)
-        loss = run(x.to(_device()), y.to(_device()))
+        loss = run(x.to(accelerator()), y.to(accelerator()))
         side.append((loss.cpu(), Counters.calls, list(Counters.losses)))
     return side, [p.detach().cpu() for p in model.parameters()]
 

@@ -13,15 +13,13 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 import graphprof
+from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.accelerator.is_available(), reason="needs an accelerator (torch.accelerator)"),
-]
+pytestmark = ON_AN_ACCELERATOR
 
 
 def _setup(accumulate: bool):
-    device = torch.accelerator.current_accelerator()
+    device = accelerator()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
@@ -67,7 +65,7 @@ def test_real_loop_on_device_equals_eager(accumulate: bool) -> None:
 
 def _host_batches_loop():
     """A loader's CPU batches moved inside the step (pinned, non-blocking) and a running loss read back."""
-    device = torch.accelerator.current_accelerator()
+    device = accelerator()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
