@@ -144,3 +144,22 @@ def assert_same_optimizer_loop(eager: Any, traced: Any) -> None:
         for name, value in state.items():
             other = opt_b["state"][key][name]
             assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other
+
+
+def two_heads_adam(foreach: bool | None) -> Callable[[], tuple[nn.Module, Any]]:
+    """``make()`` for ``assert_bitwise_against_eager``: Adam (``foreach`` as given; None: torch's
+    default for the device) over two heads, the second used only when the call's third argument is
+    true, so that its step count falls behind the first's after being equal at capture."""
+    def make() -> tuple[nn.Module, Any]:
+        model = nn.ModuleList([nn.Linear(8, 1), nn.Linear(8, 1)])
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=foreach)
+
+        def step(x: torch.Tensor, y: torch.Tensor, both: bool) -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            out = model[0](x) + (model[1](x) if both else 0)
+            loss = F.mse_loss(out, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+    return make

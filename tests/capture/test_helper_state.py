@@ -36,6 +36,11 @@ COUNTS = {"n": 0}
 LOSSES: list[float] = []
 
 
+def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+
+
 def _decay_weight() -> float:
     """A global helper that advances a global counter and returns the EMA weight it gives."""
     COUNTS["n"] += 1
@@ -91,8 +96,7 @@ def _run(traced: bool, helper: str) -> tuple[list[Any], Any]:
     run = graphprof.trace(step, profiling=True) if traced else step
     observed = []
     for i in range(CALLS):
-        g = torch.Generator().manual_seed(i)
-        loss = run(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g))
+        loss = run(*_batch(i))
         observed.append((loss, [p.detach().clone() for p in ema.parameters()], dict(COUNTS), dict(local),
                          list(LOSSES)))
     return observed, run
@@ -149,8 +153,7 @@ def _forward_globals_run(traced: bool) -> tuple[list[torch.Tensor], list[torch.T
     for i in range(CALLS):
         SCALE = 2.0 if i >= 3 else 1.0
         USE_BIAS = i >= 4
-        g = torch.Generator().manual_seed(i)
-        losses.append(run(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)))
+        losses.append(run(*_batch(i)))
     return losses, [p.detach().clone() for p in model.parameters()], run
 
 
@@ -203,8 +206,7 @@ def _callable_run(traced: bool, how: str) -> tuple[Any, ...]:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no refusal
         for i in range(CALLS):
-            g = torch.Generator().manual_seed(i)
-            run(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g))
+            run(*_batch(i))
     return tracker.n, list(tracker.losses), list(HISTORY), list(log), run
 
 

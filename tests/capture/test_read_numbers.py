@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.helpers import assert_bitwise_against_eager
+from tests.helpers import assert_bitwise_against_eager, two_heads_adam
 
 CALLS = 6
 
@@ -109,26 +109,8 @@ def test_a_read_number_the_graph_would_keep_refuses_the_capture_and_the_step_sta
     assert traced.capture_mode != "whole-step"
 
 
-def _two_heads(foreach: bool) -> Callable[[], tuple[nn.Module, Any]]:
-    """Adam over two heads; the second takes part in calls 0, 1, 3, 6 and 9 only, so its step count
-    falls behind the first's after being equal when the two-head path was captured."""
-    def make() -> tuple[nn.Module, Any]:
-        model = nn.ModuleList([nn.Linear(8, 1), nn.Linear(8, 1)])
-        opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=foreach)
-
-        def step(x: torch.Tensor, y: torch.Tensor, both: bool) -> torch.Tensor:
-            opt.zero_grad(set_to_none=True)
-            out = model[0](x) + (model[1](x) if both else 0)
-            loss = F.mse_loss(out, y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return model, step
-    return make
-
-
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for-loop"])
 def test_each_parameter_keeps_its_own_step_count_once_the_counts_differ(foreach: bool) -> None:
-    traced = assert_bitwise_against_eager(_two_heads(foreach), lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0),
+    traced = assert_bitwise_against_eager(two_heads_adam(foreach), lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0),
                                           10, profiling=True)
     assert traced.capture_mode == "whole-step" and traced.captures == 2

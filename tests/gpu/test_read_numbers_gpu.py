@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphprof
-from tests.helpers import assert_bitwise_against_eager, assert_same_optimizer_loop, optimizer_loop
+from tests.helpers import assert_bitwise_against_eager, assert_same_optimizer_loop, optimizer_loop, two_heads_adam
 from tests.gpu import ON_AN_ACCELERATOR, accelerator
 
 pytestmark = ON_AN_ACCELERATOR
@@ -57,20 +57,7 @@ def test_a_device_tensor_made_of_a_read_number_is_made_anew_on_every_replay() ->
 
 def test_each_parameter_keeps_its_own_step_count_with_the_default_foreach_adam() -> None:
     """Adam on a device runs foreach by default; the second head skips calls, so its count falls behind."""
-    def make() -> tuple[nn.Module, Any]:
-        model = nn.ModuleList([nn.Linear(8, 1), nn.Linear(8, 1)])
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-
-        def step(x: torch.Tensor, y: torch.Tensor, both: bool) -> torch.Tensor:
-            opt.zero_grad(set_to_none=True)
-            out = model[0](x) + (model[1](x) if both else 0)
-            loss = F.mse_loss(out, y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return model, step
-
-    traced = assert_bitwise_against_eager(make, lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0), 10,
+    traced = assert_bitwise_against_eager(two_heads_adam(None), lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0), 10,
                                           device=accelerator(), profiling=True)
     assert traced.capture_mode == "whole-step"
 
