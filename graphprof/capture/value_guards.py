@@ -49,6 +49,9 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_reads import original
+from graphprof.capture.prefix_nodes import (
+    Call, alias_root, call_inputs, run_node, same_attribute, sliced_call, storage_key, writes,
+)
 from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.capture.state import StateIndex
 from graphprof.passes.records import STATE, StateRole
@@ -68,57 +71,6 @@ _READER = "graphprof_input_reader"
 VALUE_PREFIX = "graphprof.value_prefix"
 
 
-#: An op node's arguments as a check runs it: (args, kwargs as (name, value) pairs).
-Call = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
-
-
-def _writes(node: torch.fx.Node, call: Call | None = None) -> list[torch.fx.Node]:
-    """The argument nodes an op writes in place (``add_``, ``out=``), of ``call`` if given."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return []
-    args, kwargs = (node.args, node.kwargs) if call is None else (call[0], dict(call[1]))
-    written = []
-    for i, argument in enumerate(schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
-        value = args[i] if i < len(args) else kwargs.get(argument.name)
-        if isinstance(value, torch.fx.Node):
-            written.append(value)
-        elif isinstance(value, (list, tuple)):  # ``_foreach_add_(steps, 1)``: every tensor of the list
-            written.extend(v for v in value if isinstance(v, torch.fx.Node))
-    return written
-
-
-def _sliced(node: torch.fx.Node, read: set[Any]) -> Call | None:
-    """A foreach op's call cut down to the items whose written tensor the prefix reads, or None when it
-    reads them all. Why: RAdam advances every parameter's count in one ``_foreach_add_`` and guards
-    each parameter's ``rho_t > 5`` on its own count; each guard ran the whole list, on copies of every
-    count (a 200-parameter model's check took seconds per call)."""
-    written = next((a for a in node.args if isinstance(a, (list, tuple)) and a and all(
-        isinstance(v, torch.fx.Node) for v in a) and set(a) <= set(_writes(node))), None)
-    if written is None:
-        return None
-    keep = [i for i, w in enumerate(written) if _storage_key(w) in read]
-    if len(keep) == len(written):
-        return None
-
-    def cut(value: Any) -> Any:
-        return tuple(value[i] for i in keep) if isinstance(value, (list, tuple)) and len(value) == len(written) \
-            else value
-
-    return tuple(cut(a) for a in node.args), tuple((k, cut(v)) for k, v in node.kwargs.items())
-
-
-def _inputs(node: torch.fx.Node, call: Call | None) -> list[torch.fx.Node]:
-    """The nodes ``node`` reads, as ``call`` gives its arguments if given."""
-    if call is None:
-        return node.all_input_nodes
-    found: list[torch.fx.Node] = []
-    torch.fx.map_arg(call, lambda n: found.append(n) or n)  # type: ignore[func-returns-value]
-    return found
-
-
 def _expression(node: torch.fx.Node, depth: int) -> str:
     if node.op == "placeholder":
         record = node.meta.get(STATE)
@@ -135,32 +87,6 @@ def _expression(node: torch.fx.Node, depth: int) -> str:
     return f"{name}({', '.join(parts)})"
 
 
-def _storage_key(node: torch.fx.Node) -> Any:
-    """What identifies the storage ``node`` shares: its alias root, or for a kept tensor the attribute's
-    name (the graph reads one attribute through a get_attr node per use)."""
-    root = _alias_root(node)
-    return ("attr", root.target) if root.op == "get_attr" else root
-
-
-def _same_attribute(written: torch.fx.Node, nodes: tuple[torch.fx.Node, ...]) -> tuple[torch.fx.Node, ...]:
-    """``written`` and, for a kept tensor, the other get_attr nodes of ``nodes`` reading its attribute."""
-    if written.op != "get_attr":
-        return (written,)
-    return (written, *(n for n in nodes if n.op == "get_attr" and n.target == written.target and n is not written))
-
-
-def _alias_root(node: torch.fx.Node) -> torch.fx.Node:
-    """The node whose storage ``node`` shares (through views and in-place results)."""
-    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.args:
-        first = node.args[0]
-        schema = node.target._schema
-        aliases = schema.returns and schema.returns[0].alias_info is not None
-        if not aliases or not isinstance(first, torch.fx.Node):
-            break
-        node = first
-    return node
-
-
 @dataclass(frozen=True)
 class ValuePrefix:
     """The nodes that compute a value from the step's inputs, run again on a call's own inputs."""
@@ -175,7 +101,7 @@ class ValuePrefix:
     #: read without changing what it will find. A written counter comes with the other get_attr nodes
     #: of its attribute, which read it back and share its copy.
     increments: tuple[tuple[torch.fx.Node, tuple[tuple[torch.fx.Node, ...], ...]], ...] = ()
-    #: Foreach counter advances cut down to the counters the value reads (``_sliced``).
+    #: Foreach counter advances cut down to the counters the value reads (``sliced_call``).
     sliced: tuple[tuple[torch.fx.Node, Call], ...] = ()
 
     @functools.cached_property
@@ -200,39 +126,9 @@ class ValuePrefix:
         copied: set[torch.fx.Node] = set()
         with torch.no_grad():
             for node in self.nodes:
-                if node in env:
-                    continue
-                node_args, node_kwargs = self._calls.get(node) or (node.args, node.kwargs)
-                written = self._copies.get(node)
-                if written is not None:
-                    _read_kept((node_args, node_kwargs), env)
-                    for same in written:  # the counter as the call finds it, written on a copy
-                        if same[0] not in copied:
-                            clone = env[same[0]].clone()
-                            for reader in same:
-                                env[reader] = clone
-                                copied.add(reader)
-                try:
-                    args = torch.fx.map_arg(node_args, env.__getitem__)
-                    kwargs = torch.fx.map_arg(node_kwargs, env.__getitem__)
-                except KeyError:  # a constant the capture then replaced by a node reading it where it is kept
-                    _read_kept((node_args, node_kwargs), env)
-                    args = torch.fx.map_arg(node_args, env.__getitem__)
-                    kwargs = torch.fx.map_arg(node_kwargs, env.__getitem__)
-                env[node] = node.target(*args, **kwargs)  # type: ignore[operator]  # call_function nodes
+                if node not in env:
+                    run_node(node, env, self._calls.get(node), self._copies.get(node), copied)
             return self.convert(env[self.nodes[-1]])
-
-
-def _read_kept(arguments: Any, env: dict[torch.fx.Node, Any]) -> None:
-    """Read, into ``env``, the nodes in a node's ``arguments`` that are reader nodes (calls without
-    arguments)."""
-    def read(arg: torch.fx.Node) -> torch.fx.Node:
-        if arg not in env:
-            if arg.op != "call_function" or arg.args or arg.kwargs:
-                raise KeyError(arg)
-            env[arg] = arg.target()  # type: ignore[operator]
-        return arg
-    torch.fx.map_arg(arguments, read)
 
 
 def _item(tensor: torch.Tensor) -> Any:
@@ -257,6 +153,9 @@ class ValueGuards:
         self.tensor_node = tensor_node
         self.state = state
         self.guards = guards
+        #: Each op node's written arguments and their storages (``_written``): a prefix is found for every
+        #: ``.item()``, each looking at every earlier node for writes, on a graph that only grows.
+        self._writes_of: dict[torch.fx.Node, tuple[list[torch.fx.Node], frozenset[Any]]] = {}
 
     def read(self, func: Any, tensor: torch.Tensor, where: str) -> Any:
         """The real value of ``func(tensor)``, kept as a guard; DataDependentError when none can be kept."""
@@ -309,7 +208,6 @@ class ValueGuards:
                what: str, state_counters: bool = False) -> tuple[ValuePrefix | None, str]:
         """The nodes computing ``value`` from the step's inputs alone (and, with ``state_counters``,
         the model's and optimizer's one-element state tensors), or None and why not."""
-        order = {n: i for i, n in enumerate(self.graph.nodes)}
         needed: set[torch.fx.Node] = set()
         sliced: dict[torch.fx.Node, Call] = {}
         todo = [value]
@@ -322,28 +220,28 @@ class ValueGuards:
                 why_not = self._refusal(node, state_counters)
                 if why_not:
                     return None, why_not
-                todo.extend(_inputs(node, sliced.get(node)))
-            read = {_storage_key(n) for n in needed}
+                todo.extend(call_inputs(node, sliced.get(node)))
+            read = {storage_key(n) for n in needed}
             for node in self.graph.nodes:  # a tensor the prefix reads, written before the branch
-                if node in needed or node.op != "call_function":
+                if node.op != "call_function" or node in needed:
                     continue
-                written = _writes(node)
-                if not any(_storage_key(w) in read for w in written):
+                written, keys = self._written(node)
+                if keys.isdisjoint(read):
                     continue
                 if state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in written):
-                    cut = _sliced(node, read)  # foreach ``_foreach_add_(steps, 1)``: the counters' own advance
+                    cut = sliced_call(node, read)  # foreach ``_foreach_add_(steps, 1)``: the counters' own advance
                     if cut is not None:
                         sliced[node] = cut
                     todo.append(node)
                     continue
                 return None, f"depends on a tensor the step writes in place earlier ({node.target})"
-        nodes = tuple(sorted(needed, key=order.__getitem__))
+        nodes = tuple(sorted(needed))  # in graph order (fx nodes compare by their place in the graph)
         increments = []
         for node in nodes:  # the prefix itself may write only tensors it made, and counters it copies
-            written = _writes(node, sliced.get(node))
-            kept = [w for w in written if _alias_root(w).op in ("placeholder", "get_attr")]
+            written = writes(node, sliced.get(node))
+            kept = [w for w in written if alias_root(w).op in ("placeholder", "get_attr")]
             if kept and state_counters and all(w.op == "get_attr" and not self._refusal(w, True) for w in kept):
-                increments.append((node, tuple(_same_attribute(w, nodes) for w in written)))  # run on a copy
+                increments.append((node, tuple(same_attribute(w, nodes) for w in written)))  # run on a copy
             elif kept:
                 return None, f"writes in place into an input ({node.target})"
         placeholders = tuple(n for n in nodes if n.op == "placeholder")
@@ -351,6 +249,14 @@ class ValueGuards:
         label = f"{what} computed from inputs by {sum(n.op == 'call_function' for n in nodes)} ops"
         return (ValuePrefix(nodes, placeholders, constants, convert, label, tuple(increments), tuple(sliced.items())),
                 "")
+
+    def _written(self, node: torch.fx.Node) -> tuple[list[torch.fx.Node], frozenset[Any]]:
+        """The arguments ``node`` writes in place and the storages they share (``storage_key``)."""
+        found = self._writes_of.get(node)
+        if found is None:
+            written = writes(node)
+            found = self._writes_of[node] = (written, frozenset(map(storage_key, written)))
+        return found
 
     def _attr(self, node: torch.fx.Node) -> Any:
         value: Any = self.root

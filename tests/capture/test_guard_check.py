@@ -10,7 +10,7 @@ import torch.fx
 
 from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.scalars import Guard
-from graphprof.capture.value_guards import VALUE_PREFIX
+from graphprof.capture.value_guards import VALUE_PREFIX, ValuePrefix
 
 
 def _graph() -> tuple[torch.fx.Graph, torch.fx.Node, torch.fx.Node]:
@@ -96,3 +96,52 @@ def test_constants_are_the_captured_objects_themselves() -> None:
     check = GuardCheck([guard], {n: 0})
     assert check.broken([marker]) is None and check.broken([object()]) is guard
     assert GuardCheck([], {}).broken([]) is None
+
+
+def _counting_prefixes() -> tuple[torch.fx.Node, list[Guard], list[str]]:
+    """Three guards on two values recomputed from ``x``, which share the node that sums it: a branch on
+    the sum's ``.item()`` twice, and on a value computed from the sum (a ``ValuePrefix`` as the op)."""
+    graph, _, x = _graph()
+    runs: list[str] = []
+
+    def summed(t: torch.Tensor) -> torch.Tensor:
+        runs.append("sum")
+        return t.sum()
+
+    def doubled(t: torch.Tensor) -> torch.Tensor:
+        runs.append("double")
+        return t * 2
+
+    total = graph.call_function(summed, (x,))
+    twice = graph.call_function(doubled, (total,))
+    item = graph.call_function(torch.ops.aten._local_scalar_dense.default, (total,))
+    item.meta[VALUE_PREFIX] = ValuePrefix((x, total), (x,), (), _item, "sum")
+    twice_prefix = ValuePrefix((x, total, twice), (x,), (), bool, "twice")
+    guards = [Guard(operator.gt, (item, 0), True, "a"), Guard(operator.lt, (item, 10), True, "b"),
+              Guard(twice_prefix, (x,), True, "c")]
+    return x, guards, runs
+
+
+def _item(t: torch.Tensor) -> Any:
+    return t.item()
+
+
+def test_the_values_recomputed_from_inputs_run_each_node_once_per_call() -> None:
+    """A foreach RAdam step asks for each count three times in two guards; each prefix ran at every
+    occurrence, ten times the eager step on a 200-parameter model. One pass runs each node once."""
+    x, guards, runs = _counting_prefixes()
+    check = GuardCheck(guards, {x: 0})
+    assert check.broken([torch.ones(3)]) is None
+    assert runs == ["sum", "double"]
+    runs.clear()
+    assert check.broken([torch.full((3,), 5.0)]) is guards[1]  # 15 < 10 breaks the second guard
+    assert runs == ["sum"]  # the pass stopped where the broken guard's value was
+    runs.clear()
+    assert check.broken([-torch.ones(3)]) is guards[0]
+    assert check.broken([torch.zeros(3)]) is guards[0]
+
+
+def test_an_error_in_the_pass_breaks_the_guard_that_asked() -> None:
+    x, guards, _ = _counting_prefixes()
+    check = GuardCheck(guards, {x: 0})
+    assert check.broken(["not a tensor"]) is guards[0]
