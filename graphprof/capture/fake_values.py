@@ -51,3 +51,4 @@ def one_fake_mode() -> Iterator[None]:
         yield
     finally:
         setattr(proxy_tensor, "FakeTensorMode", original)  # noqa: B010
+

@@ -50,6 +50,7 @@ from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
+from graphprof.passes.graph_modules import code_when_asked
 from graphprof.capture.fake_values import one_fake_mode
 from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
 from graphprof.capture.torch_objects import TorchObjects
@@ -274,7 +275,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         return plain, [local_shard(p.grad) for p in params]
 
     try:
-        with one_fake_mode():  # one mode for the ops' output metadata, not one per op
+        with one_fake_mode(), code_when_asked():  # one mode for the ops' metadata, not one per op
             gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
         refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)

@@ -21,6 +21,7 @@ from typing import Callable
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
+from graphprof.passes.graph_modules import graph_module
 from graphprof.passes.records import PROBE, PROBE_AFTER, ProbeRecord
 
 Clock = Callable[[], int]
@@ -59,7 +60,7 @@ def instrument(gm: torch.fx.GraphModule, clock: Clock = time.perf_counter_ns) ->
         env[node] = graph.node_copy(node, lambda n: env[n])
         if is_op_node(node):
             node.meta[PROBE_AFTER] = probe(node.name)
-    return torch.fx.GraphModule(gm, graph, class_name="InstrumentedStep")
+    return graph_module(gm, graph, class_name="InstrumentedStep")
 
 
 def _as_function(clock: Clock) -> Clock:

@@ -45,6 +45,7 @@ import torch.fx
 from torch.profiler import ProfilerActivity, profile
 
 from graphprof.passes.annotate import is_op_node
+from graphprof.passes.graph_modules import graph_module
 
 log = logging.getLogger("graphprof")
 
@@ -177,7 +178,7 @@ def _without_host_effects(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     mapping: dict[torch.fx.Node, torch.fx.Node] = {}
     out = graph.graph_copy(gm.graph, mapping)
     graph.output(out)
-    copy = torch.fx.GraphModule(gm, graph)
+    copy = graph_module(gm, graph)
     for node in host:
         new = mapping[node]
         if node.meta.get("graphprof_input_reader") and node.meta.get("graphprof_scalar"):
