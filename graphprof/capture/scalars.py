@@ -63,7 +63,7 @@ class Guard:
     @property
     def formats_text(self) -> bool:
         """A guard on the text of a number the step prints or formats (``TracedScalar._text``)."""
-        return self.op is str or self.op is format
+        return self.op is str or self.op is format or self.op is repr
 
     def broken_reason(self) -> str:
         """Why a call that breaks this guard needs another graph, in the user's terms."""
@@ -285,7 +285,9 @@ class TracedScalar:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"TracedScalar({self.value!r}, node={self.node.name})"
+        if GUARD_SINKS:  # the step's own ``repr(n)``, ``f"{n!r}"``, ``"%r" % n``: its text, as ``str``
+            return self._text("repr()", repr)
+        return f"TracedScalar({self.value!r}, node={self.node.name})"  # outside a capture: for debugging
 
     # Reaching a torch function as an argument (a Scalar position): the
     # capture's TorchFunctionMode unwraps it and links the op node to it. This

@@ -122,3 +122,16 @@ def test_a_number_read_from_a_tensor_still_refuses_with_one_warning() -> None:
     assert len(text.splitlines()) == CALLS
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "formatting of a value read from a tensor" in messages[0], messages
+
+
+def test_repr_of_a_setting_is_its_text_and_of_a_read_number_refuses() -> None:
+    """``repr()`` (and ``%r``, ``!r``) gave graphprof's own ``TracedScalar(3, node=...)``, baked into the
+    graph: every replay printed that text, frozen at the capture call's value."""
+    traced, messages, text = _compare(lambda loss, state: print(repr(_Settings.note), "%r" % (_Settings.scale,)))
+    assert text.splitlines() == ["3 2.5"] * CALLS
+    assert messages == [] and traced.capture_mode == "whole-step"
+
+    traced, messages, text = _compare(lambda loss, state: print(f"{loss.item()!r}"))
+    assert "TracedScalar" not in text and len(set(text.splitlines())) == CALLS
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "repr() of a value read from a tensor" in messages[0], messages
