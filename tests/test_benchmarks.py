@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import graphprof
-from benchmarks import cli_scale
+from benchmarks import cli_scale, guard_checks
 from benchmarks.__main__ import CLI_NODES, WORKLOADS
 from benchmarks.hf_workloads import HF_STEPS, workload_step
 
@@ -65,3 +65,9 @@ def test_hugging_face_workloads_are_benchmarked_and_profiling_keeps_their_losses
     for a, b in zip(eager.model.parameters(), traced.model.parameters()):
         assert torch.equal(a, b)
     assert fn.get_profile().node_count > 100
+
+
+def test_guard_check_rows_time_an_eager_and_a_replayed_foreach_radam_step() -> None:
+    row = guard_checks.measure(layers=3, rounds=1, calls=1, warm=4)
+    assert row.layers == 3 and row.eager_ms > 0 and row.replay_ms > 0
+    assert "| 3 |" in guard_checks.markdown([row])
