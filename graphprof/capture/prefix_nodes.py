@@ -17,6 +17,13 @@ import torch.fx
 
 #: An op node's arguments as a check runs it: (args, kwargs as (name, value) pairs).
 Call = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
+#: The same, keyword arguments as a dict: how a check passes them when it runs the node.
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def arguments(call: Call) -> Arguments:
+    """``call`` as a check runs it (its keyword arguments a dict)."""
+    return call[0], dict(call[1])
 
 
 def writes(node: torch.fx.Node, call: Call | None = None) -> list[torch.fx.Node]:
@@ -106,7 +113,7 @@ def read_kept(arguments: Any, env: dict[torch.fx.Node, Any]) -> None:
     torch.fx.map_arg(arguments, read)
 
 
-def run_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], call: tuple[tuple[Any, ...], dict[str, Any]] | None,
+def run_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], call: Arguments | None,
              copies: tuple[tuple[torch.fx.Node, ...], ...] | None, copied: set[torch.fx.Node]) -> None:
     """Run ``node`` (a call_function node) on the values in ``env``, into ``env``; with the arguments
     ``call`` gives (keyword arguments as a dict) where given. ``copies``: the counters it advances in

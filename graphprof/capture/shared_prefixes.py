@@ -33,7 +33,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from graphprof.capture.prefix_nodes import call_inputs, run_node, same_attribute, sliced_call, storage_key, writes
+from graphprof.capture.prefix_nodes import (
+    Arguments, arguments, call_inputs, run_node, same_attribute, sliced_call, storage_key, writes,
+)
 from graphprof.capture.value_guards import ValuePrefix
 
 
@@ -41,7 +43,7 @@ class SharedPrefixes:
     """The union of some prefixes' nodes, in graph order, with what a pass over them needs."""
 
     def __init__(self, nodes: tuple[torch.fx.Node, ...], leaves: tuple[tuple[torch.fx.Node, int], ...],
-                 constants: dict[torch.fx.Node, Any], calls: dict[torch.fx.Node, tuple[tuple[Any, ...], dict[str, Any]]],
+                 constants: dict[torch.fx.Node, Any], calls: dict[torch.fx.Node, Arguments],
                  copies: dict[torch.fx.Node, tuple[tuple[torch.fx.Node, ...], ...]]) -> None:
         self.nodes = nodes
         self.leaves = leaves  # each placeholder with its position among the call's flattened values
@@ -65,14 +67,14 @@ class SharedPrefixes:
         # (the pass starts with the constants' values), so it may stand first.
         nodes = tuple(sorted(members, key=lambda node: order.get(node, -1)))
         read = {storage_key(n) for n in nodes}
-        calls: dict[torch.fx.Node, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        calls: dict[torch.fx.Node, Arguments] = {}
         copies: dict[torch.fx.Node, tuple[tuple[torch.fx.Node, ...], ...]] = {}
         for node in dict.fromkeys(node for p in prefixes for node, _ in p.increments):
             cut = sliced_call(node, read)
             if not set(call_inputs(node, cut)) <= members:
                 return None
             if cut is not None:
-                calls[node] = (cut[0], dict(cut[1]))
+                calls[node] = arguments(cut)
             copies[node] = tuple(same_attribute(w, nodes) for w in writes(node, cut))
         constants = {node: value for p in prefixes for node, value in p.constants}
         leaves = tuple((node, positions[node]) for node in nodes if node.op == "placeholder")

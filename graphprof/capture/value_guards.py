@@ -50,7 +50,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_reads import original
 from graphprof.capture.prefix_nodes import (
-    Call, alias_root, call_inputs, run_node, same_attribute, sliced_call, storage_key, writes,
+    Arguments, Call, alias_root, arguments, call_inputs, run_node, same_attribute, sliced_call, storage_key, writes,
 )
 from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.capture.state import StateIndex
@@ -109,8 +109,8 @@ class ValuePrefix:
         return dict(self.increments)
 
     @functools.cached_property
-    def _calls(self) -> dict[torch.fx.Node, tuple[tuple[Any, ...], dict[str, Any]]]:
-        return {node: (args, dict(kwargs)) for node, (args, kwargs) in self.sliced}
+    def _calls(self) -> dict[torch.fx.Node, Arguments]:
+        return {node: arguments(call) for node, call in self.sliced}
 
     @property
     def __name__(self) -> str:

@@ -50,12 +50,12 @@ from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
-from graphprof.passes.graph_modules import code_when_asked
 from graphprof.capture.fake_values import one_fake_mode
 from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
+from graphprof.passes.graph_modules import code_when_asked
 
 _grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
