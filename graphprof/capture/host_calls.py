@@ -10,12 +10,21 @@ the graph that calls it again on every replay: timed and shown like any other
 node. Its arguments (a metric for ``ReduceLROnPlateau``) are graph values.
 ``get_last_lr()`` returns input scalars, so a logged learning rate is read
 when the replay reaches it, as eager reads it.
+
+A rate read after a scheduler step of the same call is known only once the
+replay has made that step, so no guard may be taken on it (the checks run
+before the replay): ``written`` says which step may have changed a group's
+value, and such reads carry ``READ_DURING_STEP``. Torch's own schedulers
+write their optimizer's ``lr`` (and ``momentum`` or ``betas`` where they
+cycle it); any other scheduler class is taken to write every value of its
+optimizer's groups, or of every optimizer's when it names none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -23,6 +32,10 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
+from graphprof.capture.scalars import READ_DURING_STEP, TracedScalar
+
+#: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
+_TORCH_SCHEDULERS = LRScheduler.__module__
 
 
 def _scheduler_classes() -> list[type]:
@@ -33,6 +46,30 @@ def _scheduler_classes() -> list[type]:
         found.append(cls)
         todo.extend(cls.__subclasses__())
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerWrite:
+    """What one scheduler step of the capture call may have written."""
+
+    what: str  # ``StepLR.step``
+    optimizer: int | None  # id of the optimizer whose groups it writes; None: any optimizer's
+    keys: frozenset[str] | None  # the group keys it writes; None: any
+
+
+def _writes(sched: Any, what: str) -> SchedulerWrite:
+    """What a step of ``sched`` may write (see the module's docstring)."""
+    optimizer = getattr(sched, "optimizer", None)
+    owner = id(optimizer) if isinstance(optimizer, torch.optim.Optimizer) else None
+    keys: set[str] | None = set()
+    for part in [sched, *(getattr(sched, "_schedulers", None) or ())]:  # SequentialLR, ChainedScheduler
+        if keys is None or type(part).__module__ != _TORCH_SCHEDULERS:
+            keys = None
+            continue
+        keys.add("lr")
+        if getattr(part, "cycle_momentum", False):  # CyclicLR, OneCycleLR
+            keys.update(("momentum", "betas"))
+    return SchedulerWrite(what, owner, None if keys is None else frozenset(keys))
 
 
 class SchedulerCalls:
@@ -48,6 +85,17 @@ class SchedulerCalls:
         #: Called before and after each scheduler step of the capture call (capture/optimizer_groups.py).
         self.before_step: Callable[[], None] = lambda: None
         self.on_step: Callable[[], None] = lambda: None
+        #: The scheduler steps of the capture call so far, in order.
+        self.steps: list[SchedulerWrite] = []
+
+    def written(self, optimizer: Any, key: str) -> str | None:
+        """The last scheduler step of this call that may have written ``key`` in ``optimizer``'s
+        groups (any optimizer's when None); None when none did: a read of it now is the value the
+        call started with, which a check before the replay reads too."""
+        for write in reversed(self.steps):
+            if (optimizer is None or write.optimizer in (None, id(optimizer))) and (write.keys is None or key in write.keys):
+                return write.what
+        return None
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
@@ -87,6 +135,7 @@ class SchedulerCalls:
                 original(sched, *call_args, **call_kwargs)
 
             effect_node(calls.graph, what, replay, slots, calls.record())
+            calls.steps.append(_writes(sched, what))
             calls.on_step()  # after the scheduler's node: what is read from now on is read after it
             return result
 
@@ -101,8 +150,14 @@ class SchedulerCalls:
             if calls.depth or not isinstance(values, list):
                 return values
             name = type(sched).__name__
-            return [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",  # type: ignore[misc]
-                                 calls.record(), calls.source()) if isinstance(v, float) else v
-                    for i, v in enumerate(values)]
+            after = calls.written(getattr(sched, "optimizer", None), "lr")
+            scalars = [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",  # type: ignore[misc]
+                                    calls.record(), calls.source()) if isinstance(v, float) else v
+                       for i, v in enumerate(values)]
+            if after is not None:
+                for i, scalar in enumerate(scalars):
+                    if isinstance(scalar, TracedScalar):
+                        scalar.node.meta[READ_DURING_STEP] = f"{name}.last_lr[{i}], read after {after}"
+            return scalars
 
         return get_last_lr

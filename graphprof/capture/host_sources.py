@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
-from graphprof.capture.scalars import CLOCK_READ, DataDependentError
+from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
 _TORCH_FILES = ("save",)
@@ -174,7 +174,7 @@ class HostSources:
                 return value
             scalar = input_scalar(sources.graph, value, original, f"time.{original.__name__}", sources.record(),
                                   sources.source())
-            scalar.node.meta[CLOCK_READ] = f"time.{original.__name__}"
+            scalar.node.meta[READ_DURING_STEP] = f"the time (time.{original.__name__})"
             return scalar
 
         return clock

@@ -42,7 +42,7 @@ from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue
 from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
                                          object_keys, plain_object, reachable_locations)
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
-from graphprof.capture.scalars import DataDependentError, TracedScalar
+from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
 
 
@@ -63,12 +63,16 @@ class HyperparameterInputs:
     outside the step had changed the rate. The groups hold input scalars
     read at the step's start and again after each optimizer and scheduler
     step (which run on the real numbers); readers nobody used are dropped
-    from the graph (``unused_readers``).
+    from the graph (``unused_readers``). A number read after a scheduler step
+    of the call that may have written it (``written``, capture/host_calls.py)
+    carries ``READ_DURING_STEP``: no guard may be taken on it.
     """
 
-    def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
+    def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any],
+                 written: Callable[[torch.optim.Optimizer, str], str | None] = lambda optimizer, key: None) -> None:
         self.graph = graph
         self.record = record
+        self.written = written
         #: Per ``Optimizer.step`` entered: (group, key, real value, what ``enter`` put there).
         self._saved: list[list[tuple[dict, str, Any, Any]]] = []
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -90,10 +94,10 @@ class HyperparameterInputs:
                     if key == "params":
                         continue
                     if _is_number(value):
-                        scalar: Any = self._scalar(group, key, None, value, label.format(key))
+                        scalar: Any = self._scalar(opt, group, key, None, value, label.format(key))
                         self._readers.append(scalar.node)
                     elif isinstance(value, tuple) and value and all(_is_number(v) for v in value):
-                        scalar = tuple(self._scalar(group, key, i, v, label.format(f"{key}[{i}]"))
+                        scalar = tuple(self._scalar(opt, group, key, i, v, label.format(f"{key}[{i}]"))
                                        for i, v in enumerate(value))
                         self._readers += [s.node for s in scalar]
                     else:
@@ -124,23 +128,28 @@ class HyperparameterInputs:
                 if key == "params":
                     continue
                 if _is_number(value):
-                    group[key] = self._scalar(group, key, None, value, f"param_groups[{g}].{key}")
+                    group[key] = self._scalar(optimizer, group, key, None, value, f"param_groups[{g}].{key}")
                 elif isinstance(value, tuple) and value and all(_is_number(v) for v in value):
-                    group[key] = tuple(self._scalar(group, key, i, v, f"param_groups[{g}].{key}[{i}]")
+                    group[key] = tuple(self._scalar(optimizer, group, key, i, v, f"param_groups[{g}].{key}[{i}]")
                                        for i, v in enumerate(value))
                 else:
                     continue
                 saved.append((group, key, value, group[key]))
         self._saved.append(saved)
 
-    def _scalar(self, group: dict, key: str, index: int | None, value: Any, name: str) -> TracedScalar:
+    def _scalar(self, optimizer: torch.optim.Optimizer, group: dict, key: str, index: int | None, value: Any,
+                name: str) -> TracedScalar:
         if index is None:
             def read() -> Any:
                 return group[key]
         else:
             def read() -> Any:
                 return group[key][index]
-        return input_scalar(self.graph, value, read, name, self.record(), name)
+        scalar = input_scalar(self.graph, value, read, name, self.record(), name)
+        after = self.written(optimizer, key)
+        if after is not None:
+            scalar.node.meta[READ_DURING_STEP] = f"{name}, read after {after}"
+        return scalar
 
     def exit(self, keep_writes: bool = True) -> None:
         """The optimizer's step is done: its groups get their real numbers back, except where the step

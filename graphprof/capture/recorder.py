@@ -44,6 +44,7 @@ from graphprof.capture.host_sources import HostSources
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.rng_calls import RngStateCalls
+from graphprof.capture.scheduler_fields import SchedulerFields
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
     GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars,
@@ -151,9 +152,10 @@ class CaptureRecorder:
         self.guards: list[Guard] = []
         self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
-        self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()))
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
                                          lambda: user_source(3))
+        self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()), self.schedulers.written)
+        self.scheduler_fields = SchedulerFields(self.graph, lambda: self.context(()), self.schedulers.written)
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
                                         self.tensor_node)
         self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))

@@ -61,23 +61,29 @@ class Guard:
         return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"
 
 
-#: On the reader node of a clock the user's code reads (``time.perf_counter()``): what it calls.
-CLOCK_READ = "graphprof.clock_read"
+#: On a reader node whose value a check before the replay cannot have: a phrase saying what it reads
+#: and why it is unknown then (``the time (time.perf_counter)``; ``StepLR.last_lr[0], read after
+#: StepLR.step``). Values computed from it carry it too.
+READ_DURING_STEP = "graphprof.read_during_step"
 
 
-def _clock_read(operands: Any) -> str | None:
-    """The clock an operand is computed from (``time.time() - start > 60``), or None.
+def read_during_step(operands: Any) -> str | None:
+    """Why an operand is known only while the step runs (``READ_DURING_STEP``), or None.
 
-    Why refused: a guard is checked before the replay runs, when the later
-    readings of the clock have not been taken; the check read them then and
-    out of order, so a step that logs by elapsed time captured on every call.
-    Each value computed from a reading carries its clock (``_record``), so
-    this is one look per operand, not a walk of the arithmetic behind it.
+    Why refused: a guard is checked before the replay runs. A clock's later
+    readings have not been taken then (a check that read them early and out
+    of order captured a step that logs by elapsed time on every call), and a
+    rate read after the step's own scheduler step would be read before the
+    replay steps it: the check saw the rate the call started with, and on the
+    call where the schedule crossed the branch's threshold the replay took the
+    other branch than eager, silently. Each value computed from such a read
+    carries the phrase (``_record``), so this is one look per operand, not a
+    walk of the arithmetic behind it.
     """
     for op in operands:
-        clock = op.node.meta.get(CLOCK_READ) if isinstance(op, TracedScalar) else None
-        if clock is not None:
-            return str(clock)
+        phrase = op.node.meta.get(READ_DURING_STEP) if isinstance(op, TracedScalar) else None
+        if phrase is not None:
+            return str(phrase)
     return None
 
 
@@ -178,9 +184,9 @@ class TracedScalar:
             if isinstance(op, TracedScalar) and "graphprof.capture" in op.node.meta:
                 node.meta["graphprof.capture"] = op.node.meta["graphprof.capture"]
                 break
-        clock = _clock_read(operands)
-        if clock is not None:  # a value computed from a clock reading carries it
-            node.meta[CLOCK_READ] = clock
+        during = read_during_step(operands)
+        if during is not None:  # a value computed from a clock reading or a late read carries it
+            node.meta[READ_DURING_STEP] = during
         scalars = [op for op in operands if isinstance(op, TracedScalar)]
         is_input = all(op.is_input for op in scalars)
         counted = all(op.is_input or op.counted for op in scalars)
@@ -229,10 +235,10 @@ class TracedScalar:
         outcome_only = op is bool or op in _COMPARISONS  # two outcomes: a guard on one is a path, not a value
         if not GUARD_SINKS or not all(s.is_input or (s.counted and outcome_only) for s in scalars):
             return self._refuse(what)
-        clock = _clock_read(scalars)
-        if clock is not None:
-            raise DataDependentError(f"{what} at {user_source(2)} depends on the time ({clock}), which a replay "
-                                     "cannot know before it runs")
+        during = read_during_step(scalars)
+        if during is not None:
+            raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
+                                     "know before it runs")
         result = op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
         GUARD_SINKS[-1].append(Guard(op, tuple(o.node if isinstance(o, TracedScalar) else o for o in operands),
                                      result, self._where))

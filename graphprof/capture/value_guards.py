@@ -52,7 +52,7 @@ from graphprof.capture.host_reads import original
 from graphprof.capture.prefix_nodes import (
     Arguments, Call, alias_root, arguments, call_inputs, run_node, same_attribute, sliced_call, storage_key, writes,
 )
-from graphprof.capture.scalars import DataDependentError, Guard
+from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, Guard
 from graphprof.capture.state import StateIndex
 from graphprof.passes.records import STATE, StateRole
 
@@ -284,6 +284,9 @@ class ValueGuards:
             if torch.Tag.nondeterministic_seeded in target.tags:
                 return f"depends on random numbers ({target})"
             return ""
+        during = node.meta.get(READ_DURING_STEP)
+        if during is not None:  # read after the step changed it, or a clock: not known before the replay
+            return f"depends on {during}"
         if node.meta.get(_READER) or getattr(target, "__module__", None) in ("_operator", "operator"):
             return ""  # a Python input read at run time, or arithmetic on inputs
         return f"depends on a host call ({getattr(target, '__name__', target)})"

@@ -233,14 +233,18 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                                 *(obj for _, obj in arguments)])
         hyperparameters = recorder.hyperparameters
         hyperparameters.watch_groups(state.optimizers)  # the user's reads of a group's lr are inputs
+        scheduler_fields = recorder.scheduler_fields  # and of a scheduler's ``last_epoch``
+        scheduler_fields.watch([*(e.before for e in python.watched), *(obj for _, obj in arguments)])
         groups = GroupWrites(state.optimizers, assignment_source(fn), hyperparameters.holds_own)
 
         def before_scheduler() -> None:
             groups.before_scheduler()
             hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
+            scheduler_fields.unwrap()
 
         def after_scheduler() -> None:
             hyperparameters.wrap_groups()
+            scheduler_fields.wrap()
             groups.settle()
 
         recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
@@ -256,6 +260,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_rebuilt_containers(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         hyperparameters.restore()  # the user's optimizer keeps its real numbers
+        scheduler_fields.unwrap()  # and its schedulers theirs
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
                                  recorder.context(()))
         params = list(state.params.values())
@@ -280,7 +285,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
-        for node in holder["recorder"].hyperparameters.unused_readers():
+        for node in [*holder["recorder"].hyperparameters.unused_readers(),
+                     *holder["recorder"].scheduler_fields.unused_readers()]:
             gm.graph.erase_node(node)
         name_state(gm, state)
         referenced = {id(getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"}
@@ -353,6 +359,7 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
     if "recorder" in holder:
         if hyperparameters:
             holder["recorder"].hyperparameters.restore()
+            holder["recorder"].scheduler_fields.restore()
         holder["recorder"].write_log.restore()
     for key in ("deep", "python", "torch_objects"):
         if key in holder:

@@ -1,0 +1,190 @@
+"""Values a step reads after its own scheduler step: never decided on the value the call started with.
+
+A replay's guards are checked before it runs. A rate, or a scheduler's own
+count, read after ``sched.step()`` in the same step is only known once the
+replay has made that step: a check on it saw the call's starting value, and
+on the call where the schedule crossed a threshold the replay took the other
+branch than eager, silently. Such a branch now refuses (segments, one
+warning), while the same values logged, or read before the scheduler step,
+or read from an optimizer no scheduler of the step has touched yet, stay in
+one replayed graph. A scheduler's own fields (``last_epoch``) were baked into
+the graph as the capture call's number; they are inputs now.
+
+Each scenario runs the same loop eagerly and traced and compares, after
+every call, the printed text, the logged values, the parameters, the
+groups' rates and the schedulers' state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+import graphprof
+
+CALLS = 6
+
+
+class _Loop:
+    """Two models, two optimizers, two step schedulers (halving every two steps from 0.1)."""
+
+    def __init__(self, body: Callable[["_Loop", torch.Tensor], None], cycle: bool = False) -> None:
+        torch.manual_seed(0)
+        self.model, self.other = nn.Linear(4, 2), nn.Linear(4, 2)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        self.opt2 = torch.optim.SGD(self.other.parameters(), lr=0.1)
+        self.sched: Any = (torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=0.2, total_steps=50) if cycle
+                           else torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5))
+        self.sched2 = torch.optim.lr_scheduler.StepLR(self.opt2, step_size=2, gamma=0.5)
+        self.logged: list[Any] = []
+        self.body = body
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        self.opt.zero_grad()
+        loss = self.model(x).pow(2).mean()
+        loss.backward()
+        self.body(self, loss)
+        return loss.detach()
+
+    def state(self) -> tuple[Any, ...]:
+        return (self.logged, [p.clone() for p in (*self.model.parameters(), *self.other.parameters())],
+                [g["lr"] for o in (self.opt, self.opt2) for g in o.param_groups],
+                self.sched.state_dict(), self.sched2.state_dict())
+
+
+def _run(body: Callable[[_Loop, torch.Tensor], None], cycle: bool = False) -> tuple[Any, list[str], list[str]]:
+    """Eager and traced side by side; the traced step, graphprof's warnings and the printed lines."""
+    eager, copy = _Loop(body, cycle), _Loop(body, cycle)
+    traced = graphprof.trace(copy.step)
+    messages, lines = [], []
+    for i in range(CALLS):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        printed = []
+        for fn in (eager.step, traced):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn(x)
+            printed.append(out.getvalue())
+            messages += [str(w.message) for w in caught if "graphprof" in str(w.message)]
+        assert printed[0] == printed[1], f"printed text differs on call {i}"
+        lines.append(printed[1])
+        for a, b in zip(eager.state(), copy.state()):
+            if isinstance(a, list) and a and isinstance(a[0], torch.Tensor):
+                assert all(torch.equal(p, q) for p, q in zip(a, b)), f"parameters differ after call {i}"
+            else:
+                assert a == b, f"state differs after call {i}"
+    return traced, messages, lines
+
+
+def _stepped(loop: _Loop) -> None:
+    loop.opt.step()
+    loop.sched.step()
+
+
+def _branch(value: Callable[[_Loop], Any], threshold: float) -> Callable[[_Loop, torch.Tensor], None]:
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        print("low" if value(loop) < threshold else "high")
+    return body
+
+
+@pytest.mark.parametrize(("value", "threshold", "named"), [
+    (lambda loop: loop.sched.get_last_lr()[0], 0.04, "StepLR.last_lr[0], read after StepLR.step"),
+    (lambda loop: loop.opt.param_groups[0]["lr"], 0.04, "SGD.param_groups[0].lr, read after StepLR.step"),
+    (lambda loop: loop.sched.last_epoch % 2, 1, "StepLR.last_epoch, read after StepLR.step"),
+], ids=["get_last_lr", "param_groups", "last_epoch"])
+def test_a_branch_on_a_value_the_scheduler_step_changed_refuses(value: Callable[[_Loop], Any], threshold: float,
+                                                               named: str) -> None:
+    traced, messages, lines = _run(_branch(value, threshold))
+    assert len(set(lines)) == 2  # both branches were taken, on eager's calls
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and named in messages[0] and "cannot know before it runs" in messages[0], messages
+
+
+def test_a_branch_on_a_tensor_made_from_a_rate_the_scheduler_changed_refuses() -> None:
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        rates = torch.full((2,), 1.0) * loop.sched.get_last_lr()[0]
+        print("low" if bool((rates < 0.04).all()) else "high")
+
+    traced, messages, lines = _run(body)
+    assert len(set(lines)) == 2
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "depends on StepLR.last_lr[0], read after StepLR.step" in messages[0], messages
+
+
+def test_a_scheduler_count_read_before_its_step_is_a_guard_on_an_input() -> None:
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        print("even" if loop.sched.last_epoch % 2 == 0 else "odd")
+        _stepped(loop)
+
+    traced, messages, lines = _run(body)
+    assert lines == ["even\n", "odd\n"] * (CALLS // 2)  # the capture call's count was baked in before
+    assert traced.capture_mode == "whole-step" and traced.captures == 2 and not messages
+
+
+def test_values_read_after_the_scheduler_step_are_logged_by_the_replay() -> None:
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        loop.logged.append((loop.sched.last_epoch, loop.sched.get_last_lr()[0], loop.opt.param_groups[0]["lr"]))
+
+    traced, messages, _ = _run(body)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def test_another_optimizers_rates_stay_inputs_after_a_scheduler_step() -> None:
+    """A GAN's second optimizer steps after the first one's scheduler: its reads are not late."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        loop.opt2.zero_grad()
+        loop.other(torch.ones(1, 4)).sum().backward()
+        loop.opt2.step()
+        print("low" if loop.opt2.param_groups[0]["lr"] < 0.04 else "high")
+        loop.sched2.step()
+
+    traced, messages, lines = _run(body)
+    assert len(set(lines)) == 2
+    assert traced.capture_mode == "whole-step" and not messages
+
+
+def test_a_scheduler_stepped_before_the_optimizer_keeps_the_step_whole() -> None:
+    """StepLR writes only ``lr``, on which SGD takes no guard: its ``momentum != 0`` check stays."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        loop.sched.step()
+        loop.opt.step()
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step()` before")
+        traced, messages, _ = _run(body)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def test_a_cycled_momentum_read_by_the_optimizer_after_the_scheduler_refuses() -> None:
+    """OneCycleLR writes SGD's ``momentum`` too: the optimizer's guard on it cannot be checked first."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        loop.sched.step()
+        loop.opt.step()
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step()` before")
+        traced, messages, _ = _run(body, cycle=True)
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "momentum, read after OneCycleLR.step" in messages[0], messages
+
+
+def test_a_write_to_a_schedulers_field_refuses() -> None:
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        loop.opt.step()
+        loop.sched.last_epoch = loop.sched.last_epoch + 0
+        loop.sched.step()
+
+    traced, messages, _ = _run(body)
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "the step changes StepLR.last_epoch" in messages[0], messages
