@@ -32,7 +32,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
-from graphprof.capture.scalars import READ_DURING_STEP, TracedScalar
+from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar, contains_traced_scalar
 
 #: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
 _TORCH_SCHEDULERS = LRScheduler.__module__
@@ -70,6 +70,17 @@ def _writes(sched: Any, what: str) -> SchedulerWrite:
         if getattr(part, "cycle_momentum", False):  # CyclicLR, OneCycleLR
             keys.update(("momentum", "betas"))
     return SchedulerWrite(what, owner, None if keys is None else frozenset(keys))
+
+
+def _computed_from_traced(sched: Any) -> bool:
+    """Whether a scheduler's step left a traced number in its fields or its optimizer's groups: its
+    own code (a ``LambdaLR``'s lambda reading ``self.warmup``) read a value the step had changed.
+
+    The numbers the step only reads are real while a scheduler steps (``before_step``); a value the
+    step computed is not, and its replay would run before the step's end writes it back."""
+    groups = getattr(getattr(sched, "optimizer", None), "param_groups", None) or []
+    return contains_traced_scalar([*vars(sched).values(),
+                                   *({k: v for k, v in g.items() if k != "params"} for g in groups)])
 
 
 class SchedulerCalls:
@@ -129,6 +140,10 @@ class SchedulerCalls:
                     result = original(sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
+            if _computed_from_traced(sched):
+                raise DataDependentError(
+                    f"{what} at {calls.source()} computes with a number the step changed before it, which its "
+                    "replay would read before the replayed step writes it back (at its end)")
 
             def replay(values: tuple) -> None:
                 call_args, call_kwargs = filled(template, values)

@@ -298,6 +298,25 @@ class PythonState:
             return
         self.inputs[id(entry)] = scalar
 
+    def real_numbers(self, real: bool) -> None:
+        """Put the numbers back where inputs still hold their scalars (``real``), or the scalars back
+        where those numbers still are.
+
+        A scheduler's step runs on real numbers (capture/host_calls.py): a
+        ``LambdaLR`` whose lambda reads ``self.warmup`` computed a traced rate,
+        which stayed in the scheduler and the optimizer's groups, in the user's
+        hands. Its replay reads the same locations when it runs, as eager does.
+        """
+        for entry in self.watched:
+            scalar = self.inputs.get(id(entry))
+            if scalar is None:
+                continue
+            now = entry.location.get()
+            if real and now is scalar:
+                entry.location.set(entry.before)
+            elif not real and now is entry.before:
+                entry.location.set(scalar)
+
     def restore(self) -> None:
         """Put every watched value back as it was before the step (a failed or refused capture)."""
         for entry in self.watched:

@@ -241,8 +241,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             groups.before_scheduler()
             hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
             scheduler_fields.unwrap()
+            python.real_numbers(True)
 
         def after_scheduler() -> None:
+            python.real_numbers(False)
             hyperparameters.wrap_groups()
             scheduler_fields.wrap()
             groups.settle()

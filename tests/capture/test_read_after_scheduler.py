@@ -34,13 +34,17 @@ CALLS = 6
 class _Loop:
     """Two models, two optimizers, two step schedulers (halving every two steps from 0.1)."""
 
-    def __init__(self, body: Callable[["_Loop", torch.Tensor], None], cycle: bool = False) -> None:
+    def __init__(self, body: Callable[["_Loop", torch.Tensor], None], cycle: bool = False,
+                 lambda_lr: bool = False) -> None:
         torch.manual_seed(0)
+        self.warmup = 2.0
         self.model, self.other = nn.Linear(4, 2), nn.Linear(4, 2)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
         self.opt2 = torch.optim.SGD(self.other.parameters(), lr=0.1)
         self.sched: Any = (torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=0.2, total_steps=50) if cycle
                            else torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5))
+        if lambda_lr:  # a decay scaled by the trainer's own setting
+            self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda e: 0.5 ** (e // 2) / self.warmup)
         self.sched2 = torch.optim.lr_scheduler.StepLR(self.opt2, step_size=2, gamma=0.5)
         self.logged: list[Any] = []
         self.body = body
@@ -58,9 +62,9 @@ class _Loop:
                 self.sched.state_dict(), self.sched2.state_dict())
 
 
-def _run(body: Callable[[_Loop, torch.Tensor], None], cycle: bool = False) -> tuple[Any, list[str], list[str]]:
+def _run(body: Callable[[_Loop, torch.Tensor], None], **loop: bool) -> tuple[Any, list[str], list[str]]:
     """Eager and traced side by side; the traced step, graphprof's warnings and the printed lines."""
-    eager, copy = _Loop(body, cycle), _Loop(body, cycle)
+    eager, copy = _Loop(body, **loop), _Loop(body, **loop)
     traced = graphprof.trace(copy.step)
     messages, lines = [], []
     for i in range(CALLS):
@@ -188,3 +192,24 @@ def test_a_write_to_a_schedulers_field_refuses() -> None:
     traced, messages, _ = _run(body)
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "the step changes StepLR.last_epoch" in messages[0], messages
+
+
+def test_a_scheduler_lambda_reading_the_steps_own_setting_steps_on_its_real_number() -> None:
+    """The lambda ran on the capture's traced ``self.warmup``: a traced rate stayed in the user's groups."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        loop.logged.append(loop.opt.param_groups[0]["lr"])
+
+    traced, messages, _ = _run(body, lambda_lr=True)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+def test_a_scheduler_lambda_reading_a_setting_the_step_changed_refuses() -> None:
+    """The replay's scheduler would run before the replay writes ``self.warmup`` back at its end."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        loop.warmup = loop.warmup + 1.0
+        _stepped(loop)
+
+    traced, messages, _ = _run(body, lambda_lr=True)
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "LambdaLR.step at" in messages[0] and "the step changed before it" in messages[0]
