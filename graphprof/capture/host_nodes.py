@@ -69,10 +69,12 @@ class _Slot:
 
 
 def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
-                source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False) -> tuple[Any, list[Any]]:
+                source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False,
+                note: Callable[[int, Any], None] = lambda index, v: None) -> tuple[Any, list[Any]]:
     """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
 
     ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
+    ``note`` is told each slot's index and the capture call's value in it.
     """
     slots: list[Any] = []
 
@@ -86,6 +88,7 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
             node = node_of(v)
             if isinstance(node, torch.fx.Node):
                 slots.append(node)
+                note(len(slots) - 1, v)
                 return _Slot(len(slots) - 1)
             return v  # a tensor from before the step (a parameter): the same object every call
         if isinstance(v, (list, tuple)):

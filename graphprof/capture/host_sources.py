@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
+from graphprof.capture.printed_tensors import autograd_suffix, printed
 from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
@@ -95,9 +96,15 @@ def _kept_by(iterator: Any, frame: FrameType) -> str | None:
     return None
 
 
+#: Torch's immutable descriptions of a tensor (``print(x.dtype, x.device)``): the same in every replay.
+_TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
 def _opaque(value: Any) -> bool:
-    """Objects an output call passes along unchanged: the logger itself, a stream (``file=sys.stderr``)."""
-    return isinstance(value, logging.Logger) or callable(getattr(value, "write", None))
+    """Objects an output call passes along unchanged: the logger itself, a stream (``file=sys.stderr``),
+    a dtype or device (a graph is captured for its inputs' dtypes and devices)."""
+    return (isinstance(value, (logging.Logger, *_TORCH_CONSTANTS))
+            or callable(getattr(value, "write", None)))
 
 
 class HostSources:
@@ -188,13 +195,20 @@ class HostSources:
                 if not _from_user(skip_files, sources.library):
                     return original(*args, **kwargs)
                 where = sources.source()
+                suffixes: dict[int, str] = {}  # slot -> the autograd suffix of eager's text of its tensor
+
+                def note(index: int, value: Any) -> None:
+                    suffix = autograd_suffix(value, where)
+                    if suffix is not None:
+                        suffixes[index] = suffix
+
                 template, slots = template_of((args, kwargs), sources.node_of, what, lambda _: f" at {where}",
-                                            opaque=_opaque)
+                                              opaque=_opaque, note=note)
                 real_args, real_kwargs = real_values((args, kwargs))
                 sources.pending.append(lambda: original(*real_args, **real_kwargs))
 
                 def replay(values: tuple) -> None:
-                    call_args, call_kwargs = filled(template, values)
+                    call_args, call_kwargs = filled(template, printed(values, suffixes) if suffixes else values)
                     original(*call_args, **call_kwargs)
 
                 effect_node(sources.graph, what, replay, slots, sources.record())
