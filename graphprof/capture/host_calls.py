@@ -94,7 +94,7 @@ class SchedulerCalls:
         self.source = source
         self.depth = 0
         #: Called before and after each scheduler step of the capture call (capture/optimizer_groups.py).
-        self.before_step: Callable[[], None] = lambda: None
+        self.before_step: Callable[[Any], None] = lambda sched: None
         self.on_step: Callable[[], None] = lambda: None
         #: The scheduler steps of the capture call so far, in order.
         self.steps: list[SchedulerWrite] = []
@@ -132,7 +132,7 @@ class SchedulerCalls:
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"
             template, slots = template_of((args, kwargs), calls.node_of, what, lambda _: "")
-            calls.before_step()
+            calls.before_step(sched)
             calls.depth += 1
             try:
                 with _disable_current_modes(), torch._C.DisableTorchFunction():

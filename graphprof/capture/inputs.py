@@ -413,6 +413,16 @@ class PythonState:
                                   frozenset(self.itemized.get(id(before), ()))))
         return tuple(held)
 
+    def reached(self) -> list[Any]:
+        """The objects the watched locations hold when the step begins, and the items of the watched
+        lists and dicts (a scheduler kept in ``state["sched"]``): where torch's objects are found."""
+        found: list[Any] = []
+        for entry in self.watched:
+            found.append(entry.before)
+            snapshot = entry.snapshot
+            found += snapshot.values() if isinstance(snapshot, dict) else snapshot or ()
+        return found
+
     def replaced_tensors(self) -> set[int]:
         """ids of the tensors the step replaced where they were kept (a buffer ``forward`` assigns):
         not model state the graph holds, but values read where they are kept, like ``self.ema``."""

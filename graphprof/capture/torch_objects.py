@@ -62,11 +62,23 @@ class TorchObjects:
 
     def __init__(self, objects: Iterable[Any]) -> None:
         self._saved: list[tuple[Any, list[tuple[str, Any, Any]]]] = []
-        seen: set[int] = set()
+        self._seen: set[int] = set()
         for obj in objects:
-            if isinstance(obj, KINDS) and id(obj) not in seen and hasattr(obj, "__dict__"):
-                seen.add(id(obj))
-                self._saved.append((obj, [(k, v, _items(v)) for k, v in vars(obj).items()]))
+            self.add(obj)
+
+    def add(self, obj: Any) -> None:
+        """Copy ``obj``'s attributes now, unless they are copied already or it is not of ``KINDS``; a
+        ``SequentialLR`` or ``ChainedScheduler`` with the schedulers it steps.
+
+        Called again when a scheduler steps (capture/host_calls.py): one the step reaches
+        only through another object (``self.trainer.sched``) was not found before the
+        step, and a refused capture left it stepped, so that it stepped twice."""
+        if not isinstance(obj, KINDS) or id(obj) in self._seen or not hasattr(obj, "__dict__"):
+            return
+        self._seen.add(id(obj))
+        self._saved.append((obj, [(k, v, _items(v)) for k, v in vars(obj).items()]))
+        for inner in getattr(obj, "_schedulers", None) or ():
+            self.add(inner)
 
     def restore(self) -> None:
         for obj, attributes in self._saved:

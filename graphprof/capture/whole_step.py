@@ -229,15 +229,16 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                    hook_functions(state.module_objects()))
         holder["python"] = python
         holder["deep"] = DeepContents(python.watched)
-        holder["torch_objects"] = TorchObjects([*state.optimizers, *(e.before for e in python.watched),
-                                                *(obj for _, obj in arguments)])
+        reached = [*python.reached(), *(obj for _, obj in arguments)]
+        holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
         hyperparameters = recorder.hyperparameters
         hyperparameters.watch_groups(state.optimizers)  # the user's reads of a group's lr are inputs
         scheduler_fields = recorder.scheduler_fields  # and of a scheduler's ``last_epoch``
-        scheduler_fields.watch([*(e.before for e in python.watched), *(obj for _, obj in arguments)])
+        scheduler_fields.watch(reached)
         groups = GroupWrites(state.optimizers, assignment_source(fn), hyperparameters.holds_own)
 
-        def before_scheduler() -> None:
+        def before_scheduler(sched: Any) -> None:
+            holder["torch_objects"].add(sched)  # one the step reached through another object too
             groups.before_scheduler()
             hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
             scheduler_fields.unwrap()

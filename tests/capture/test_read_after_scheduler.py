@@ -213,3 +213,43 @@ def test_a_scheduler_lambda_reading_a_setting_the_step_changed_refuses() -> None
     traced, messages, _ = _run(body, lambda_lr=True)
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "LambdaLR.step at" in messages[0] and "the step changed before it" in messages[0]
+
+
+
+class _KeptLoop(_Loop):
+    """The scheduler kept in a dict or a tuple, not in an attribute of its own."""
+
+    def __init__(self, body: Callable[[_Loop, torch.Tensor], None], kept: str) -> None:
+        super().__init__(body)
+        sched = self.__dict__.pop("sched")
+        self.kept: Any = {"sched": sched} if kept == "dict" else (sched,)
+
+    @property  # type: ignore[override]
+    def sched(self) -> Any:
+        return self.kept["sched"] if isinstance(self.kept, dict) else self.kept[0]
+
+    @sched.setter
+    def sched(self, value: Any) -> None:
+        self.__dict__["sched"] = value
+
+
+@pytest.mark.parametrize("kept", ["dict", "tuple"])
+def test_a_refused_capture_puts_back_a_scheduler_the_step_reaches_through_a_container(kept: str) -> None:
+    """A scheduler in ``state["sched"]`` (or a tuple) was not put back when a capture was refused after
+    its step: the step then ran again as segments and the scheduler stepped twice."""
+    def body(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        print(f"loss {loss.item():.4f}")  # refuses the capture after the scheduler stepped
+
+    eager, copy = _KeptLoop(body, kept), _KeptLoop(body, kept)
+    traced = graphprof.trace(copy.step)
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            eager.step(x)
+            traced(x)
+            assert eager.sched.state_dict() == copy.sched.state_dict(), f"scheduler differs after call {i}"
+            assert eager.opt.param_groups[0]["lr"] == copy.opt.param_groups[0]["lr"]
+    assert traced.capture_mode == "segments"
+    assert len([w for w in caught if "graphprof" in str(w.message)]) == 1
