@@ -30,6 +30,7 @@ from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.replay_check import Path
+from graphprof.capture.scalars import Guard
 from graphprof.capture.signature import LastSignature, signature, signature_change
 from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
@@ -174,15 +175,21 @@ class TracedFunction:
             last = self._last_signature = LastSignature.of(key, args, kwargs)
         if not self._whole_step():
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-        runner, reason = self._select(key, leaves, last)
+        runner, reason, broken = self._select(key, leaves, last)
         if runner is not None:
             self._captures_in_a_row = 0
             return self._run(runner, call, start, args, kwargs, leaves, key)
         if reason != OPTIMIZER_STATE_CREATED:  # happens once per optimizer: not a storm
             self._captures_in_a_row += 1
-        if self._captures_in_a_row > STORM_LIMIT:
+        if broken is not None and broken.formats_text:
+            # A printed or formatted number that changed is nearly always a counter or a logged value
+            # (``print(f"step {self.n}")``): it would change on every call, so no graph would run again.
+            self._storm = (f"prints or formats a number that changed between calls ({broken.describe()}), whose "
+                           "text a static graph would keep")
+        elif self._captures_in_a_row > STORM_LIMIT:
             self._storm = (f"captured {self._captures_in_a_row - 1} times in a row, the last time because "
                            f"{reason}")
+        if self._storm is not None:
             message = f"graphprof: {self.__name__} {self._storm}; no longer capturing it"
             if self.capture != "auto":
                 raise CaptureError(message)
@@ -200,8 +207,9 @@ class TracedFunction:
         return runner.captured.result
 
     def _select(self, key: Hashable, leaves: list[Any],
-                last: LastSignature | None) -> tuple[WholeStepRunner | None, str]:
-        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value).
+                last: LastSignature | None) -> tuple[WholeStepRunner | None, str, Guard | None]:
+        """The captured path this call takes, or why none fits (a new signature, a guard, a baked value)
+        and, when the last path tried failed a guard, that guard.
 
         ``last`` is the record of this call's key when it has one: it keeps the
         key's paths between calls (``_capture`` and ``reset`` drop them), and the
@@ -215,18 +223,19 @@ class TracedFunction:
                 last.paths = paths
         if not paths:
             if not self._graphs:
-                return None, "it runs for the first time"
-            return None, signature_change(next(reversed(self._graphs)), key)
+                return None, "it runs for the first time", None
+            return None, signature_change(next(reversed(self._graphs)), key), None
         reason = ""
+        broken: Guard | None = None
         for path in list(paths):
             runner = path.runner
             changed = path.baked.changed()
             if changed is not None:  # kept: a loop that switches train/eval modes comes back to it
-                reason = changed
+                reason, broken = changed, None
                 continue
             mismatch = runner.captured.entry_mismatch()
             if mismatch is not None:
-                reason = mismatch
+                reason, broken = mismatch, None
                 if mismatch in NEVER_AGAIN:  # it never goes away: neither will this graph run
                     paths.remove(path)
                     if last is not None:
@@ -236,9 +245,9 @@ class TracedFunction:
             if broken is None:
                 if last is not None and path is paths[0] and path.check is not None:
                     last.replay = path  # the next call of this key tries its check first
-                return runner, ""
-            reason = f"a branch took another way ({broken.describe()})"
-        return None, reason or "its input signature is new"
+                return runner, "", None
+            reason = broken.broken_reason()
+        return None, reason or "its input signature is new", broken
 
     def _whole_step(self) -> bool:
         """Whether calls may replay whole-step graphs (not segments, after a storm or by choice)."""

@@ -60,6 +60,17 @@ class Guard:
         op = getattr(self.op, "__name__", str(self.op))
         return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"
 
+    @property
+    def formats_text(self) -> bool:
+        """A guard on the text of a number the step prints or formats (``TracedScalar._text``)."""
+        return self.op is str or self.op is format or self.op is repr
+
+    def broken_reason(self) -> str:
+        """Why a call that breaks this guard needs another graph, in the user's terms."""
+        if self.formats_text:
+            return f"a number the step prints or formats changed ({self.describe()})"
+        return f"a branch took another way ({self.describe()})"
+
 
 #: On a reader node whose value a check before the replay cannot have: a phrase saying what it reads
 #: and why it is unknown then (``the time (time.perf_counter)``; ``StepLR.last_lr[0], read after
@@ -244,12 +255,33 @@ class TracedScalar:
                                      result, self._where))
         return result
 
+    def _text(self, what: str, op: Callable[..., str], *spec: str) -> str:
+        """The text of an input scalar, kept as a guard on that text (one graph per text); refused for a
+        number read from a tensor, which a replay only knows once it runs.
+
+        Why a guard: library code formats numbers the caller passes whether or not the text is shown
+        (transformers' ``generate`` builds a message naming ``max_length`` on every call), and a step
+        logs its settings (``print(f"lr {group['lr']}")``). A value the step reads from its objects is
+        known before it runs. Once such a text changes between calls, the step falls back to segments
+        with one warning (``tracing``): a number that changed once is nearly always a counter or a
+        logged value (``print(f"step {self.n}")``), which would change on every call.
+        """
+        if not self.is_input or not GUARD_SINKS:
+            return self._refuse(what)  # type: ignore[no-any-return]
+        during = read_during_step((self,))
+        if during is not None:  # a clock, or a rate read after the step's own scheduler step
+            raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
+                                     "know before it runs")
+        text = op(self.value, *spec)
+        GUARD_SINKS[-1].append(Guard(op, (self.node, *spec), text, f"{user_source(2)} ({self._where})"))
+        return text
+
     def __bool__(self) -> bool: return self._guarded("branching on the value", bool, self)
     def __float__(self) -> float: return float(self._guarded("float()", float, self))
     def __int__(self) -> int: return int(self._guarded("int()", int, self))
     def __index__(self) -> int: return operator.index(self._guarded("using as an index", operator.index, self))
-    def __str__(self) -> str: return self._refuse("printing")
-    def __format__(self, spec: str) -> str: return self._refuse("formatting")
+    def __str__(self) -> str: return self._text("printing", str)
+    def __format__(self, spec: str) -> str: return self._text("formatting", format, spec)
     def __lt__(self, o: Any) -> bool: return self._guarded("comparing", operator.lt, self, o)
     def __le__(self, o: Any) -> bool: return self._guarded("comparing", operator.le, self, o)
     def __gt__(self, o: Any) -> bool: return self._guarded("comparing", operator.gt, self, o)
@@ -259,8 +291,8 @@ class TracedScalar:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        if GUARD_SINKS:  # the step's own ``repr(n)``, ``f"{n!r}"``, ``"%r" % n``: refused, as ``str`` is
-            return self._refuse("repr()")  # type: ignore[no-any-return]
+        if GUARD_SINKS:  # the step's own ``repr(n)``, ``f"{n!r}"``, ``"%r" % n``: its text, as ``str``
+            return self._text("repr()", repr)
         return f"TracedScalar({self.value!r}, node={self.node.name})"  # outside a capture: for debugging
 
     # Reaching a torch function as an argument (a Scalar position): the

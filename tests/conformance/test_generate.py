@@ -5,6 +5,11 @@ its inputs (the padding check of the attention mask, the length criterion):
 value guards keep it whole-step, one graph per padding path. With an
 end-of-sequence token, whether to stop is read from the generated tokens: one
 warning, segments, and the same tokens as eager.
+
+The number of new tokens comes from a variable, as a script's argument
+would: ``generate`` formats the length into a message on every call, which
+refused whole-step capture until a formatted setting became a guard
+(``tests/capture/test_formatted_numbers.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from tests.conformance.models import BATCH, SEQ, VOCAB, _mask  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def _generate(eos: int | None) -> Any:
+def _generate(eos: int | None, new_tokens: int) -> Any:
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -36,14 +41,14 @@ def _generate(eos: int | None) -> Any:
 
     def generate(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, do_sample=False)
+            return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
 
     return generate
 
 
-def _run(eos: int | None, calls: int) -> tuple[Any, list[str]]:
-    generate = _generate(eos)
-    traced = graphprof.trace(_generate(eos))
+def _run(eos: int | None, calls: int, new_tokens: int = 4) -> tuple[Any, list[str]]:
+    generate = _generate(eos, new_tokens)
+    traced = graphprof.trace(_generate(eos, new_tokens))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(calls):
@@ -61,6 +66,7 @@ def test_greedy_generate_to_a_fixed_length_is_whole_step() -> None:
 
 
 def test_generate_with_an_end_token_falls_back_with_one_warning() -> None:
-    traced, messages = _run(eos=5, calls=2)  # segments compile per length: two calls, both paths
+    # Segments compile once per sequence length: two calls (both padding paths) of two tokens each.
+    traced, messages = _run(eos=5, calls=2, new_tokens=2)
     assert len(messages) == 1 and "model's or optimizer's state" in messages[0], messages
     assert traced.capture_mode == "segments"
