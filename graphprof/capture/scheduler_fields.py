@@ -54,6 +54,13 @@ class SchedulerFields:
         self._schedulers = list(found.values())
         self.wrap()
 
+    def add(self, sched: Any) -> None:
+        """Watch ``sched`` too from its first step on (capture/host_calls.py): the step reached it through
+        an object that is not watched (a tuple, a library's object). A read before that step is not
+        seen; the README says so."""
+        if isinstance(sched, (LRScheduler, ReduceLROnPlateau)) and all(s is not sched for s in self._schedulers):
+            self._schedulers.append(sched)
+
     def wrap(self) -> None:
         """Put input scalars, read at this point of the graph, where the schedulers hold numbers."""
         for sched in self._schedulers:

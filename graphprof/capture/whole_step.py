@@ -239,6 +239,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
         def before_scheduler(sched: Any) -> None:
             holder["torch_objects"].add(sched)  # one the step reached through another object too
+            scheduler_fields.add(sched)
             groups.before_scheduler()
             hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
             scheduler_fields.unwrap()

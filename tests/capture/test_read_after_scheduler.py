@@ -253,3 +253,29 @@ def test_a_refused_capture_puts_back_a_scheduler_the_step_reaches_through_a_cont
             assert eager.opt.param_groups[0]["lr"] == copy.opt.param_groups[0]["lr"]
     assert traced.capture_mode == "segments"
     assert len([w for w in caught if "graphprof" in str(w.message)]) == 1
+
+
+def test_the_count_of_a_scheduler_kept_in_a_tuple_is_read_after_its_step() -> None:
+    """A scheduler the watch does not reach is watched from its first step on: its count, logged
+    after the step, is read by the replay; a branch on it refuses."""
+    def logged(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        loop.logged.append(loop.sched.last_epoch)
+
+    def branch(loop: _Loop, loss: torch.Tensor) -> None:
+        _stepped(loop)
+        print("even" if loop.sched.last_epoch % 2 == 0 else "odd")
+
+    for body, mode in ((logged, "whole-step"), (branch, "segments")):
+        eager, copy = _KeptLoop(body, "tuple"), _KeptLoop(body, "tuple")
+        traced = graphprof.trace(copy.step)
+        for i in range(CALLS):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            printed = []
+            for fn in (eager.step, traced):
+                with contextlib.redirect_stdout(io.StringIO()) as out, warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fn(x)
+                printed.append(out.getvalue())
+            assert printed[0] == printed[1] and eager.logged == copy.logged, f"call {i}"
+        assert traced.capture_mode == mode
