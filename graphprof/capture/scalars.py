@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 import torch
 import torch.fx
 
-from graphprof.capture.sources import user_source
+from graphprof.capture.sources import installed, is_library, user_source
 
 
 class DataDependentError(RuntimeError):
@@ -289,6 +290,23 @@ class TracedScalar:
     def __eq__(self, o: object) -> bool: return self._guarded("comparing", operator.eq, self, o)  # type: ignore[override]
     def __ne__(self, o: object) -> bool: return self._guarded("comparing", operator.ne, self, o)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The number's own type for the user's code, TracedScalar for torch's, graphprof's and libraries'.
+
+        Why: ``if isinstance(cfg.scale, float):`` in the step was False in the
+        capture call (an input is a TracedScalar there) and True in eager, so
+        the replays ran the other branch, silently. ``isinstance`` asks an
+        object's ``__class__`` when its type does not match; only the user's
+        code is answered with the number's type (the type is held per graph, so
+        another type captures another graph). ``type(x) is float`` still sees
+        TracedScalar: the README says so.
+        """
+        caller = sys._getframe(1).f_code.co_filename
+        if is_library(caller) or installed(caller):
+            return TracedScalar
+        return type(self.value)
 
     def __repr__(self) -> str:
         if GUARD_SINKS:  # the step's own ``repr(n)``, ``f"{n!r}"``, ``"%r" % n``: its text, as ``str``

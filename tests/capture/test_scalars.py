@@ -63,3 +63,35 @@ def test_a_resnet_style_sgd_step_checks_each_hyperparameter_once() -> None:
     # momentum != 0 and weight_decay != 0, and 1 - dampening == 1 (asked for each of 12 parameters)
     assert len(described) == 3, described
     assert sum(d.startswith("eq(sub") for d in described) == 1, described
+
+
+class _Settings:
+    scale: float | int = 2.0
+
+
+def _losses(traced: bool, calls: int = 4) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        if isinstance(_Settings.scale, float):  # the user's type test on a number the step reads
+            loss = loss * _Settings.scale
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    fn = graphprof.trace(step) if traced else step
+    out = []
+    for i in range(calls):
+        _Settings.scale = 2.0 if i < 2 else 3  # an int from the third call on: another path
+        out.append(fn(torch.randn(3, 4, generator=torch.Generator().manual_seed(i))))
+    return out
+
+
+def test_the_users_isinstance_of_a_number_it_reads_sees_the_numbers_type() -> None:
+    """It saw graphprof's TracedScalar in the capture call: False where eager says True, silently."""
+    eager, traced = _losses(False), _losses(True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, traced))
