@@ -29,6 +29,7 @@ import torch.fx
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
+from graphprof.capture.refused_paths import RefusedPath
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import Guard
 from graphprof.capture.signature import LastSignature, signature, signature_change
@@ -49,6 +50,8 @@ _CAPTURE_MODES = ("auto", "fx", "dynamo")
 DEFAULT_MAX_STEPS = 100
 
 
+#: Refused paths kept per input signature; one more refusal profiles every call as segments.
+REFUSED_PATHS = 4
 #: Captures in a row (no replay between them) after which the step is profiled as segments.
 STORM_LIMIT = 5
 
@@ -114,6 +117,11 @@ class TracedFunction:
         self._captures_in_a_row = 0
         self._storm: str | None = None  # why re-capturing stopped
         self._segmented: SegmentedRunner | None = None
+        #: Why every call runs as segments (a refused capture with no other path to tell it from).
+        self._segments_only: str | None = None
+        #: Per input signature, the paths that refused capture after another path was captured: a call
+        #: that would take one runs as segments, the others replay (capture/refused_paths.py).
+        self._refused: dict[Hashable, list[RefusedPath]] = {}
         self._runner: Runner | None = None  # the runner of the last call
         self._cycles: list[Profile] = []
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
@@ -179,6 +187,8 @@ class TracedFunction:
         if runner is not None:
             self._captures_in_a_row = 0
             return self._run(runner, call, start, args, kwargs, leaves, key)
+        if any(path.taken_by(leaves) for path in self._refused.get(key, ())):
+            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         if reason != OPTIMIZER_STATE_CREATED:  # happens once per optimizer: not a storm
             self._captures_in_a_row += 1
         if broken is not None and broken.formats_text:
@@ -200,8 +210,15 @@ class TracedFunction:
         except CaptureError as exc:
             if self.capture != "auto":
                 raise
-            warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
-                          stacklevel=2)
+            refused = self._refused.setdefault(key, [])
+            if exc.refused_path is not None and self._graphs.get(key) and len(refused) < REFUSED_PATHS:
+                refused.append(exc.refused_path)
+                warnings.warn(f"graphprof: {exc}; profiling the calls of {self.__name__} that take this path as "
+                              "torch.compile segments, and replaying the others' graphs", stacklevel=2)
+            else:
+                self._segments_only = str(exc)
+                warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
+                              stacklevel=2)
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         self._runner = runner
         return runner.captured.result
@@ -251,7 +268,7 @@ class TracedFunction:
 
     def _whole_step(self) -> bool:
         """Whether calls may replay whole-step graphs (not segments, after a storm or by choice)."""
-        return self._storm is None and self._segmented is None and self.capture != "dynamo"
+        return self._storm is None and self._segments_only is None and self.capture != "dynamo"
 
     def _run(self, runner: Runner, call: int, start: int, args: tuple, kwargs: dict, leaves: list[Any],
              key: Hashable) -> Any:
@@ -355,6 +372,8 @@ class TracedFunction:
         self._cycles.clear()
         self._eager_s.clear()
         self._segmented = None
+        self._segments_only = None
+        self._refused.clear()
         self.captures = 0
         self._captures_in_a_row = 0
         self._storm = None

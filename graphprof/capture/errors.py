@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.sources import file_line, is_library
 
@@ -9,10 +11,15 @@ from graphprof.capture.sources import file_line, is_library
 class CaptureError(RuntimeError):
     """The function could not be captured as a static graph; its state was restored."""
 
+    #: The path the step refused on, when a refusal of its Python named one (capture/refused_paths.py).
+    refused_path: Any = None
+
     @classmethod
     def from_exception(cls, function: str, exc: BaseException) -> "CaptureError":
+        path = None
         if isinstance(exc, DataDependentError):
             reason = str(exc)
+            path = exc.refused_path
         else:
             first_line = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first_line}"
@@ -21,8 +28,10 @@ class CaptureError(RuntimeError):
             elif "dynamo-optimized function" in first_line:
                 reason = (f"the step calls code compiled with torch.compile{_user_line(exc)}, which only "
                           "torch.compile itself can trace")
-        return cls(f"cannot capture {function} as one static graph: {reason} "
-                   "(parameters and optimizer state were restored to before the call)")
+        error = cls(f"cannot capture {function} as one static graph: {reason} "
+                    "(parameters and optimizer state were restored to before the call)")
+        error.refused_path = path
+        return error
 
 
 def _run_time_number(exc: BaseException, first_line: str) -> str:

@@ -119,7 +119,7 @@ class GuardCheck:
 
 def _compile(guards: tuple[Guard, ...], positions: dict[torch.fx.Node, int]) -> Callable[[list[Any]], int]:
     """``def check(leaves)``: the index of the first guard this call breaks, or -1."""
-    prefixes = _prefixes(guards)
+    prefixes = prefixes_of(guards)
     writer = _Writer(positions, None if prefixes is None else SharedPrefixes.of(prefixes, positions))
     lines = writer.lines
     lines.append("def check(leaves):")
@@ -142,7 +142,7 @@ def _compile(guards: tuple[Guard, ...], positions: dict[torch.fx.Node, int]) -> 
     return namespace["check"]  # type: ignore[no-any-return]
 
 
-def _prefixes(guards: Sequence[Guard]) -> list[ValuePrefix] | None:
+def prefixes_of(guards: Sequence[Guard]) -> list[ValuePrefix] | None:
     """The value prefixes the guards compute: guards' own (a branch on a value from inputs) and those of
     the ``.item()`` reads among their operands, each once; None when one is another callable (each
     then runs alone, as it is)."""

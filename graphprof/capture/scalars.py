@@ -40,6 +40,9 @@ from graphprof.capture.sources import installed, is_library, user_source
 class DataDependentError(RuntimeError):
     """The function uses a tensor's value on the host in a way a static graph cannot replay."""
 
+    #: The path the refused capture was on (capture/refused_paths.py), set by the capture it left.
+    refused_path: Any = None
+
 
 _Number = (int, float, bool)
 

@@ -37,7 +37,8 @@ from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
 from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.sources import is_library
-from graphprof.capture.scalars import Guard, TracedScalar, distinct_guards
+from graphprof.capture.refused_paths import refused_path
+from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
@@ -336,10 +337,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 flush_output=recorder.host_sources.flush)
-    except BaseException:
+    except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
         _undo(holder, flags, modes, hyperparameters=True)
+        if isinstance(exc, DataDependentError) and "recorder" in holder:  # the path it refused on
+            exc.refused_path = refused_path(holder["recorder"].guards, holder.get("scalar_positions", {}))
         raise
 
 
