@@ -29,7 +29,7 @@ import torch.fx
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
-from graphprof.capture.refused_paths import RefusedPath
+from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import Guard
 from graphprof.capture.signature import LastSignature, signature, signature_change
@@ -191,6 +191,8 @@ class TracedFunction:
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         if reason != OPTIMIZER_STATE_CREATED:  # happens once per optimizer: not a storm
             self._captures_in_a_row += 1
+        if broken is not None and broken.formats_text and self._refuse_text_path(key, broken, last):
+            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         if broken is not None and broken.formats_text:
             # A printed or formatted number that changed is nearly always a counter or a logged value
             # (``print(f"step {self.n}")``): it would change on every call, so no graph would run again.
@@ -222,6 +224,29 @@ class TracedFunction:
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         self._runner = runner
         return runner.captured.result
+
+    def _refuse_text_path(self, key: Hashable, broken: Guard, last: LastSignature | None) -> bool:
+        """Turn the path whose formatted text ``broken`` changed into a refused path, when the step has
+        another path to replay (``if n % 10 == 0: print(f"step {n}")``: the logging calls go to
+        segments, the others keep their graph); False when it has none (then every call is segments).
+        """
+        paths = self._graphs.get(key) or []
+        path = next((p for p in paths if any(g is broken for g in p.runner.captured.guards)), None)
+        refused = self._refused.setdefault(key, [])
+        if path is None or len(paths) < 2 or len(refused) >= REFUSED_PATHS:
+            return False
+        captured = path.runner.captured
+        kept = refused_path(captured.guards, captured.scalar_positions)
+        if kept is None:
+            return False
+        paths.remove(path)
+        if last is not None and last.replay is path:
+            last.replay = None
+        refused.append(kept)
+        warnings.warn(f"graphprof: {self.__name__} prints or formats a number that changed between calls "
+                      f"({broken.describe()}), whose text a static graph would keep; profiling the calls that take "
+                      "this path as torch.compile segments, and replaying the others' graphs", stacklevel=3)
+        return True
 
     def _select(self, key: Hashable, leaves: list[Any],
                 last: LastSignature | None) -> tuple[WholeStepRunner | None, str, Guard | None]:

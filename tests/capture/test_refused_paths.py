@@ -79,3 +79,20 @@ def test_a_refusal_with_no_other_path_profiles_every_call_as_segments() -> None:
     traced, messages, _ = _compare(always)
     assert traced.modes[2:] == ["segments"] * (CALLS - 2)
     assert len(messages) == 1 and "profiling step as torch.compile segments instead" in messages[0], messages
+
+
+def test_a_path_whose_printed_count_changes_goes_to_segments_alone() -> None:
+    """``print(f"call {n}")`` every third call: its graph holds the text of the call it was captured
+    on, and the next logging call prints another. That path goes to segments; the others replay."""
+    def count(state: dict[str, Any], loss: torch.Tensor) -> None:
+        if state["n"] % 3 == 0:
+            print(f"call {state['n']}")
+
+    traced, messages, text = _compare(count)
+    assert text.splitlines() == [f"call {n}" for n in range(3, CALLS + 1, 3)]
+    # Call 3 captured the logging path (its text a guard), call 6 changed the text.
+    assert traced.modes[2:] == ["whole-step"] * 3 + ["segments" if (i + 1) % 3 == 0 else "whole-step"
+                                                     for i in range(5, CALLS)]
+    assert traced.captures == 2
+    assert len(messages) == 1 and "that take this path as torch.compile segments" in messages[0], messages
+    assert "prints or formats a number that changed between calls" in messages[0]
