@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import graphprof
-from benchmarks import cli_scale, guard_checks
+from benchmarks import cli_scale, guard_checks, logged_steps
 from benchmarks.__main__ import CLI_NODES, WORKLOADS
 from benchmarks.hf_workloads import HF_STEPS, workload_step
 
@@ -71,3 +71,10 @@ def test_guard_check_rows_time_an_eager_and_a_replayed_foreach_radam_step() -> N
     row = guard_checks.measure(layers=3, rounds=1, calls=1, warm=4)
     assert row.layers == 3 and row.eager_ms > 0 and row.replay_ms > 0
     assert "| 3 |" in guard_checks.markdown([row])
+
+
+def test_logged_step_rows_time_eager_and_traced_and_count_the_whole_step_calls() -> None:
+    row = logged_steps.measure(every=3, rounds=1, periods=1)
+    assert row.every == 3 and row.eager_ms > 0 and row.traced_ms > 0
+    assert row.whole_step_share == 2 / 3  # the logging call of each period runs as segments
+    assert "| 3 calls |" in logged_steps.markdown([row])
