@@ -17,8 +17,8 @@ Why this changes no result: a call runs a whole-step graph only when that
 graph's own checks hold, as before, and a call sent to segments runs the
 user's code. At worst a call is sent to segments that a graph could have
 replayed. Guards that recompute values from tensors (value prefixes) are not
-kept: a refusal after one falls back as before. Nor are the texts of formatted
-numbers kept as guards, which name the call rather than the path.
+kept: a refusal after one falls back as before. Nor are guards on a number's
+value or text (``int(n)``, ``f"{n}"``), which name the call rather than the path.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ class RefusedPath:
 
 def refused_path(guards: Sequence[Guard], positions: dict[torch.fx.Node, int]) -> RefusedPath | None:
     """The path of a capture refused after taking ``guards``; None when a guard recomputes a tensor value."""
-    # A text kept as a guard (``f"step {self.n}"`` on the way to the refusal) names this call, not
-    # the path: left out, the path is met by every later call of it. Leaving a guard out only sends
-    # more calls to segments.
-    kept = distinct_guards([g for g in guards if not g.formats_text])
+    # A text or a number kept as a guard (``f"step {self.n}"``, ``range(self.n)`` on the way to the
+    # refusal) names this call, not the path: left out, the path is met by every later call of it.
+    # Leaving a guard out only sends more calls to segments.
+    kept = distinct_guards([g for g in guards if not g.holds_value])
     if prefixes_of(kept) != []:
         return None
     return RefusedPath(kept, dict(positions))

@@ -69,6 +69,12 @@ class Guard:
         """A guard on the text of a number the step prints or formats (``TracedScalar._text``)."""
         return self.op is str or self.op is format or self.op is repr
 
+    @property
+    def holds_value(self) -> bool:
+        """A guard on a number itself (``int(n)``, an index, ``float(x)``) or its text, rather than on a
+        branch's outcome: it names one call's value, not a path (capture/refused_paths.py)."""
+        return self.formats_text or self.op is int or self.op is float or self.op is operator.index
+
     def broken_reason(self) -> str:
         """Why a call that breaks this guard needs another graph, in the user's terms."""
         if self.formats_text:

@@ -96,3 +96,15 @@ def test_a_path_whose_printed_count_changes_goes_to_segments_alone() -> None:
     assert traced.captures == 2
     assert len(messages) == 1 and "that take this path as torch.compile segments" in messages[0], messages
     assert "prints or formats a number that changed between calls" in messages[0]
+
+
+def test_a_number_used_on_the_way_to_the_refusal_does_not_name_the_path() -> None:
+    """``"." * n`` guards ``n`` itself on the logging path: kept in the refused path, no later logging
+    call would meet it, and each would be captured and refused again, with a warning each time."""
+    def dotted(state: dict[str, Any], loss: torch.Tensor) -> None:
+        if state["n"] % 3 == 0:
+            print("." * state["n"], f"{loss.item():.4f}")
+
+    traced, messages, _ = _compare(dotted)
+    assert traced.modes[2:] == ["whole-step" if (i + 1) % 3 else "segments" for i in range(2, CALLS)]
+    assert traced.captures == 1 and len(messages) == 1, messages
