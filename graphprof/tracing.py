@@ -215,8 +215,8 @@ class TracedFunction:
             refused = self._refused.setdefault(key, [])
             if exc.refused_path is not None and self._graphs.get(key) and len(refused) < REFUSED_PATHS:
                 refused.append(exc.refused_path)
-                warnings.warn(f"graphprof: {exc}; profiling the calls of {self.__name__} that take this path as "
-                              "torch.compile segments, and replaying the others' graphs", stacklevel=2)
+                self._warn_refused(f"graphprof: {exc}; profiling the calls of {self.__name__} that take this path "
+                                   "as torch.compile segments, and replaying the others' graphs")
             else:
                 self._segments_only = str(exc)
                 warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
@@ -243,10 +243,18 @@ class TracedFunction:
         if last is not None and last.replay is path:
             last.replay = None
         refused.append(kept)
-        warnings.warn(f"graphprof: {self.__name__} prints or formats a number that changed between calls "
-                      f"({broken.describe()}), whose text a static graph would keep; profiling the calls that take "
-                      "this path as torch.compile segments, and replaying the others' graphs", stacklevel=3)
+        self._warn_refused(f"graphprof: {self.__name__} prints or formats a number that changed between calls "
+                           f"({broken.describe()}), whose text a static graph would keep; profiling the calls that "
+                           "take this path as torch.compile segments, and replaying the others' graphs")
         return True
+
+    def _warn_refused(self, message: str) -> None:
+        """One warning for the step's first refused path; later ones (the same logging code met with
+        and without padding, say) are logged, since they say nothing new."""
+        if sum(map(len, self._refused.values())) > 1:
+            log.info(message)
+        else:
+            warnings.warn(message, stacklevel=3)
 
     def _select(self, key: Hashable, leaves: list[Any],
                 last: LastSignature | None) -> tuple[WholeStepRunner | None, str, Guard | None]:

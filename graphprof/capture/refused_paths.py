@@ -16,9 +16,11 @@ its graph as before.
 Why this changes no result: a call runs a whole-step graph only when that
 graph's own checks hold, as before, and a call sent to segments runs the
 user's code. At worst a call is sent to segments that a graph could have
-replayed. Guards that recompute values from tensors (value prefixes) are not
-kept: a refusal after one falls back as before. Nor are guards on a number's
-value or text (``int(n)``, ``f"{n}"``), which name the call rather than the path.
+replayed. Guards that recompute values from tensors are kept (a BERT step
+branches on its attention mask before it logs): a check that cannot run them
+treats them as broken, and the call is captured, and refused, as before.
+Guards on a number's value or text (``int(n)``, ``f"{n}"``) are not kept:
+they name the call rather than the path.
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ class RefusedPath:
 
 
 def refused_path(guards: Sequence[Guard], positions: dict[torch.fx.Node, int]) -> RefusedPath | None:
-    """The path of a capture refused after taking ``guards``; None when a guard recomputes a tensor value."""
+    """The path of a capture refused after taking ``guards``; None when a recomputed value cannot be
+    checked with the others (``prefixes_of``)."""
     # A text or a number kept as a guard (``f"step {self.n}"``, ``range(self.n)`` on the way to the
     # refusal) names this call, not the path: left out, the path is met by every later call of it.
     # Leaving a guard out only sends more calls to segments.
     kept = distinct_guards([g for g in guards if not g.holds_value])
-    if prefixes_of(kept) != []:
+    if prefixes_of(kept) is None:
         return None
     return RefusedPath(kept, dict(positions))
