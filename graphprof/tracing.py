@@ -212,12 +212,10 @@ class TracedFunction:
         except CaptureError as exc:
             if self.capture != "auto":
                 raise
-            refused = self._refused.setdefault(key, [])
-            if exc.refused_path is not None and self._graphs.get(key) and len(refused) < REFUSED_PATHS:
-                refused.append(exc.refused_path)
-                self._warn_refused(f"graphprof: {exc}; profiling the calls of {self.__name__} that take this path "
-                                   "as torch.compile segments, and replaying the others' graphs")
-            else:
+            kept = exc.refused_path is not None and bool(self._graphs.get(key)) and self._keep_refused(
+                key, exc.refused_path, f"graphprof: {exc}; profiling the calls of {self.__name__} that take this "
+                "path as torch.compile segments, and replaying the others' graphs")
+            if not kept:
                 self._segments_only = str(exc)
                 warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
                               stacklevel=2)
@@ -232,29 +230,33 @@ class TracedFunction:
         """
         paths = self._graphs.get(key) or []
         path = next((p for p in paths if any(g is broken for g in p.runner.captured.guards)), None)
-        refused = self._refused.setdefault(key, [])
-        if path is None or len(paths) < 2 or len(refused) >= REFUSED_PATHS:
+        if path is None or len(paths) < 2:
             return False
         captured = path.runner.captured
         kept = refused_path(captured.guards, captured.scalar_positions)
-        if kept is None:
+        if kept is None or not self._keep_refused(
+                key, kept, f"graphprof: {self.__name__} prints or formats a number that changed between calls "
+                f"({broken.describe()}), whose text a static graph would keep; profiling the calls that take this "
+                "path as torch.compile segments, and replaying the others' graphs"):
             return False
         paths.remove(path)
         if last is not None and last.replay is path:
             last.replay = None
-        refused.append(kept)
-        self._warn_refused(f"graphprof: {self.__name__} prints or formats a number that changed between calls "
-                           f"({broken.describe()}), whose text a static graph would keep; profiling the calls that "
-                           "take this path as torch.compile segments, and replaying the others' graphs")
         return True
 
-    def _warn_refused(self, message: str) -> None:
-        """One warning for the step's first refused path; later ones (the same logging code met with
-        and without padding, say) are logged, since they say nothing new."""
+    def _keep_refused(self, key: Hashable, path: RefusedPath, message: str) -> bool:
+        """Keep ``path`` among ``key``'s refused paths, unless ``REFUSED_PATHS`` are kept already (False).
+        One warning for the step's first refused path; later ones (the same logging code met with and
+        without padding, say) are logged, since they say nothing new."""
+        refused = self._refused.setdefault(key, [])
+        if len(refused) >= REFUSED_PATHS:
+            return False
+        refused.append(path)
         if sum(map(len, self._refused.values())) > 1:
             log.info(message)
         else:
             warnings.warn(message, stacklevel=3)
+        return True
 
     def _select(self, key: Hashable, leaves: list[Any],
                 last: LastSignature | None) -> tuple[WholeStepRunner | None, str, Guard | None]:

@@ -31,8 +31,8 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils._python_dispatch import _disable_current_modes
 
-from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
-from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar, contains_traced_scalar
+from graphprof.capture.host_nodes import effect_node, filled, input_scalar, read_after, real_values, template_of
+from graphprof.capture.scalars import DataDependentError, contains_traced_scalar
 
 #: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
 _TORCH_SCHEDULERS = LRScheduler.__module__
@@ -166,13 +166,8 @@ class SchedulerCalls:
                 return values
             name = type(sched).__name__
             after = calls.written(getattr(sched, "optimizer", None), "lr")
-            scalars = [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",  # type: ignore[misc]
-                                    calls.record(), calls.source()) if isinstance(v, float) else v
-                       for i, v in enumerate(values)]
-            if after is not None:
-                for i, scalar in enumerate(scalars):
-                    if isinstance(scalar, TracedScalar):
-                        scalar.node.meta[READ_DURING_STEP] = f"{name}.last_lr[{i}], read after {after}"
-            return scalars
+            return [input_scalar(calls.graph, v, (lambda i=i: sched._last_lr[i]), f"{name}.last_lr[{i}]",  # type: ignore[misc]
+                                 calls.record(), calls.source(), read_after(f"{name}.last_lr[{i}]", after))
+                    if isinstance(v, float) else v for i, v in enumerate(values)]
 
         return get_last_lr

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from graphprof.capture.scalars import DataDependentError, TracedScalar
+from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 
 _SCALAR = "graphprof_scalar"
 _READER = "graphprof_input_reader"
@@ -53,9 +53,21 @@ def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, recor
 
 
 def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], name: str, record: Any,
-                 where: str) -> TracedScalar:
-    """``value`` as an input scalar of the capture, read by a reader node on every replay."""
-    return TracedScalar(value, reader_node(graph, read, name, record), graph, where, is_input=True)
+                 where: str, during_step: str | None = None) -> TracedScalar:
+    """``value`` as an input scalar of the capture, read by a reader node on every replay.
+
+    ``during_step``: why a check before the replay cannot read it (a clock, a rate read after the
+    step's own scheduler step), kept as ``READ_DURING_STEP``: no guard may be taken on it.
+    """
+    node = reader_node(graph, read, name, record)
+    if during_step is not None:
+        node.meta[READ_DURING_STEP] = during_step
+    return TracedScalar(value, node, graph, where, is_input=True)
+
+
+def read_after(name: str, step: str | None) -> str | None:
+    """The ``during_step`` phrase of ``name`` read after the scheduler step ``step`` (None: before any)."""
+    return None if step is None else f"{name}, read after {step}"
 
 
 def refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependentError:

@@ -51,7 +51,7 @@ import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.printed_tensors import autograd_suffix, printed
-from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError
+from graphprof.capture.scalars import DataDependentError
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
 _TORCH_FILES = ("save",)
@@ -179,10 +179,8 @@ class HostSources:
             value = original()
             if not _from_user((), sources.library):
                 return value
-            scalar = input_scalar(sources.graph, value, original, f"time.{original.__name__}", sources.record(),
-                                  sources.source())
-            scalar.node.meta[READ_DURING_STEP] = f"the time (time.{original.__name__})"
-            return scalar
+            return input_scalar(sources.graph, value, original, f"time.{original.__name__}", sources.record(),
+                                sources.source(), during_step=f"the time (time.{original.__name__})")
 
         return clock
 

@@ -41,8 +41,9 @@ from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
                                          object_keys, plain_object, reachable_locations)
-from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, refusal, template_of
-from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
+from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, read_after, real_values, refusal,
+                                          template_of)
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import file_line
 
 
@@ -145,11 +146,8 @@ class HyperparameterInputs:
         else:
             def read() -> Any:
                 return group[key][index]
-        scalar = input_scalar(self.graph, value, read, name, self.record(), name)
-        after = self.written(optimizer, key)
-        if after is not None:
-            scalar.node.meta[READ_DURING_STEP] = f"{name}, read after {after}"
-        return scalar
+        return input_scalar(self.graph, value, read, name, self.record(), name,
+                            read_after(name, self.written(optimizer, key)))
 
     def exit(self, keep_writes: bool = True) -> None:
         """The optimizer's step is done: its groups get their real numbers back, except where the step

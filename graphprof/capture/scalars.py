@@ -108,6 +108,14 @@ def read_during_step(operands: Any) -> str | None:
     return None
 
 
+def _refuse_read_during_step(what: str, operands: Any) -> None:
+    """Refuse a guard or a text on an operand a check before the replay cannot read (``read_during_step``)."""
+    during = read_during_step(operands)
+    if during is not None:
+        raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
+                                 "know before it runs")
+
+
 def distinct_guards(guards: list[Guard]) -> tuple[Guard, ...]:
     """The guards in order, each distinct check once.
 
@@ -256,10 +264,7 @@ class TracedScalar:
         outcome_only = op is bool or op in _COMPARISONS  # two outcomes: a guard on one is a path, not a value
         if not GUARD_SINKS or not all(s.is_input or (s.counted and outcome_only) for s in scalars):
             return self._refuse(what)
-        during = read_during_step(scalars)
-        if during is not None:
-            raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
-                                     "know before it runs")
+        _refuse_read_during_step(what, scalars)
         result = op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
         GUARD_SINKS[-1].append(Guard(op, tuple(o.node if isinstance(o, TracedScalar) else o for o in operands),
                                      result, self._where))
@@ -278,10 +283,7 @@ class TracedScalar:
         """
         if not self.is_input or not GUARD_SINKS:
             return self._refuse(what)  # type: ignore[no-any-return]
-        during = read_during_step((self,))
-        if during is not None:  # a clock, or a rate read after the step's own scheduler step
-            raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
-                                     "know before it runs")
+        _refuse_read_during_step(what, (self,))  # a clock, or a rate read after the step's scheduler step
         text = op(self.value, *spec)
         GUARD_SINKS[-1].append(Guard(op, (self.node, *spec), text, f"{user_source(2)} ({self._where})"))
         return text

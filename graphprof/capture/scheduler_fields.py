@@ -26,8 +26,8 @@ import torch
 import torch.fx
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from graphprof.capture.host_nodes import input_scalar
-from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
+from graphprof.capture.host_nodes import input_scalar, read_after
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 
 
 def _number(value: Any) -> bool:
@@ -72,9 +72,7 @@ class SchedulerFields:
                     continue
                 what = f"{name}.{field}"
                 scalar = input_scalar(self.graph, value, (lambda f=fields, k=field: f[k]), what,  # type: ignore[misc]
-                                      self.record(), what)
-                if after is not None:
-                    scalar.node.meta[READ_DURING_STEP] = f"{what}, read after {after}"
+                                      self.record(), what, read_after(what, after))
                 self._readers.append(scalar.node)
                 fields[field] = scalar
                 self._wrapped.append((sched, field, value, scalar))
