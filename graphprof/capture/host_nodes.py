@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from graphprof.capture.printed_texts import FormattedText
 from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 
 _SCALAR = "graphprof_scalar"
@@ -96,6 +97,8 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
         if isinstance(v, TracedScalar):
             slots.append(v.node)
             return _Slot(len(slots) - 1)
+        if isinstance(v, FormattedText):  # ``print(f"loss {loss.item():.4f}")``: formatted in the replay
+            return v.mapped(walk)
         if isinstance(v, torch.Tensor):
             node = node_of(v)
             if isinstance(node, torch.fx.Node):
@@ -118,6 +121,8 @@ def filled(template: Any, values: tuple) -> Any:
     """A ``template_of`` template with its slots filled by one replay's ``values``."""
     if isinstance(template, _Slot):
         return values[template.index]
+    if isinstance(template, FormattedText):
+        return template.filled(lambda slot: filled(slot, values))
     if isinstance(template, (list, tuple)):
         return type(template)(filled(x, values) for x in template)
     if isinstance(template, dict):
@@ -129,6 +134,8 @@ def real_values(value: Any) -> Any:
     """``value`` with TracedScalars replaced by their numbers (what the user keeps)."""
     if isinstance(value, TracedScalar):
         return value.value
+    if isinstance(value, FormattedText):
+        return value.real()
     if isinstance(value, (list, tuple)):
         return type(value)(real_values(x) for x in value)
     if isinstance(value, dict):

@@ -51,6 +51,7 @@ import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.printed_tensors import autograd_suffix, printed
+from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
@@ -120,6 +121,8 @@ class HostSources:
         #: The capture call's own output, made when the capture is committed (``flush``): a capture
         #: refused later in the step is run again another way, which prints it again.
         self.pending: list[Callable[[], Any]] = []
+        #: Texts of traced numbers the step formats only for ``print``: the replay formats them.
+        self.texts = PrintedTexts()
 
     def flush(self) -> None:
         """Make the capture call's output, in the order the step made it."""
@@ -140,6 +143,8 @@ class HostSources:
                 if hasattr(random.Random, name):
                     self._patch(undo, random.Random, name, self._refuse_draw(f"random.Random.{name}"))
             self._patch(undo, builtins, "print", self._echo("print", ()))
+            PRINTED_TEXTS.append(self.texts)
+            undo.append(lambda: PRINTED_TEXTS.remove(self.texts))
             self._patch(undo, builtins, "open", self._refuse("opens a file", "read or write again"))
             self._patch(undo, builtins, "next", self._refuse_next)
             for owner, names in ((torch, _TORCH_FILES), (os, _OS_FILES), (shutil, _SHUTIL_FILES)):
@@ -191,7 +196,11 @@ class HostSources:
             @functools.wraps(original)
             def echo(*args: Any, **kwargs: Any) -> Any:
                 if not _from_user(skip_files, sources.library):
+                    if sources.texts.holds_markers((args, kwargs)):  # never expected: see printed_texts
+                        raise DataDependentError(f"{what} of a formatted value at {sources.source()} "
+                                                 "cannot be replayed by a static graph")
                     return original(*args, **kwargs)
+                args, kwargs = sources.texts.expand((args, kwargs))
                 where = sources.source()
                 suffixes: dict[int, str] = {}  # slot -> the autograd suffix of eager's text of its tensor
 

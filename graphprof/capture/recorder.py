@@ -41,6 +41,7 @@ from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
+from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
 from graphprof.capture.rng_calls import RngStateCalls
@@ -70,7 +71,13 @@ _REFUSED = {
     torch.Tensor.__repr__: "printing a tensor",
     torch.Tensor.__format__: "formatting a tensor",
 }
+_FORMAT = torch.Tensor.__format__
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
+
+def _formats_as_number(tensor: Any) -> bool:
+    """A tensor ``format`` writes as its number (``Tensor.__format__``: a plain tensor of one value)."""
+    return type(tensor) is torch.Tensor and tensor.dim() == 0 and not tensor.is_meta
+
 
 def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     """Replace a literal equal to a pending scalar's value by that scalar's node.
@@ -406,6 +413,9 @@ class _ScalarMode(TorchFunctionMode):
             return self.recorder.traced_item(args[0])
         if func in VALUE_READS:
             return self.recorder.value_guards.read(func, args[0], user_source(2))
+        if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
+            # ``print(f"loss {loss:.4f}")``: torch formats a 0-dim tensor as its ``.item()``
+            return format(self.recorder.traced_item(args[0]), *args[1:])
         if func in _REFUSED:
             raise DataDependentError(
                 f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "

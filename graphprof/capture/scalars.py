@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable
 import torch
 import torch.fx
 
+from graphprof.capture.printed_texts import PRINTED_TEXTS
 from graphprof.capture.sources import installed, is_library, user_source
 
 
@@ -271,8 +272,9 @@ class TracedScalar:
         return result
 
     def _text(self, what: str, op: Callable[..., str], *spec: str) -> str:
-        """The text of an input scalar, kept as a guard on that text (one graph per text); refused for a
-        number read from a tensor, which a replay only knows once it runs.
+        """The text of a number the step formats for ``print`` or a logger alone: a marker the replay's
+        output node formats (``printed_texts``). Any other text of an input scalar is kept as a guard on that text
+        (one graph per text); of a number read from a tensor, refused: a replay only knows it once it runs.
 
         Why a guard: library code formats numbers the caller passes whether or not the text is shown
         (transformers' ``generate`` builds a message naming ``max_length`` on every call), and a step
@@ -281,6 +283,10 @@ class TracedScalar:
         with one warning (``tracing``): a number that changed once is nearly always a counter or a
         logged value (``print(f"step {self.n}")``), which would change on every call.
         """
+        if PRINTED_TEXTS:  # a text only ``print`` or a logger takes: formatted by the replay's output node
+            marker = PRINTED_TEXTS[-1].defer(self, op, spec, f"{user_source(2)} ({self._where})")
+            if marker is not None:
+                return marker
         if not self.is_input or not GUARD_SINKS:
             return self._refuse(what)  # type: ignore[no-any-return]
         _refuse_read_during_step(what, (self,))  # a clock, or a rate read after the step's scheduler step

@@ -259,6 +259,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         names.on_library_call = foreign.on_call
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
+        unprinted = recorder.host_sources.texts.unprinted()
+        if unprinted is not None:
+            raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         refuse_reading_extended_lists(python, names)

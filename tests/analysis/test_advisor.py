@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def _mlp_step(dtype=torch.float32, foreach=None, width=64, log_item=False):
         loss.backward()
         opt.step()
         if log_item:
-            print(f"loss {loss.item():.3f}")
+            sys.stdout.write(f"loss {loss.item():.3f}\n")  # not print: the replay would format that
         return loss
 
     def inputs(i):

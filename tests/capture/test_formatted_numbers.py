@@ -1,4 +1,4 @@
-"""Numbers the step formats or prints: a setting's text is a guard, a number read from a tensor refuses.
+"""Numbers the step formats: a setting's text is a guard, a number read from a tensor refuses.
 
 A step that printed a setting it reads from its objects (``print(f"lr
 {cfg.lr}")``), or called library code that builds a message from a number
@@ -9,13 +9,16 @@ kept as a guard, the replay printing the text eager prints. A text that
 changes between calls (nearly always a counter the step advances or a value
 it logs) falls back to segments at once, with one warning naming where the
 number was formatted; a number read from a tensor (``loss.item()``) still
-refuses.
+refuses. A text that only ``print`` takes is neither: the replay formats it
+(``test_printed_texts.py``), so the tests of guards and refusals write
+their text with ``sys.stdout.write``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -95,20 +98,26 @@ def test_str_and_print_of_a_setting_replay_one_graph() -> None:
     assert messages == [] and traced.capture_mode == "whole-step" and traced.captures == 1
 
 
-def test_a_setting_changed_between_calls_prints_its_new_text_from_segments() -> None:
+def test_a_setting_changed_between_calls_prints_its_new_text() -> None:
+    """Printed, the text is formatted by the replay (one graph); written some other way, it is a guard
+    on its text, and the changed text falls back to segments."""
     def change(i: int) -> None:
         _Settings.note = 3 if i < 3 else 5
 
     traced, messages, text = _compare(lambda loss, state: print(f"note {_Settings.note}"), change)
     assert text.splitlines() == ["note 3"] * 3 + ["note 5"] * 3
+    assert messages == [] and traced.capture_mode == "whole-step" and traced.captures == 1
+
+    traced, messages, text = _compare(lambda loss, state: sys.stdout.write(f"note {_Settings.note}\n"), change)
+    assert text.splitlines() == ["note 3"] * 3 + ["note 5"] * 3
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "_Settings.note" in messages[0], messages
 
 
-def test_a_printed_counter_falls_back_to_segments_at_once_with_one_warning_that_names_it() -> None:
+def test_a_written_counter_falls_back_to_segments_at_once_with_one_warning_that_names_it() -> None:
     def count(loss: torch.Tensor, state: dict[str, Any]) -> None:
         state["n"] += 1
-        print(f"call {state['n']}")
+        sys.stdout.write(f"call {state['n']}\n")
 
     traced, messages, text = _compare(count)
     assert text.splitlines() == [f"call {i + 1}" for i in range(CALLS)]
@@ -118,8 +127,8 @@ def test_a_printed_counter_falls_back_to_segments_at_once_with_one_warning_that_
     assert "test_formatted_numbers.py:" in messages[0] and "state['n']" in messages[0]
 
 
-def test_a_number_read_from_a_tensor_still_refuses_with_one_warning() -> None:
-    traced, messages, text = _compare(lambda loss, state: print(f"loss {loss.item():.4f}"))
+def test_a_number_read_from_a_tensor_and_written_refuses_with_one_warning() -> None:
+    traced, messages, text = _compare(lambda loss, state: sys.stdout.write(f"loss {loss.item():.4f}\n"))
     assert len(text.splitlines()) == CALLS
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "formatting of a value read from a tensor" in messages[0], messages
@@ -132,20 +141,29 @@ def test_repr_of_a_setting_is_its_text_and_of_a_read_number_refuses() -> None:
     assert text.splitlines() == ["3 2.5"] * CALLS
     assert messages == [] and traced.capture_mode == "whole-step"
 
-    traced, messages, text = _compare(lambda loss, state: print(f"{loss.item()!r}"))
+    traced, messages, text = _compare(lambda loss, state: sys.stdout.write(f"{loss.item()!r}\n"))
     assert "TracedScalar" not in text and len(set(text.splitlines())) == CALLS
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "repr() of a value read from a tensor" in messages[0], messages
 
 
-def test_a_rate_formatted_after_the_steps_own_scheduler_step_refuses() -> None:
+def test_a_rate_formatted_after_the_steps_own_scheduler_step() -> None:
     """Its text, as a guard, would be checked before the replay, on the rate the call started with:
-    on the call after the rate changed, the replay printed the previous call's text."""
-    def log(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    on the call after the rate changed, the replay printed the previous call's text. Printed, the
+    replay formats the rate it reads after its scheduler step; written, the text refuses."""
+    def printed(loss: torch.Tensor, state: dict[str, Any]) -> None:
         state["sched"].step()
         print(f"lr={state['sched'].get_last_lr()[0]:.3e}")
 
-    traced, messages, text = _compare(log)
+    traced, messages, text = _compare(printed)
     assert len(set(text.splitlines())) == 4  # 0.1, 0.05, 0.025, 0.0125: eager's text on every call
+    assert messages == [] and traced.capture_mode == "whole-step" and traced.captures == 1
+
+    def written(loss: torch.Tensor, state: dict[str, Any]) -> None:
+        state["sched"].step()
+        sys.stdout.write(f"lr={state['sched'].get_last_lr()[0]:.3e}\n")
+
+    traced, messages, text = _compare(written)
+    assert len(set(text.splitlines())) == 4
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "depends on StepLR.last_lr[0], read after StepLR.step" in messages[0], messages

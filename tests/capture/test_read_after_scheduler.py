@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -239,7 +240,7 @@ def test_a_refused_capture_puts_back_a_scheduler_the_step_reaches_through_a_cont
     its step: the step then ran again as segments and the scheduler stepped twice."""
     def body(loop: _Loop, loss: torch.Tensor) -> None:
         _stepped(loop)
-        print(f"loss {loss.item():.4f}")  # refuses the capture after the scheduler stepped
+        sys.stdout.write(f"loss {loss.item():.4f}\n")  # refuses the capture after the scheduler stepped
 
     eager, copy = _KeptLoop(body, kept), _KeptLoop(body, kept)
     traced = graphprof.trace(copy.step)

@@ -1,15 +1,17 @@
 """A refused path goes to segments alone: the step's other paths keep replaying their graphs.
 
-``if n % 3 == 0: print(f"loss {loss.item():.4f}")`` refuses on its logging
-calls (the text is known only once the replay ran). That refusal used to
-send every later call to segments; now only the calls that take the logging
-path do, and the others replay the graph captured for them.
+``if n % 3 == 0: sys.stdout.write(f"loss {loss.item():.4f}\n")`` refuses on
+its logging calls (the text is known only once the replay ran, and only a
+``print`` of it is formatted by the replay: ``test_printed_texts.py``). That
+refusal used to send every later call to segments; now only the calls that
+take the logging path do, and the others replay the graph captured for them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -59,7 +61,7 @@ def _compare(body: Callable[[dict[str, Any], torch.Tensor], None]) -> tuple[Any,
 
 def _every_third(state: dict[str, Any], loss: torch.Tensor) -> None:
     if state["n"] % 3 == 0:
-        print(f"call {state['n']} loss {loss.item():.4f}")
+        sys.stdout.write(f"call {state['n']} loss {loss.item():.4f}\n")
 
 
 def test_only_the_calls_that_take_a_refused_path_run_as_segments() -> None:
@@ -74,7 +76,7 @@ def test_only_the_calls_that_take_a_refused_path_run_as_segments() -> None:
 
 def test_a_refusal_with_no_other_path_profiles_every_call_as_segments() -> None:
     def always(state: dict[str, Any], loss: torch.Tensor) -> None:
-        print(f"loss {loss.item():.4f}")
+        sys.stdout.write(f"loss {loss.item():.4f}\n")
 
     traced, messages, _ = _compare(always)
     assert traced.modes[2:] == ["segments"] * (CALLS - 2)
@@ -82,11 +84,11 @@ def test_a_refusal_with_no_other_path_profiles_every_call_as_segments() -> None:
 
 
 def test_a_path_whose_printed_count_changes_goes_to_segments_alone() -> None:
-    """``print(f"call {n}")`` every third call: its graph holds the text of the call it was captured
-    on, and the next logging call prints another. That path goes to segments; the others replay."""
+    """``sys.stdout.write(f"call {n}")`` every third call: its graph holds the text of the call it was
+    captured on, and the next logging call writes another. That path goes to segments; the others replay."""
     def count(state: dict[str, Any], loss: torch.Tensor) -> None:
         if state["n"] % 3 == 0:
-            print(f"call {state['n']}")
+            sys.stdout.write(f"call {state['n']}\n")
 
     traced, messages, text = _compare(count)
     assert text.splitlines() == [f"call {n}" for n in range(3, CALLS + 1, 3)]
@@ -103,7 +105,7 @@ def test_a_number_used_on_the_way_to_the_refusal_does_not_name_the_path() -> Non
     call would meet it, and each would be captured and refused again, with a warning each time."""
     def dotted(state: dict[str, Any], loss: torch.Tensor) -> None:
         if state["n"] % 3 == 0:
-            print("." * state["n"], f"{loss.item():.4f}")
+            sys.stdout.write("." * state["n"] + f" {loss.item():.4f}\n")
 
     traced, messages, _ = _compare(dotted)
     assert traced.modes[2:] == ["whole-step" if (i + 1) % 3 else "segments" for i in range(2, CALLS)]

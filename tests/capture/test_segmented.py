@@ -8,6 +8,7 @@ needs a tolerance it says so.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -36,7 +37,7 @@ def item_logging(model, opt):
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
-        print(f"loss {loss.item():.4f}")
+        sys.stdout.write(f"loss {loss.item():.4f}\n")  # not print: the replay would format that
         opt.step()
         return loss
     return step
@@ -72,7 +73,7 @@ def clip_with_printed_norm(model, opt):
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         norm = nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        print(f"grad norm {norm:.3f}")
+        sys.stdout.write(f"grad norm {norm:.3f}\n")  # not print: the replay would format that
         opt.step()
         return loss
     return step

@@ -12,6 +12,7 @@ optimizer state must be equal bit for bit.
 from __future__ import annotations
 
 import random
+import sys
 import warnings
 from typing import Any
 
@@ -64,7 +65,7 @@ def printed_loss(model, opt, logs):
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
-        print(f"loss {loss.item():.6f}")
+        sys.stdout.write(f"loss {loss.item():.6f}\n")  # not print: the replay would format that
         opt.step()
         return loss
     return step

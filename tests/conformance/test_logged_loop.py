@@ -4,7 +4,9 @@ A BERT classifier from a small config, AdamW, transformers' linear warmup
 schedule stepped inside the step, the rate appended to a history on every
 call and ``print(f"step {n} loss {loss.item():.4f} lr {lr:.2e}")`` every third
 call; batches with and without padding (the model branches on its attention
-mask). The logging calls cannot be one graph and run as segments; the others
+mask). Printed, the text is formatted by the replay and every call replays a
+graph (capture/printed_texts.py); written with ``sys.stdout.write``, the
+logging calls cannot be one graph and run as segments while the others
 replay their graphs (capture/refused_paths.py). After every call the printed
 text, the losses, the parameters and the rate history equal eager's.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from typing import Any
 
@@ -29,7 +32,7 @@ CALLS = 10
 pytestmark = pytest.mark.slow
 
 
-def _loop() -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+def _loop(sink: str) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, num_labels=2)
@@ -47,7 +50,10 @@ def _loop() -> tuple[Any, torch.nn.Module, dict[str, Any]]:
         state["n"] += 1
         state["lrs"].append(sched.get_last_lr()[0])
         if state["n"] % 3 == 0:
-            print(f"step {state['n']} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e}")
+            if sink == "print":
+                print(f"step {state['n']} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e}")
+            else:
+                sys.stdout.write(f"step {state['n']} loss {loss.item():.4f} lr {sched.get_last_lr()[0]:.2e}\n")
         return loss.detach()
 
     return step, model, state
@@ -61,9 +67,10 @@ def _batch(i: int) -> tuple[torch.Tensor, ...]:
     return torch.randint(0, 100, (4, 12), generator=g), mask, torch.randint(0, 2, (4,), generator=g)
 
 
-def test_a_logged_bert_loop_replays_its_quiet_calls_and_matches_eager() -> None:
-    eager, eager_model, eager_state = _loop()
-    step, model, state = _loop()
+@pytest.mark.parametrize("sink", ["print", "write"])
+def test_a_logged_bert_loop_replays_its_graphs_and_matches_eager(sink: str) -> None:
+    eager, eager_model, eager_state = _loop(sink)
+    step, model, state = _loop(sink)
     traced = graphprof.trace(step)
     modes = []
     with warnings.catch_warnings(record=True) as caught:
@@ -79,6 +86,9 @@ def test_a_logged_bert_loop_replays_its_quiet_calls_and_matches_eager() -> None:
             assert texts[0][0] == texts[1][0] and torch.equal(texts[0][1], texts[1][1]), f"call {i}"
             assert all(torch.equal(a, b) for a, b in zip(eager_model.parameters(), model.parameters())), f"call {i}"
             assert eager_state["lrs"] == state["lrs"]
-    assert modes[3:] == ["whole-step" if (i + 1) % 3 else "segments" for i in range(3, CALLS)]
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
-    assert len(messages) == 1, messages
+    if sink == "print":
+        assert modes[2:] == ["whole-step"] * (CALLS - 2) and messages == [], messages
+    else:
+        assert modes[3:] == ["whole-step" if (i + 1) % 3 else "segments" for i in range(3, CALLS)]
+        assert len(messages) == 1, messages

@@ -1,0 +1,303 @@
+"""Formatted text of values a replay computes, where the text only goes to ``print`` or a logger.
+
+Why: ``print(f"step {self.n} loss {loss.item():.4f}")`` on every call is the
+most common logging in a training script (``logger.info(f"...")`` the
+next). The loss is only known once the replay has run, so its text used to
+refuse the capture, and the step ran as segments on every call; the count
+changes every call, so its text, kept as a guard, sent every call to
+another capture. Neither text is needed before the replay: ``print`` and
+``Logger._log`` are host nodes that run in the replay, and can format the
+replay's numbers themselves.
+
+How: when a number the capture traces is formatted, the f-string is looked
+up in the source (``only_printed``). If it is an argument of a call of
+Python's own ``print``, or the message of a ``logging.Logger``'s ``info``
+(``debug``, ``warning``, ...) or of ``logging.info``, in the user's code, the
+number's text is a marker (``PrintedTexts.defer``): a NUL, a random tag of
+this capture and the entry's index. The output calls' stand-ins
+(``host_sources``) find the markers in their arguments and keep the string
+as a ``FormattedText``: its constant parts and, for each marker, the
+number's node and format spec. The replay's output node formats its own
+numbers into it, as eager would.
+
+Why this is safe: a string an f-string makes can only reach what the
+source passes it to, and the source says: ``print``, resolved to the
+builtin (not a global or local of that name, which ``rich`` provides), or a
+logger found by name and attribute lookups alone (no property run), whose
+method is logging's own; and nothing in between (not ``.upper()``, a list,
+a conditional). A spec that is computed (``f"{x:.{p}f}"``) or a conversion
+with a spec (``f"{x!r:>8}"``, which would pad the marker) refuses as
+before. As a last check, a marker that no output call took by the end of
+the capture refuses it (``whole_step``): a logger whose level drops the
+message never takes it. Python 3.10 has no column positions for its
+instructions: there the text refuses as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dis
+import functools
+import inspect
+import linecache
+import logging
+import secrets
+import sys
+from dataclasses import dataclass, replace
+from types import CodeType, FrameType
+from typing import Any, Callable
+
+from graphprof.capture.sources import is_library
+
+#: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
+_FORMATTING = frozenset({"FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"})
+
+
+@dataclass(frozen=True)
+class Formatted:
+    """One value's text in a printed string: ``op(value, *spec)``, and the capture call's text."""
+
+    #: A TracedScalar in the capture; a slot of the output node's template after ``template_of``.
+    value: Any
+    op: Callable[..., str]
+    spec: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class FormattedText:
+    """A string passed to ``print`` whose parts are constant text and values formatted in the replay."""
+
+    parts: tuple[str | Formatted, ...]
+
+    def real(self) -> str:
+        """The capture call's text."""
+        return "".join(p if isinstance(p, str) else p.text for p in self.parts)
+
+    def mapped(self, fn: Callable[[Any], Any]) -> FormattedText:
+        """The same text with each formatted value replaced by ``fn(value)``."""
+        return FormattedText(tuple(p if isinstance(p, str) else replace(p, value=fn(p.value)) for p in self.parts))
+
+    def filled(self, value_of: Callable[[Any], Any]) -> str:
+        """The text with each value (``value_of`` of its slot) formatted as the capture call formatted it."""
+        return "".join(p if isinstance(p, str) else p.op(value_of(p.value), *p.spec) for p in self.parts)
+
+
+#: The capture's ``PrintedTexts`` while ``print`` is patched (one per nested capture).
+PRINTED_TEXTS: list[PrintedTexts] = []
+
+
+class PrintedTexts:
+    """The markers one capture handed out, and which of them a ``print`` took."""
+
+    def __init__(self) -> None:
+        self.tag = f"\x00graphprof-{secrets.token_hex(6)}:"
+        self.entries: list[Formatted] = []
+        self.printed: set[int] = set()
+        self.where: list[str] = []
+
+    def defer(self, value: Any, op: Callable[..., str], spec: tuple[str, ...], where: str) -> str | None:
+        """A marker for ``op(value, *spec)`` when the formatting frame's f-string only goes to ``print``."""
+        if not printed_here():
+            return None
+        self.entries.append(Formatted(value, op, spec, op(value.value, *spec)))
+        self.where.append(where)
+        return f"{self.tag}{len(self.entries) - 1}\x00"
+
+    def expand(self, value: Any) -> Any:
+        """``value`` (a print's arguments) with each string holding markers as a ``FormattedText``."""
+        if isinstance(value, str):
+            return self._text(value) if self.tag in value else value
+        if type(value) in (list, tuple):
+            return type(value)(self.expand(v) for v in value)
+        if type(value) is dict:
+            return {k: self.expand(v) for k, v in value.items()}
+        return value
+
+    def holds_markers(self, value: Any) -> bool:
+        """Whether ``value`` (a call's arguments) holds a string with one of this capture's markers."""
+        if isinstance(value, str):
+            return self.tag in value
+        if type(value) in (list, tuple):
+            return any(self.holds_markers(v) for v in value)
+        if type(value) is dict:
+            return any(self.holds_markers(v) for v in value.values())
+        return False
+
+    def _text(self, text: str) -> FormattedText:
+        parts: list[str | Formatted] = []
+        head, *rest = text.split(self.tag)
+        parts.append(head)
+        for piece in rest:
+            index, _, tail = piece.partition("\x00")
+            self.printed.add(int(index))
+            parts += [self.entries[int(index)], tail]
+        return FormattedText(tuple(p for p in parts if p != ""))
+
+    def unprinted(self) -> str | None:
+        """Where a value was formatted whose marker no ``print`` took (never expected: the capture then
+        refuses, naming it), or None."""
+        return next((where for i, where in enumerate(self.where) if i not in self.printed), None)
+
+
+def printed_here() -> bool:
+    """Whether the innermost frame of the user's code is formatting a value of an f-string that only
+    ``print`` or a logger takes (``only_printed``)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and only_printed(frame.f_code, frame.f_lasti, frame)
+
+
+def only_printed(code: CodeType, offset: int, frame: FrameType) -> bool:
+    """Whether the instruction at ``offset`` formats a value of an f-string that is an argument of
+    Python's own ``print``, or the message of a ``logging`` call, and nothing else, with constant specs."""
+    if sys.version_info < (3, 11):
+        return False
+    call = _printing_call(code, offset)
+    if call is None:
+        return False
+    if isinstance(call.func, ast.Attribute):
+        return _a_logging_call(call.func, code, frame)
+    return _names_builtin_print(code, frame)
+
+
+def _names_builtin_print(code: CodeType, frame: FrameType) -> bool:
+    """``print`` in this frame is the builtin one (patched by the capture), not a name of the user's."""
+    if "print" in code.co_varnames or "print" in code.co_cellvars or "print" in code.co_freevars:
+        return False
+    if "print" in frame.f_globals:
+        return False
+    if not code.co_flags & inspect.CO_OPTIMIZED and "print" in frame.f_locals:  # a class body's or exec's names
+        return False
+    return frame.f_builtins.get("print") is builtins.print
+
+
+#: Logging calls whose message a record keeps as it is given: ``Logger._log`` (patched by the capture).
+_LOG_METHODS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "fatal"})
+
+
+def _a_logging_call(func: ast.Attribute, code: CodeType, frame: FrameType) -> bool:
+    """``log.info(...)``, ``self.logger.warning(...)`` or ``logging.info(...)``, where the object is a
+    ``logging.Logger`` whose method is logging's own, or the ``logging`` module, found without running
+    any of the user's code (no property is called): anything else could keep the marker."""
+    owner = _static_value(func.value, code, frame)
+    if owner is logging:
+        return getattr(logging, func.attr) is _LOGGING_FUNCTIONS[func.attr]
+    return isinstance(owner, logging.Logger) and inspect.getattr_static(owner, func.attr, None) is getattr(
+        logging.Logger, func.attr)
+
+
+#: The ``logging`` module's own functions, as it defines them (a test or a library may replace them).
+_LOGGING_FUNCTIONS = {name: getattr(logging, name) for name in _LOG_METHODS}
+_MISSING = object()
+
+
+def _static_value(node: ast.expr, code: CodeType, frame: FrameType) -> Any:
+    """The object a name or a chain of attributes names in ``frame``, looked up in dicts alone, or
+    ``_MISSING`` (a property, a ``__getattr__``, a name not found)."""
+    if isinstance(node, ast.Name):
+        for names in _namespaces(code, frame):
+            if node.id in names:
+                return names[node.id]
+        return _MISSING
+    if isinstance(node, ast.Attribute):
+        owner = _static_value(node.value, code, frame)
+        if owner is _MISSING:
+            return _MISSING
+        value = inspect.getattr_static(owner, node.attr, _MISSING)
+        return _MISSING if hasattr(type(value), "__get__") else value  # a property: code of the user's
+    return _MISSING
+
+
+def _namespaces(code: CodeType, frame: FrameType) -> list[dict[str, Any]]:
+    """Where a name is looked up: the frame's locals (a snapshot for a function's frame, only read),
+    globals and builtins. The object was loaded already, before the f-string's values were."""
+    return [frame.f_locals, frame.f_globals, frame.f_builtins]
+
+
+@functools.lru_cache(maxsize=512)
+def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
+    """The call the f-string formatted at ``offset`` is a direct argument of (``print(f"...")``), or the
+    message of (``log.info(f"...")``), when its specs are all written out; else None."""
+    instruction = _instruction_at(code, offset)
+    if instruction is None or instruction.opname not in _FORMATTING or instruction.positions is None:
+        return None
+    span = instruction.positions
+    line, end_line, column, end_column = span.lineno, span.end_lineno, span.col_offset, span.end_col_offset
+    tree = _module_tree(code.co_filename)
+    if tree is None or line is None or end_line is None or column is None or end_column is None:
+        return None
+    found = _innermost_fstring(tree, (line, column), (end_line, end_column))
+    if found is None:
+        return None
+    fstring, call = found
+    if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
+        return None
+    if not isinstance(call, ast.Call):
+        return None
+    if isinstance(call.func, ast.Name) and call.func.id == "print" and any(arg is fstring for arg in call.args):
+        return call
+    if (isinstance(call.func, ast.Attribute) and call.func.attr in _LOG_METHODS and call.args
+            and call.args[0] is fstring):
+        return call
+    return None
+
+
+def _instruction_at(code: CodeType, offset: int) -> dis.Instruction | None:
+    for instruction in dis.get_instructions(code):
+        if instruction.offset == offset:
+            return instruction
+    return None
+
+
+def _constant_spec(value: ast.FormattedValue) -> bool:
+    """A spec the source spells out (not ``{x:.{p}f}``), and no conversion beside a spec: ``!r`` then a
+    width would pad the marker, not the text."""
+    spec = value.format_spec
+    if spec is None:
+        return True
+    if value.conversion != -1:
+        return False
+    return isinstance(spec, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in spec.values)
+
+
+def _module_tree(filename: str) -> ast.Module | None:
+    """The parsed source of ``filename`` as ``linecache`` holds it (None where it has none)."""
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    return _parsed("".join(lines))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _innermost_fstring(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]
+                       ) -> tuple[ast.JoinedStr, ast.AST] | None:
+    """The innermost f-string whose source span holds ``[start, end]``, and its parent node."""
+    best: tuple[ast.JoinedStr, ast.AST] | None = None
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, ast.expr) or isinstance(node, ast.stmt):
+            if not _holds(node, start, end):
+                continue
+            if isinstance(node, ast.JoinedStr) and parent is not None:
+                best = (node, parent)  # a deeper one, found later, is inside this one
+        # Not into a spec: Python 3.11 gives a spec's f-string the span of the f-string it is in.
+        children = [node.value] if isinstance(node, ast.FormattedValue) else ast.iter_child_nodes(node)
+        stack.extend((child, node) for child in children)
+    return best
+
+
+def _holds(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    first = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    last = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+    return None not in (*first, *last) and first <= start and end <= last  # type: ignore[operator]
