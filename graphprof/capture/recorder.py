@@ -41,6 +41,7 @@ from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
+from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
@@ -77,61 +78,6 @@ _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autog
 def _formats_as_number(tensor: Any) -> bool:
     """A tensor ``format`` writes as its number (``Tensor.__format__``: a plain tensor of one value)."""
     return type(tensor) is torch.Tensor and tensor.dim() == 0 and not tensor.is_meta
-
-
-def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
-    """Replace a literal equal to a pending scalar's value by that scalar's node.
-
-    Of several scalars with that value, the first one no literal took yet: a
-    foreach optimizer's list of bias corrections, one per parameter, is equal
-    while the step counts are, and each item stays linked to its own count.
-    """
-    if isinstance(value, (list, tuple)):
-        return type(value)(_substitute(v, scalars, used) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        equal = [s for s in scalars if type(s.value) is type(value) and s.value == value]
-        if equal:
-            chosen = next((s for s in equal if id(s) not in used), equal[0])
-            used.add(id(chosen))
-            return chosen.node
-    return value
-
-
-def _number_argument(argument: Any) -> bool:
-    """A schema argument that takes a number to compute with.
-
-    Scalar and float arguments, lists of them, and Tensor arguments: a number
-    found in a Tensor slot is a wrapped number (``p.mul_(1 - lr * wd)``).
-    """
-    kind = argument.type
-    if isinstance(kind, torch._C.OptionalType):
-        kind = kind.getElementType()
-    if isinstance(kind, torch._C.ListType):
-        kind = kind.getElementType()
-    return isinstance(kind, (torch._C.NumberType, torch._C.FloatType, torch._C.TensorType))
-
-
-def _link_scalars(node: torch.fx.Node, scalars: list[TracedScalar], used: set[int]) -> None:
-    """Point an op node's scalar arguments at the nodes that compute them.
-
-    Values read from tensors (``.item()``) link wherever they appear. Input
-    scalars link only where the op computes with a number; elsewhere (a size,
-    a dim, a flag) the graph is specialised to the value and a guard says so.
-    """
-    computed = [s for s in scalars if not s.is_input]
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        node.args = _substitute(node.args, scalars, used)
-        node.kwargs = {k: _substitute(v, scalars, used) for k, v in node.kwargs.items()}
-        return
-    by_name = {a.name: a for a in schema.arguments}
-    args = []
-    for i, value in enumerate(node.args):
-        numeric = i < len(schema.arguments) and _number_argument(schema.arguments[i])
-        args.append(_substitute(value, scalars if numeric else computed, used))
-    node.args = tuple(args)
-    node.kwargs = {k: _substitute(v, scalars if k in by_name and _number_argument(by_name[k]) else computed, used)
-                   for k, v in node.kwargs.items()}
 
 
 class CaptureRecorder:
@@ -277,7 +223,8 @@ class CaptureRecorder:
                 continue
             node.meta[CAPTURE] = record
             if scalars:
-                _link_scalars(node, scalars, used)
+                innermost = self.pending_scalars[-1] if self.pending_scalars else None
+                link_scalars(node, scalars, used, innermost if isinstance(innermost, CallScalars) else None)
         for linked in LINKED_SINKS:
             linked |= used
         # Autograd numbers each node it creates; the counter moved only if this

@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable
 import torch
 import torch.fx
 
+from graphprof.capture.call_numbers import CallScalars, number_leaves
 from graphprof.capture.printed_texts import PRINTED_TEXTS
 from graphprof.capture.sources import installed, is_library, user_source
 
@@ -360,7 +361,7 @@ def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
             and isinstance(args[0], torch.Tensor)):  # ``history[i] = loss.item()``: the number as the tensor's type
         value = _scalar_tensor(args[2], dtype=args[0].dtype, device=args[0].device)
         return call_with_scalars(func, (args[0], args[1], value), kwargs)
-    found: list[TracedScalar] = []
+    found = CallScalars(func, number_leaves((args, kwargs), _is_traced_scalar))
     args = unwrap_scalars(args, found)
     kwargs = unwrap_scalars(kwargs, found)
     if not PENDING_SINKS:
@@ -410,6 +411,10 @@ def contains_traced_scalar(tree: Any) -> bool:
     if isinstance(tree, dict):
         return any(contains_traced_scalar(x) for x in tree.values())
     return False
+
+
+def _is_traced_scalar(value: Any) -> bool:
+    return isinstance(value, TracedScalar)
 
 
 def unwrap_scalars(tree: Any, found: list[TracedScalar]) -> Any:
