@@ -52,7 +52,7 @@ from graphprof.capture.scalars import (
     GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars,
     contains_traced_scalar,
 )
-from graphprof.capture.state import StateIndex, add_parameter
+from graphprof.capture.state import StateIndex, add_parameter, state_tensors
 from graphprof.capture.value_guards import VALUE_READS, ValueGuards
 from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
@@ -98,7 +98,7 @@ class CaptureRecorder:
         self.params_seen: dict[int, nn.Parameter] = {}
         self.optimizer_module = ""
         self._last_seq = torch.autograd._get_sequence_nr()
-        self.write_log = WriteLog()
+        self.write_log = WriteLog(lambda: state_tensors(state))
         for p in state.params.values():
             self.write_log.note_grad(p)
         #: Outcomes of branches on input scalars, checked before every replay.

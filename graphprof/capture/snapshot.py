@@ -4,13 +4,14 @@ A capture runs the step for real. If it fails part way (say at a ``print``
 after ``opt.step()``), parameters, optimizer state and gradients may already
 be written. The write log is copy-on-write: just before an op writes in place
 to a tensor that existed before the capture, that tensor is copied once; the
-``.grad`` of every parameter the step touches and the CPU RNG state are
-remembered too. ``restore`` puts all of it back. Only state the step really
+``.grad`` of every parameter the step touches, the CPU RNG state and the
+state of every ``torch.Generator`` an op draws from are remembered too. ``restore`` puts all of it back. Only state the step really
 writes is copied, once per capture, never per step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -47,20 +48,39 @@ def _arguments(schema: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
 
 
 class WriteLog:
-    """Originals of everything a capture overwrote, restorable in place."""
+    """Originals of everything a capture overwrote, restorable in place.
 
-    def __init__(self) -> None:
+    A write through an alias made during the step (``ema.weight.data.mul_()``,
+    ``p.detach().add_()``, ``w[:, :2].add_(1)``) writes a tensor from before
+    the capture although the written tensor is new: the tensor of the step's
+    state that shares its storage (``state_tensors``) is copied then. Without
+    that, a capture refused after such a write left it done, and the fallback
+    did it again.
+    """
+
+    def __init__(self, state_tensors: Callable[[], Iterable[torch.Tensor]] = tuple) -> None:
         self._tensors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._grads: dict[int, tuple[torch.nn.Parameter, torch.Tensor | None]] = {}
         self._rng_state = torch.get_rng_state()
+        self._generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
+        self._state_tensors = state_tensors
+        self._by_storage: dict[int, torch.Tensor] | None = None  # made at the first write through an alias
 
     def note_grad(self, param: torch.nn.Parameter) -> None:
         """Remember ``param.grad`` as it is now (first sighting wins)."""
         if id(param) not in self._grads:
             self._grads[id(param)] = (param, param.grad)
 
+    def note_generators(self, args: tuple, kwargs: dict) -> None:
+        """Remember the state of each ``torch.Generator`` an op draws from (``randn(..., generator=g)``),
+        once: like the global generator's, it is put back when the capture is undone."""
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Generator) and id(value) not in self._generators:
+                self._generators[id(value)] = (value, value.get_state())
+
     def before_write(self, func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> None:
         """Copy every pre-existing tensor argument ``func`` writes to, once."""
+        self.note_generators(args, kwargs)
         schema = getattr(func, "_schema", None)
         if schema is None:
             return
@@ -77,9 +97,23 @@ class WriteLog:
             value = values.get(name)
             targets = value if isinstance(value, (list, tuple)) else [value]
             for t in targets:
-                if isinstance(t, torch.Tensor) and id(t) not in self._tensors and is_preexisting(t):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                target = t if is_preexisting(t) else self._aliased(t)
+                if target is not None and id(target) not in self._tensors:
                     with _disable_current_modes(), torch.no_grad():
-                        self._tensors[id(t)] = (t, t.detach().clone())
+                        self._tensors[id(target)] = (target, target.detach().clone())
+
+    def _aliased(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The state tensor whose storage ``tensor`` (made during the step) shares, or None."""
+        if self._by_storage is None:
+            self._by_storage = {}
+            for t in self._state_tensors():
+                if t.layout is torch.strided and t.device.type != "meta":
+                    self._by_storage.setdefault(t.untyped_storage().data_ptr(), t)
+        if not self._by_storage or tensor.layout is not torch.strided or tensor.device.type == "meta":
+            return None
+        return self._by_storage.get(tensor.untyped_storage().data_ptr())
 
     def restore(self) -> None:
         """Write every original back, in place."""
@@ -89,6 +123,8 @@ class WriteLog:
         for param, grad in self._grads.values():
             param.grad = grad
         torch.set_rng_state(self._rng_state)
+        for generator, state in self._generators.values():
+            generator.set_state(state)
 
 
 def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> list[torch.Tensor]:

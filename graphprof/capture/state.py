@@ -14,7 +14,7 @@ import functools
 import inspect
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -199,6 +199,17 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
                         index.name(value, StateRecord(f"{base.name}.{key}", StateRole.OPTIMIZER_STATE, base.module))
     index.refresh_gradients()
     return index
+
+
+def state_tensors(index: StateIndex) -> Iterator[torch.Tensor]:
+    """The tensors the step's state holds: parameters, modules' buffers, optimizers' state."""
+    yield from index.params.values()
+    for _, module in index.modules.values():
+        yield from module.parameters(recurse=False)
+        yield from module.buffers(recurse=False)
+    for optimizer in index.optimizers:
+        for per_param in optimizer.state.values():
+            yield from (v for v in per_param.values() if isinstance(v, torch.Tensor))
 
 
 def add_parameter(index: StateIndex, param: nn.Parameter) -> None:

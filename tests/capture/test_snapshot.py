@@ -112,3 +112,66 @@ def test_every_undeclared_write_of_common_training_ops_is_listed() -> None:
     assert runs > 10 and "aten::native_batch_norm" in found
     for op, arguments in found.items():
         assert arguments <= set(UNDECLARED_WRITES.get(op, ((), None))[0]), (op, arguments)
+
+
+_ALIAS_WRITES = {
+    # An EMA written through ``.data`` (older code), a detached alias, a slice view, an item of ``.data``.
+    ".data": lambda ema, src: ema.weight.data.mul_(0.5).add_(src.weight.data, alpha=0.5),
+    "detach()": lambda ema, src: ema.weight.detach().mul_(0.5).add_(src.weight.detach(), alpha=0.5),
+    "a slice view": lambda ema, src: ema.weight[:, :2].add_(1.0),
+    "an item of .data": lambda ema, src: ema.bias.data.__setitem__(0, ema.bias.data[0] + 1.0),
+}
+
+
+@pytest.mark.parametrize("kind", list(_ALIAS_WRITES))
+def test_a_write_through_an_alias_is_undone_when_the_capture_is_refused(kind: str) -> None:
+    """The write happened on a tensor made during the step that shares a parameter's storage; a capture
+    refused later in the call left it done, and the segments did it again (the EMA moved twice)."""
+    def make() -> tuple:
+        torch.manual_seed(0)
+        model, ema = nn.Linear(3, 1), nn.Linear(3, 1).requires_grad_(False)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = model(x).sum()
+            loss.backward()
+            _ALIAS_WRITES[kind](ema, model)
+            if loss.item() > 1e9:  # refuses the capture, after the write
+                print("diverged")
+            return loss.detach()
+        return step, ema
+
+    eager, eager_ema = make()
+    step, ema = make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(4):
+            x = torch.full((2, 3), float(i + 1))
+            eager(x)
+            traced(x)
+            assert torch.equal(eager_ema.weight, ema.weight) and torch.equal(eager_ema.bias, ema.bias), f"call {i}"
+    assert traced.capture_mode == "segments"
+
+
+def test_a_generator_the_step_draws_from_is_put_back_when_the_capture_is_refused() -> None:
+    """``torch.randn(..., generator=g)`` before a refusal: the CPU generator was put back, ``g`` was not,
+    and the segments drew the next numbers from it (other noise, another loss, from the first call on)."""
+    def make() -> tuple:
+        torch.manual_seed(0)
+        model, gen = nn.Linear(3, 1), torch.Generator().manual_seed(123)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = model(x + torch.randn(x.shape, generator=gen)).sum()
+            loss.backward()
+            if loss.item() > 1e9:
+                print("diverged")
+            return loss.detach()
+        return step, gen
+
+    (eager, eager_gen), (step, gen) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(3):
+            assert torch.equal(eager(torch.ones(2, 3)), traced(torch.ones(2, 3))), f"call {i}"
+            assert torch.equal(eager_gen.get_state(), gen.get_state()), f"call {i}"
