@@ -29,8 +29,9 @@ outside the graph would be frozen at the capture call's value:
   step is then profiled another way, with one warning.
 
 Calls from torch and graphprof are left alone: only the user's code is
-patched in effect. numpy ``Generator`` objects are C types that cannot be
-patched and are not detected: the README says so.
+patched in effect. numpy ``Generator`` and ``RandomState`` objects are C
+types that cannot be patched: the ones the step keeps are found, and their
+states compared, by ``numpy_draws``.
 """
 
 from __future__ import annotations

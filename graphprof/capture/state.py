@@ -80,7 +80,7 @@ class StateIndex:
                 self.name(p.grad, StateRecord(f"{base.name}.grad", StateRole.GRADIENT, base.module))
 
 
-def _candidate_objects(fn: Callable[..., Any], depth: int = 0,
+def candidate_objects(fn: Callable[..., Any], depth: int = 0,
                        arguments: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
     """Objects the function can reach by name: closure, globals, bound self, defaults, and the
     objects it is given (``arguments``: a model, an optimizer, capture/arguments.py).
@@ -117,7 +117,7 @@ def _candidate_objects(fn: Callable[..., Any], depth: int = 0,
         cells = zip(code.co_freevars, getattr(func, "__closure__", None) or ())
         inner = [c.cell_contents for _, c in cells if _filled(c) and isinstance(c.cell_contents, types.FunctionType)]
         for f in inner:
-            found.extend(_candidate_objects(f, depth + 1))
+            found.extend(candidate_objects(f, depth + 1))
     # One level into plain user objects (a dataclass or config holding the
     # model and optimizer); never into modules, classes or torch's own objects.
     nested: list[tuple[str, Any]] = []
@@ -164,7 +164,7 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
     """Build the StateIndex of everything ``fn`` reaches through names, and of the objects it is
     given (``arguments``, capture/arguments.py)."""
     index = StateIndex()
-    candidates = _candidate_objects(fn, arguments=arguments)
+    candidates = candidate_objects(fn, arguments=arguments)
     roots = [(n, o) for n, o in candidates if isinstance(o, nn.Module)]
     optimizers = [o for _, o in candidates if isinstance(o, torch.optim.Optimizer)]
     # The root with most parameters is "the model": its paths get no prefix.

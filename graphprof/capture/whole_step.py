@@ -42,7 +42,7 @@ from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, d
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
-from graphprof.capture.state import StateIndex, discover_state
+from graphprof.capture.state import StateIndex, candidate_objects, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs
@@ -53,6 +53,7 @@ from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
 from graphprof.capture.fake_values import one_fake_mode
 from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
+from graphprof.capture.numpy_draws import NumpyDraws
 from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
@@ -232,6 +233,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["deep"] = DeepContents(python.watched)
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
+        holder["numpy"] = NumpyDraws(candidate_objects(fn, arguments=arguments), state.module_objects())
         hyperparameters = recorder.hyperparameters
         hyperparameters.watch_groups(state.optimizers)  # the user's reads of a group's lr are inputs
         scheduler_fields = recorder.scheduler_fields  # and of a scheduler's ``last_epoch``
@@ -259,6 +261,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         names.on_library_call = foreign.on_call
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
+        holder["numpy"].refuse_drawn()
         unprinted = recorder.host_sources.texts.unprinted()
         if unprinted is not None:
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
@@ -371,7 +374,7 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].scheduler_fields.restore()
         holder["recorder"].write_log.restore()
-    for key in ("deep", "python", "torch_objects"):
+    for key in ("deep", "python", "torch_objects", "numpy"):
         if key in holder:
             holder[key].restore()
 
