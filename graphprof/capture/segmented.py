@@ -116,6 +116,27 @@ def _failure_counts() -> dict[Any, int]:
     return {code: len(reasons) for code, reasons in list(guard_failures.items())}
 
 
+def keep_distribution_checks() -> None:
+    """Let dynamo make its once-per-process changes to torch now, then give ``torch.distributions``
+    back the argument checks it had.
+
+    Why: dynamo's first compile turns those checks off for the whole process
+    (``Distribution.set_default_validate_args(False)``, so that constructors
+    trace without a branch). A step that fell back to segments then made the
+    user's distributions stop checking, there and everywhere else: eager
+    raised ValueError on a NaN batch, the traced run trained on NaN. With the
+    checks kept, dynamo breaks the graph at a check that raises, and the step
+    raises as eager does.
+    """
+    from torch.distributions import Distribution
+
+    patcher = getattr(torch._dynamo.eval_frame, "TorchPatcher", None)
+    checks = Distribution._validate_args
+    if patcher is not None:
+        patcher.patch()  # cached: runs once per process, and never again
+    Distribution.set_default_validate_args(checks)
+
+
 def _compile_target(module: nn.Module) -> nn.Module:
     """The module whose forward is compiled: DDP's own forward stays eager (its Reducer is Python)."""
     from torch.nn.parallel import DistributedDataParallel
@@ -168,6 +189,7 @@ class SegmentedCapture:
         self._start_callback = torch._dynamo.disable(self._on_compile_start)
         self._end_callback = torch._dynamo.disable(self._on_compile_end)
         weakref.finalize(self, host_reads.uninstall)
+        keep_distribution_checks()
         state = discover_state(fn)
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         for root in dict.fromkeys(_compile_target(r) for r in state.roots):

@@ -336,3 +336,49 @@ def test_numpy_draws_in_a_compiled_forward_are_eager_s_draws() -> None:
     assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
     assert np_a == np_b and torch.equal(rng_a, rng_b)
     assert torch._dynamo.config.trace_numpy == setting
+
+
+def test_a_step_run_as_segments_keeps_the_distributions_argument_checks() -> None:
+    """Dynamo's first compile turned ``torch.distributions``' checks off for the whole process: a step
+    that fell back to segments trained on a NaN batch where eager raised ValueError."""
+    from torch.distributions import Categorical, Distribution
+
+    def make():
+        torch.manual_seed(0)
+        policy = nn.Linear(4, 3)
+        opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+
+        def step(obs, act):
+            loss = -Categorical(logits=policy(obs)).log_prob(act).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if loss.item() > 100:  # refuses whole-step capture: the step runs as segments
+                sys.stdout.write("large loss\n")
+            return loss.detach()
+        return step
+
+    def outcomes(fn) -> list:
+        out = []
+        for i in range(5):
+            obs = torch.full((2, 4), float(i))
+            if i == 3:
+                obs[0, 0] = float("nan")
+            try:
+                out.append(fn(obs, torch.tensor([0, 1])))
+            except ValueError:
+                out.append("ValueError")
+        return out
+
+    checks = Distribution._validate_args
+    Distribution.set_default_validate_args(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eager, traced = outcomes(make()), outcomes(graphprof.trace(make()))
+        assert eager[3] == "ValueError"
+        assert [r if isinstance(r, str) else r.tolist() for r in traced] == \
+            [r if isinstance(r, str) else r.tolist() for r in eager]
+        assert Distribution._validate_args  # and every later distribution of the process still checks
+    finally:
+        Distribution.set_default_validate_args(checks)
