@@ -41,6 +41,7 @@ from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
+from graphprof.capture.fast_paths import fused_fast_paths
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
@@ -271,7 +272,8 @@ class CaptureRecorder:
         PENDING_SINKS.append(self.pending_scalars)
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
-                    self.recompute.patched(), self.functions.patched(), _ScalarMode(self), _OpMode(self):
+                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), \
+                    _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
             PENDING_SINKS.pop()

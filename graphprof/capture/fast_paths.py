@@ -1,0 +1,163 @@
+"""Modules whose eager forward takes torch's fused native path: captured as one op that takes it too.
+
+Why: in eval mode without autograd, ``nn.MultiheadAttention``,
+``nn.TransformerEncoderLayer`` and ``nn.TransformerEncoder`` run one fused
+kernel (``torch._native_multi_head_attention``,
+``torch._transformer_encoder_layer_fwd``, nested tensors) instead of their
+ops one by one. They leave that path whenever a torch function mode or
+make_fx is active, which a capture always is (and so is torch.compile), so
+the captured graph held the ops one by one, and every replay's result
+differed from eager's in the last bits (6e-8 on a small attention),
+silently.
+
+How: while a capture runs, these modules' ``forward`` first asks torch's
+own decision: it runs the forward once more outside the capture's modes,
+with the fused entry points replaced by a function that stops it at once.
+If the forward reaches one, the call is recorded as one op,
+``graphprof::eager_forward``, whose kernel runs the module's own forward
+outside every mode, in the capture call's grad mode: the fused path, as
+eager takes it, in the capture call and in every replay. The op takes the
+call's tensors; its other arguments (``need_weights=False``) are the
+capture call's. Only a module in eval mode is asked (in training mode no
+fast path exists), which costs one more forward of such a module, in the
+capture call only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+#: The fused entry points the modules' fast paths call, as attributes of ``torch``.
+_FUSED = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd", "_nested_tensor_from_mask")
+#: The modules that have such a path.
+_MODULES: tuple[type[nn.Module], ...] = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+
+
+@dataclass
+class _Call:
+    """One recorded call: the forward to run, on which module, with which non-tensor arguments."""
+
+    forward: Callable[..., Any]
+    module: nn.Module
+    spec: pytree.TreeSpec  # of (args, kwargs)
+    leaves: list[Any]  # the non-tensor leaves; _TENSOR where a tensor goes
+    grad_enabled: bool
+    out_spec: pytree.TreeSpec | None = None
+    out_leaves: list[Any] | None = None  # the output's non-tensor leaves (MHA's weights: None)
+
+    def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        args, kwargs = _filled(self.leaves, tensors, self.spec)
+        with torch.set_grad_enabled(self.grad_enabled):
+            out = self.forward(self.module, *args, **kwargs)
+        flat, self.out_spec = pytree.tree_flatten(out)
+        self.out_leaves = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in flat]
+        return [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
+
+
+def _filled(leaves: list[Any], tensors: list[torch.Tensor], spec: pytree.TreeSpec) -> Any:
+    """The tree of ``spec`` with ``tensors`` where ``leaves`` holds ``_TENSOR``."""
+    given = iter(tensors)
+    return pytree.tree_unflatten([next(given) if leaf is _TENSOR else leaf for leaf in leaves], spec)
+
+
+_TENSOR = object()  # where a tensor goes among a call's leaves
+_CALLS: dict[int, _Call] = {}
+_HANDLES = itertools.count()
+_LIBRARY = torch.library.Library("graphprof", "DEF")
+_LIBRARY.define("eager_forward(int handle, Tensor[] tensors) -> Tensor[]")
+
+
+#: Calls of ``_eager_forward`` running now: inside one, the modules run as they are (a fused
+#: encoder's layers take nested tensors, which no op of graphprof's takes).
+_INSIDE = [0]
+
+
+def _eager_forward(handle: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    _INSIDE[0] += 1
+    try:
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return _CALLS[handle].run(tensors)
+    finally:
+        _INSIDE[0] -= 1
+
+
+def _fake_forward(handle: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _CALLS[handle].run(tensors)  # under the fake mode: shapes and dtypes only
+
+
+_LIBRARY.impl("eager_forward", _eager_forward, "CompositeExplicitAutograd")
+torch.library.register_fake("graphprof::eager_forward", _fake_forward, lib=_LIBRARY)
+
+
+class _Fused(Exception):
+    """Raised by a stand-in for a fused entry point: eager's forward would have called it."""
+
+
+def _stop(*args: Any, **kwargs: Any) -> Any:
+    raise _Fused
+
+
+def takes_fused_path(forward: Callable[..., Any], module: nn.Module, args: tuple, kwargs: dict) -> bool:
+    """Whether ``forward(module, *args, **kwargs)`` run eagerly (no capture modes) calls a fused kernel."""
+    saved = {name: getattr(torch, name) for name in _FUSED if hasattr(torch, name)}
+    try:
+        for name in saved:
+            setattr(torch, name, _stop)
+        with _disable_current_modes(), torch._C.DisableTorchFunction(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            forward(module, *args, **kwargs)
+    except _Fused:
+        return True
+    except Exception:  # the real forward, run next, raises it for the user
+        return False
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+    return False
+
+
+def _as_one_op(forward: Callable[..., Any], module: nn.Module, args: tuple, kwargs: dict) -> Any:
+    """The module's call recorded as one ``graphprof::eager_forward`` op (see the module's docstring)."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    call = _Call(forward, module, spec, [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves],
+                 torch.is_grad_enabled())
+    handle = next(_HANDLES)
+    _CALLS[handle] = call
+    outputs = torch.ops.graphprof.eager_forward(handle, tensors)
+    assert call.out_spec is not None and call.out_leaves is not None  # the kernel ran
+    return _filled(call.out_leaves, list(outputs), call.out_spec)
+
+
+@contextlib.contextmanager
+def fused_fast_paths() -> Iterator[None]:
+    """For the capture: the modules' ``forward`` records the fused path as one op where eager takes it."""
+    originals = {cls: cls.forward for cls in _MODULES}
+
+    def guarded(cls: type[nn.Module]) -> Callable[..., Any]:
+        original = originals[cls]
+
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if not self.training and not _INSIDE[0] and takes_fused_path(original, self, args, kwargs):
+                return _as_one_op(original, self, args, kwargs)
+            return original(self, *args, **kwargs)
+
+        return forward
+
+    try:
+        for cls in _MODULES:
+            cls.forward = guarded(cls)  # type: ignore[method-assign]
+        yield
+    finally:
+        for cls, forward in originals.items():
+            cls.forward = forward  # type: ignore[method-assign]
