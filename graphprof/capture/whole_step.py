@@ -42,6 +42,7 @@ from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, d
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
+from graphprof.capture.caught_exceptions import refuse_caught_exceptions
 from graphprof.capture.state import StateIndex, candidate_objects, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
@@ -191,6 +192,7 @@ NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED, OPTI
 
 def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> CapturedStep:
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
+    refuse_caught_exceptions(fn)  # before anything runs: nothing to undo
     arguments = argument_objects(fn, args, kwargs)
     state = discover_state(fn, arguments)
     leaves, in_spec = flatten_call(args, kwargs)
