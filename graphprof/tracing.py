@@ -337,7 +337,8 @@ class TracedFunction:
                                 max_steps=1)
         traced._part_of_another = True
         traced._calls = 1  # the step's eager call already created the optimizer's state: capture at once
-        return OptimizerGraph(traced, step)
+        # In "auto" mode segments run only after the step warned why: the optimizer's own fallback is logged.
+        return OptimizerGraph(traced, step, warn=self.capture != "auto")
 
     def _capture(self, key: Hashable, args: tuple, kwargs: dict, reason: str) -> WholeStepRunner:
         if self._graphs:
@@ -439,10 +440,11 @@ class OptimizerGraph:
     traced step keeps at most one.
     """
 
-    def __init__(self, traced: TracedFunction, step: Callable[..., Any]) -> None:
+    def __init__(self, traced: TracedFunction, step: Callable[..., Any], warn: bool = True) -> None:
         self.traced = traced
         self.step = step
         self.eager = False
+        self.warn = warn
 
     @property
     def captures(self) -> int:
@@ -472,9 +474,15 @@ class OptimizerGraph:
         try:
             return self.traced(*args, **kwargs)
         except CaptureError as exc:
+            # Warned only where the step did not warn already (segments the user asked for): after the
+            # step's own fallback warning, a second one for the same reason (LBFGS's closure refuses
+            # both) broke the one-warning promise, so it is logged.
             self.eager = True
-            warnings.warn(f"graphprof: {exc}; running {self.traced.__name__} eagerly (timed as one host node)",
-                          stacklevel=2)
+            message = f"graphprof: {exc}; running {self.traced.__name__} eagerly (timed as one host node)"
+            if self.warn:
+                warnings.warn(message, stacklevel=2)
+            else:
+                log.info(message)
             return self.step(*args, **kwargs)
 
 

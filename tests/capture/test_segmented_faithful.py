@@ -382,3 +382,33 @@ def test_a_step_run_as_segments_keeps_the_distributions_argument_checks() -> Non
         assert Distribution._validate_args  # and every later distribution of the process still checks
     finally:
         Distribution.set_default_validate_args(checks)
+
+
+def test_lbfgs_with_a_closure_warns_once_and_matches_eager() -> None:
+    """LBFGS reads its loss with ``float()`` inside ``step(closure)``: the step runs as segments, and its
+    optimizer eagerly. That second fallback warned again, for the same reason; it is logged now."""
+    def make():
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=3)
+
+        def step(x, y):
+            def closure():
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            return opt.step(closure).detach()
+        return step, model
+
+    (eager, eager_model), (step, model) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            assert torch.equal(eager(x, y), traced(x, y)), f"call {i}"
+            assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), model.parameters()))
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "torch.compile segments" in messages[0], messages
