@@ -76,6 +76,31 @@ _REFUSED = {
 _FORMAT = torch.Tensor.__format__
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
 
+_ONE_HOT = torch._C._nn.one_hot
+
+
+def _one_hot_by_scatter_applies(args: tuple, kwargs: dict) -> bool:
+    """``F.one_hot(y, n)`` of a CPU index tensor with ``n`` given: see ``_one_hot_by_scatter``."""
+    tensor = args[0] if args else kwargs.get("tensor")
+    classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+    return (isinstance(tensor, torch.Tensor) and tensor.dtype == torch.int64 and tensor.device.type == "cpu"
+            and type(classes) is int and classes >= 0 and len(args) + len(kwargs) == 2)
+
+
+def _one_hot_by_scatter(tensor: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``F.one_hot(tensor, num_classes)``, as ops a graph can replay: the same tensor (values, dtype,
+    strides) and, for a class out of range, the same error.
+
+    Why: torch's ``one_hot`` checks its classes with two ``.item()`` reads on
+    the host, so a step using it (a DQN's actions, a custom label smoothing)
+    refused capture. The checks become ``_assert_async`` ops with torch's
+    own messages (on the CPU they raise at once, as the reads did).
+    """
+    torch._assert_async((tensor >= 0).all(), "Class values must be non-negative.")
+    torch._assert_async((tensor < num_classes).all(), "Class values must be smaller than num_classes.")
+    return torch.zeros((*tensor.shape, num_classes), dtype=torch.int64).scatter_(-1, tensor.unsqueeze(-1), 1)
+
+
 def _formats_as_number(tensor: Any) -> bool:
     """A tensor ``format`` writes as its number (``Tensor.__format__``: a plain tensor of one value)."""
     return type(tensor) is torch.Tensor and tensor.dim() == 0 and not tensor.is_meta
@@ -362,6 +387,8 @@ class _ScalarMode(TorchFunctionMode):
             return self.recorder.traced_item(args[0])
         if func in VALUE_READS:
             return self.recorder.value_guards.read(func, args[0], user_source(2))
+        if func is _ONE_HOT and _one_hot_by_scatter_applies(args, kwargs):
+            return _one_hot_by_scatter(*args, **kwargs)
         if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
             # ``print(f"loss {loss:.4f}")``: torch formats a 0-dim tensor as its ``.item()``
             return format(self.recorder.traced_item(args[0]), *args[1:])
