@@ -181,6 +181,7 @@ class SegmentedCapture:
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
         self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
+        self._recompiles_warned = False
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
         # Dynamo calls these from inside a compile, holding its callbacks' lock; it can do so while its
@@ -264,8 +265,13 @@ class SegmentedCapture:
         if started.graphs:  # dynamo looked at a frame and made no graph: nothing was recompiled
             self.compiles.append(span)
         if started.graphs and not lazy:  # a lazily compiled backward belongs to the forward's warning
-            warnings.warn(f"graphprof: {self._name}: torch.compile compiled {what} after the first call "
-                          f"because {reason}; its compile time is left out of step times", stacklevel=2)
+            message = (f"graphprof: {self._name}: torch.compile compiled {what} after the first call because "
+                       f"{reason}; its compile time is left out of step times")
+            if self._recompiles_warned:  # a number dynamo specialised on recompiles every call: one warning
+                log.info(message)
+            else:
+                self._recompiles_warned = True
+                warnings.warn(message + " (later compiles are logged, not warned)", stacklevel=2)
 
     def _runner(self, segment: Segment) -> Callable[[list], Any]:
         plain, probed = compile_graph(segment.graph_module), compile_graph(segment.instrumented)

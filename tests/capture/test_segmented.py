@@ -172,3 +172,20 @@ def test_explicit_dynamo_mode_and_profiling_false() -> None:
         fn(*_inputs(i))
     with pytest.raises(RuntimeError, match="no profiled step"):
         fn.get_profile()
+
+
+def test_recompiles_after_the_first_call_warn_once() -> None:
+    """A number dynamo specialised on (a shift that changes every call) recompiles the forward on every
+    call: one warning says so, and the later compiles are logged."""
+    class Shift(nn.Module):
+        def forward(self, x, k):
+            return x.roll(k, 0) * 2
+
+    model = Shift()
+    fn = graphprof.trace(lambda x, k: model(x, k), capture="dynamo")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(1, 6):
+            assert torch.equal(fn(torch.arange(4.0), k), torch.arange(4.0).roll(k, 0) * 2)
+    recompiles = [str(w.message) for w in caught if "after the first call" in str(w.message)]
+    assert len(recompiles) == 1 and "later compiles are logged" in recompiles[0], recompiles
