@@ -115,6 +115,10 @@ class CapturedStep:
     optimizer_states_at_entry: tuple[int, ...] = ()
     #: The capture call's output (its prints, its logging), made when the capture is committed.
     flush_output: Callable[[], None] = lambda: None
+    #: The outputs (flattened) that were inference tensors (made under ``torch.inference_mode()``): a
+    #: replay returns them as inference tensors too, as eager does (``is_inference()``, and in-place
+    #: ops on them outside the mode raise).
+    inference_outputs: tuple[int, ...] = ()
     #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
@@ -344,6 +348,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
+                                inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
+                                                        if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
                                 flush_output=recorder.host_sources.flush)
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
@@ -398,6 +404,15 @@ def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScal
     output.args = ((user_outputs, grads),)
 
 
+def _as_inference(out_flat: Any, positions: tuple[int, ...]) -> list[Any]:
+    """``out_flat`` with the tensors at ``positions`` copied as inference tensors (bit for bit)."""
+    out = list(out_flat)
+    with torch.inference_mode():
+        for i in positions:
+            out[i] = out[i].clone()
+    return out
+
+
 def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: list[Any],
                  instrumented: bool = False, clock: Callable[[], int] | None = None) -> tuple[Any, Any, Any]:
     """Run a captured step's graph in place of the user's function.
@@ -428,6 +443,8 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     if instrumented:
         out, stamps = out
     out_flat, grads = out
+    if step.inference_outputs:
+        out_flat = _as_inference(out_flat, step.inference_outputs)
     if step._dtensor_params:
         for p, g in zip(step.grad_params, grads):
             if not same_gradient(p.grad, g):
