@@ -116,6 +116,17 @@ def _failure_counts() -> dict[Any, int]:
     return {code: len(reasons) for code, reasons in list(guard_failures.items())}
 
 
+def _random_variables() -> Any:
+    """dynamo's class for ``random.Random`` objects, when it has the check this module patches."""
+    misc = getattr(getattr(torch._dynamo, "variables", None), "misc", None)
+    variable = getattr(misc, "RandomVariable", None)
+    return variable if variable is not None and "is_supported_random_obj" in vars(variable) else None
+
+
+def _never(value: Any) -> bool:
+    return False
+
+
 def keep_distribution_checks() -> None:
     """Let dynamo make its once-per-process changes to torch now, then give ``torch.distributions``
     back the argument checks it had.
@@ -182,6 +193,8 @@ class SegmentedCapture:
         self._compiling: _Compiling | None = None
         self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
         self._recompiles_warned = False
+        #: dynamo's RandomVariable and its own check, while a compile sees no ``random.Random``.
+        self._random_objects: tuple[Any, Any] | None = None
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
         self._reads = HostReadTimer(lambda read: self.timeline.events.append(read), clock)
         # Dynamo calls these from inside a compile, holding its callbacks' lock; it can do so while its
@@ -244,11 +257,22 @@ class SegmentedCapture:
         # untraced, numpy runs as Python between the graphs, as eager runs it.
         self._trace_numpy = torch._dynamo.config.trace_numpy
         torch._dynamo.config.trace_numpy = False
+        # And a ``random.Random`` of the user's (``self.rng.uniform(0.8, 1.2)`` in a forward): dynamo
+        # made the compile's draw a constant of the graph, so every later call used it and the
+        # generator stopped. Seen as a plain object, its C methods break the graph and run as Python.
+        variable = _random_variables()
+        if variable is not None and self._random_objects is None:
+            self._random_objects = (variable, vars(variable)["is_supported_random_obj"])
+            variable.is_supported_random_obj = staticmethod(_never)
 
     def _on_compile_end(self, args: Any) -> None:
         from torch._dynamo.utils import guard_failures
         if self._trace_numpy is not None:
             torch._dynamo.config.trace_numpy, self._trace_numpy = self._trace_numpy, None
+        if self._random_objects is not None:
+            variable, check = self._random_objects
+            variable.is_supported_random_obj = check  # dynamo's own check again
+            self._random_objects = None
         started, self._compiling = self._compiling, None
         self._reads.paused = False
         if started is None or not self.compiled_once:

@@ -412,3 +412,29 @@ def test_lbfgs_with_a_closure_warns_once_and_matches_eager() -> None:
             assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), model.parameters()))
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "torch.compile segments" in messages[0], messages
+
+
+def test_a_random_instance_drawn_in_a_forward_draws_anew_in_every_segmented_call() -> None:
+    """``self.rng.uniform(...)`` in a forward refuses whole-step capture; in the segments, dynamo made the
+    compile's draw a constant of the graph, so every later call scaled by it and the generator stopped."""
+    class Jitter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rng, self.body = random.Random(0), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.body(x * self.rng.uniform(0.5, 1.5))
+
+    def make():
+        torch.manual_seed(0)
+        model = Jitter()
+        return (lambda x: model(x).sum().detach()), model
+
+    (eager, eager_model), (step, model) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            assert torch.equal(eager(torch.ones(2, 4)), traced(torch.ones(2, 4))), f"call {i}"
+            assert eager_model.rng.getstate() == model.rng.getstate(), f"call {i}"
+    assert traced.capture_mode == "segments"
