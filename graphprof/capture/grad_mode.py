@@ -20,6 +20,8 @@ refused (``refuse_differentiable_outputs``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 from typing import Any, Callable
 
@@ -74,3 +76,29 @@ def refuse_differentiable_outputs(out_flat: list[Any], backwards: int) -> None:
             f"the step returns a tensor autograd can still differentiate (made by {type(made).__name__}) and runs "
             "no backward itself: a replayed graph returns it without autograd's record, so a backward outside the "
             "step would fail (under torch.no_grad() it is returned as it is)")
+
+
+def refuse_opaque_outputs(out_flat: list[Any], made_in_step: Callable[[Any], bool]) -> None:
+    """Refuse a step that returns an object (a dataclass of its own) holding a tensor or a number the
+    step made (``made_in_step``), with a sentence that says so. An object holding only what it held
+    before the step (a module returned as it is) is the same object on every call, as before.
+
+    Why: such an object is one leaf of the returned structure, so its fields
+    are not outputs of the graph; the capture failed deep inside make_fx with
+    "a number read at run time ... NotImplementedError", naming nothing the
+    user wrote. A dict, a tuple, a namedtuple or a ``ModelOutput`` is
+    flattened and replayed; this object is not.
+    """
+    for leaf in out_flat:
+        if isinstance(leaf, (torch.Tensor, type)) or made_in_step(leaf):
+            continue
+        fields = getattr(leaf, "__dict__", None)
+        if dataclasses.is_dataclass(leaf):
+            fields = {f.name: getattr(leaf, f.name, None) for f in dataclasses.fields(leaf)}
+        if type(fields) is not dict:
+            continue
+        held = next((k for k, v in fields.items() if made_in_step(v)), None)
+        if held is not None:
+            raise DataDependentError(
+                f"the step returns a {type(leaf).__name__} whose {held} is a tensor or a number the step computes: "
+                "a replayed graph cannot rebuild such an object; return a dict, a tuple or a namedtuple")

@@ -202,7 +202,7 @@ class CaptureRecorder:
         new.reverse()
         return new
 
-    def _is_preexisting(self, tensor: torch.Tensor) -> bool:
+    def is_preexisting(self, tensor: torch.Tensor) -> bool:
         """True for tensors from before the capture (make_fx tracks only new ones)."""
         return get_proxy_slot(tensor, self.tracer, None) is None
 
@@ -218,10 +218,10 @@ class CaptureRecorder:
                 self.params_seen[id(a)] = a
                 self.write_log.note_grad(a)
                 add_parameter(self.state, a)
-        self.write_log.before_write(func, args, kwargs, self._is_preexisting)
+        self.write_log.before_write(func, args, kwargs, self.is_preexisting)
         record = self.context(args)
         before = self._last_node()
-        small = written_small_tensors(func, args, kwargs, self._is_preexisting)
+        small = written_small_tensors(func, args, kwargs, self.is_preexisting)
         originals = []
         if small:
             with _disable_current_modes(), torch.no_grad():

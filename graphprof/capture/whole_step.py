@@ -46,7 +46,7 @@ from graphprof.capture.caught_exceptions import refuse_caught_exceptions
 from graphprof.capture.state import StateIndex, candidate_objects, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
-from graphprof.capture.grad_mode import refuse_differentiable_outputs
+from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
@@ -286,6 +286,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                 params.append(p)
         out_flat, out_spec = pytree.tree_flatten(out)
         refuse_differentiable_outputs(out_flat, recorder.backwards)
+        refuse_opaque_outputs(out_flat, lambda v: isinstance(v, TracedScalar) or (
+            isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
         holder.update(out=out, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]

@@ -6,11 +6,15 @@ still differentiate (``fwd = trace(lambda x: model(x))``, then
 ``loss_fn(fwd(x), y).backward()`` outside) got back a tensor without a
 ``grad_fn`` from the first replay on, and the user's backward raised. Such a
 function is now profiled as segments, with one warning, and trains as eager.
+A step that returns its own dataclass holding its loss is told so, in one
+sentence that names it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -64,3 +68,38 @@ def test_a_forward_pass_under_no_grad_stays_one_graph() -> None:
         outs = [forward(_batch(i)[0]) for i in range(CALLS)]
     assert all(torch.equal(out, model(_batch(i)[0]).detach()) for i, out in enumerate(outs))
     assert forward.capture_mode == "whole-step" and forward.captures == 1
+
+
+@dataclasses.dataclass
+class _StepOutput:
+    loss: torch.Tensor
+    calls: int
+
+
+def test_a_returned_dataclass_holding_the_loss_refuses_with_a_sentence_that_names_it() -> None:
+    """It failed deep in make_fx ("a number read at run time ... NotImplementedError"), naming nothing the
+    user wrote; the step still runs as segments, with eager's results."""
+    def make() -> tuple[Callable[[torch.Tensor], Any], dict[str, int]]:
+        torch.manual_seed(0)
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = {"n": 0}
+
+        def step(x: torch.Tensor) -> _StepOutput:
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            state["n"] += 1
+            return _StepOutput(loss.detach(), state["n"])
+        return step, state
+
+    (eager, _), (step, _) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            expected, got = eager(torch.ones(2, 3)), traced(torch.ones(2, 3))
+            assert torch.equal(expected.loss, got.loss) and expected.calls == got.calls, f"call {i}"
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "returns a _StepOutput whose loss is a tensor" in messages[0], messages
