@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+import torch.utils._pytree as pytree
+
 #: A number the call was given or holds: an int or float (a bool is a flag, never a computed number).
 NUMBER_TYPES = (int, float)
 
@@ -28,34 +30,18 @@ def is_number(value: Any) -> bool:
 
 
 def number_leaves(tree: Any, is_scalar: Callable[[Any], bool]) -> list[Any]:
-    """The numbers (ints and floats) and traced numbers of ``tree`` (args, kwargs: lists, tuples and
-    dicts walked in order)."""
-    out: list[Any] = []
-
-    def walk(v: Any) -> None:
-        if is_scalar(v) or is_number(v):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-
-    walk(tree)
-    return out
+    """The numbers (ints and floats) and traced numbers among ``tree``'s leaves (args, kwargs), in
+    ``pytree`` order."""
+    return [v for v in pytree.tree_leaves(tree) if is_scalar(v) or is_number(v)]
 
 
 def replace_numbers(tree: Any, replacements: Iterator[Any]) -> Any:
     """``tree`` with its numbers (in ``number_leaves``' order) each replaced by the next of
     ``replacements``, where that is not None."""
-    if is_number(tree):
+    def replaced(leaf: Any) -> Any:
+        if not is_number(leaf):
+            return leaf
         new = next(replacements)
-        return tree if new is None else new
-    if isinstance(tree, list):
-        return [replace_numbers(x, replacements) for x in tree]
-    if isinstance(tree, tuple):
-        return tuple(replace_numbers(x, replacements) for x in tree)
-    if isinstance(tree, dict):
-        return {k: replace_numbers(v, replacements) for k, v in tree.items()}
-    return tree
+        return leaf if new is None else new
+
+    return pytree.tree_map(replaced, tree)

@@ -62,33 +62,41 @@ def _number_argument(argument: Any) -> bool:
     return isinstance(kind, (torch._C.NumberType, torch._C.FloatType, torch._C.TensorType))
 
 
+def _numeric_places(node: torch.fx.Node, schema: Any) -> tuple[list[bool], dict[str, bool]]:
+    """Which of the node's positional and keyword arguments take a number to compute with
+    (``_number_argument``); every one of an op without a schema. Worked out once per node."""
+    if schema is None:
+        return [True] * len(node.args), dict.fromkeys(node.kwargs, True)
+    by_name = {a.name: a for a in schema.arguments}
+    return ([i < len(schema.arguments) and _number_argument(schema.arguments[i]) for i in range(len(node.args))],
+            {k: k in by_name and _number_argument(by_name[k]) for k in node.kwargs})
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    return str(getattr(node.target, "_opname", None) or getattr(node.target, "__name__", ""))
+
+
 def _linked_by_place(node: torch.fx.Node, scalars: list[TracedScalar], used: set[int], call: CallScalars | None,
-                     schema: Any) -> bool:
+                     places: tuple[list[bool], dict[str, bool]]) -> bool:
     """Link the numbers of an op node that holds a traced number's value more often than the pending
     numbers have it (``x.select(1, k)`` with ``k == 1``) by their places in the call, when the node is
     the call's own op; refuse when it is not. False when the node is not ambiguous."""
-    numeric: list[Any] = []
-    if schema is not None:
-        for i, value in enumerate(node.args):
-            if i < len(schema.arguments) and _number_argument(schema.arguments[i]):
-                numeric += number_leaves(value, _no_scalar)
-        by_name = {a.name: a for a in schema.arguments}
-        numeric += [v for k, value in node.kwargs.items() if k in by_name and _number_argument(by_name[k])
-                    for v in number_leaves(value, _no_scalar)]
+    numeric_args, numeric_kwargs = places
+    numeric = [v for value, numeric_arg in zip(node.args, numeric_args) if numeric_arg
+               for v in number_leaves(value, _no_scalar)]
+    numeric += [v for k, value in node.kwargs.items() if numeric_kwargs[k] for v in number_leaves(value, _no_scalar)]
     literals = number_leaves((node.args, node.kwargs), _no_scalar)
-    value = ambiguous_value(literals, numeric if schema is not None else literals, scalars,
-                            lambda s: not s.is_input)
+    value = ambiguous_value(literals, numeric, scalars, lambda s: not s.is_input)
     if value is None:
         return False
-    op_name = str(getattr(node.target, "_opname", None) or getattr(node.target, "__name__", ""))
-    places = None if call is None else aligned_scalars(op_name, literals, call, _is_traced)
-    if places is None:
+    linked_at = None if call is None else aligned_scalars(_op_name(node), literals, call, _is_traced)
+    if linked_at is None:
         raise DataDependentError(
             f"a number the step passes at {user_source(4)} equals {value!r}, a constant of the same op "
             f"({node.target}), and a static graph could not tell which is which")
-    linked = iter([None if s is None else s.node for s in places])
+    linked = iter([None if s is None else s.node for s in linked_at])
     node.args, node.kwargs = replace_numbers((node.args, node.kwargs), linked)
-    used.update(id(s) for s in places if s is not None)
+    used.update(id(s) for s in linked_at if s is not None)
     return True
 
 
@@ -100,18 +108,17 @@ def _own_op(node: torch.fx.Node, call: CallScalars | None) -> bool:
     """Whether ``node`` is the op the call names (``select`` for ``Tensor.select``), so that its
     arguments are the call's, not numbers torch computed from them."""
     name = getattr(call.func, "__name__", None) if call is not None else None
-    op_name = str(getattr(node.target, "_opname", None) or getattr(node.target, "__name__", ""))
+    op_name = _op_name(node)
     return name is not None and (name.rstrip("_") == op_name.rstrip("_") or op_name in _INDEXING.get(name, ()))
 
 
-def _refuse_derived_sizes(node: torch.fx.Node, schema: Any, computed: list[TracedScalar],
+def _refuse_derived_sizes(node: torch.fx.Node, numeric_args: list[bool], computed: list[TracedScalar],
                           call: CallScalars | None) -> None:
     """Refuse a number read from a tensor that reaches a size, an index or a dim of an op other than
     the one the step called: torch made that op from the call, and may have computed other sizes from
     the number on the way (``x.narrow(1, k, 1)`` is recorded as ``slice(x, 1, k, k + 1)``, its end a
     constant), which a replay would keep."""
-    sizes = [v for i, value in enumerate(node.args)
-             if not (i < len(schema.arguments) and _number_argument(schema.arguments[i]))
+    sizes = [v for value, numeric_arg in zip(node.args, numeric_args) if not numeric_arg
              for v in number_leaves(value, _no_scalar)]
     if not sizes or _own_op(node, call):
         return
@@ -126,7 +133,7 @@ def _refuse_derived_sizes(node: torch.fx.Node, schema: Any, computed: list[Trace
 
 
 def link_scalars(node: torch.fx.Node, scalars: list[TracedScalar], used: set[int],
-                  call: CallScalars | None = None) -> None:
+                 call: CallScalars | None = None) -> None:
     """Point an op node's scalar arguments at the nodes that compute them.
 
     Values read from tensors (``.item()``) link wherever they appear. Input
@@ -134,23 +141,15 @@ def link_scalars(node: torch.fx.Node, scalars: list[TracedScalar], used: set[int
     a dim, a flag) the graph is specialised to the value and a guard says so.
     """
     computed = [s for s in scalars if not s.is_input]
-    schema = getattr(node.target, "_schema", None)
-    if _linked_by_place(node, scalars, used, call, schema):
+    places = _numeric_places(node, getattr(node.target, "_schema", None))
+    if _linked_by_place(node, scalars, used, call, places):
         return
-    if schema is not None and computed:
-        _refuse_derived_sizes(node, schema, computed, call)
-    if schema is None:
-        node.args = _substitute(node.args, scalars, used)
-        node.kwargs = {k: _substitute(v, scalars, used) for k, v in node.kwargs.items()}
-        return
-    by_name = {a.name: a for a in schema.arguments}
-    args = []
-    for i, value in enumerate(node.args):
-        numeric = i < len(schema.arguments) and _number_argument(schema.arguments[i])
-        args.append(_substitute(value, scalars if numeric else computed, used))
-    node.args = tuple(args)
-    node.kwargs = {k: _substitute(v, scalars if k in by_name and _number_argument(by_name[k]) else computed, used)
-                   for k, v in node.kwargs.items()}
+    numeric_args, numeric_kwargs = places
+    if computed:
+        _refuse_derived_sizes(node, numeric_args, computed, call)
+    node.args = tuple(_substitute(value, scalars if numeric_arg else computed, used)
+                      for value, numeric_arg in zip(node.args, numeric_args))
+    node.kwargs = {k: _substitute(v, scalars if numeric_kwargs[k] else computed, used) for k, v in node.kwargs.items()}
 
 
 def _key(value: Any) -> tuple[type, Any]:

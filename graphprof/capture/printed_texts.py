@@ -48,6 +48,8 @@ from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 from typing import Any, Callable
 
+import torch.utils._pytree as pytree
+
 from graphprof.capture.sources import is_library
 
 #: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
@@ -106,24 +108,15 @@ class PrintedTexts:
         return f"{self.tag}{len(self.entries) - 1}\x00"
 
     def expand(self, value: Any) -> Any:
-        """``value`` (a print's arguments) with each string holding markers as a ``FormattedText``."""
-        if isinstance(value, str):
-            return self._text(value) if self.tag in value else value
-        if type(value) in (list, tuple):
-            return type(value)(self.expand(v) for v in value)
-        if type(value) is dict:
-            return {k: self.expand(v) for k, v in value.items()}
-        return value
+        """``value`` (a print's arguments) with each string holding markers as a ``FormattedText``;
+        ``value`` itself when none does."""
+        if not self.holds_markers(value):
+            return value
+        return pytree.tree_map_only(str, lambda text: self._text(text) if self.tag in text else text, value)
 
     def holds_markers(self, value: Any) -> bool:
         """Whether ``value`` (a call's arguments) holds a string with one of this capture's markers."""
-        if isinstance(value, str):
-            return self.tag in value
-        if type(value) in (list, tuple):
-            return any(self.holds_markers(v) for v in value)
-        if type(value) is dict:
-            return any(self.holds_markers(v) for v in value.values())
-        return False
+        return any(isinstance(leaf, str) and self.tag in leaf for leaf in pytree.tree_leaves(value))
 
     def _text(self, text: str) -> FormattedText:
         parts: list[str | Formatted] = []
@@ -159,7 +152,7 @@ def only_printed(code: CodeType, offset: int, frame: FrameType) -> bool:
     if call is None:
         return False
     if isinstance(call.func, ast.Attribute):
-        return _a_logging_call(call.func, code, frame)
+        return _a_logging_call(call.func, frame)
     return _names_builtin_print(code, frame)
 
 
@@ -178,11 +171,11 @@ def _names_builtin_print(code: CodeType, frame: FrameType) -> bool:
 _LOG_METHODS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "fatal"})
 
 
-def _a_logging_call(func: ast.Attribute, code: CodeType, frame: FrameType) -> bool:
+def _a_logging_call(func: ast.Attribute, frame: FrameType) -> bool:
     """``log.info(...)``, ``self.logger.warning(...)`` or ``logging.info(...)``, where the object is a
     ``logging.Logger`` whose method is logging's own, or the ``logging`` module, found without running
     any of the user's code (no property is called): anything else could keep the marker."""
-    owner = _static_value(func.value, code, frame)
+    owner = _static_value(func.value, frame)
     if owner is logging:
         return getattr(logging, func.attr) is _LOGGING_FUNCTIONS[func.attr]
     return isinstance(owner, logging.Logger) and inspect.getattr_static(owner, func.attr, None) is getattr(
@@ -194,16 +187,16 @@ _LOGGING_FUNCTIONS = {name: getattr(logging, name) for name in _LOG_METHODS}
 _MISSING = object()
 
 
-def _static_value(node: ast.expr, code: CodeType, frame: FrameType) -> Any:
+def _static_value(node: ast.expr, frame: FrameType) -> Any:
     """The object a name or a chain of attributes names in ``frame``, looked up in dicts alone, or
     ``_MISSING`` (a property, a ``__getattr__``, a name not found)."""
     if isinstance(node, ast.Name):
-        for names in _namespaces(code, frame):
+        for names in _namespaces(frame):
             if node.id in names:
                 return names[node.id]
         return _MISSING
     if isinstance(node, ast.Attribute):
-        owner = _static_value(node.value, code, frame)
+        owner = _static_value(node.value, frame)
         if owner is _MISSING:
             return _MISSING
         value = inspect.getattr_static(owner, node.attr, _MISSING)
@@ -211,7 +204,7 @@ def _static_value(node: ast.expr, code: CodeType, frame: FrameType) -> Any:
     return _MISSING
 
 
-def _namespaces(code: CodeType, frame: FrameType) -> list[dict[str, Any]]:
+def _namespaces(frame: FrameType) -> list[dict[str, Any]]:
     """Where a name is looked up: the frame's locals (a snapshot for a function's frame, only read),
     globals and builtins. The object was loaded already, before the f-string's values were."""
     return [frame.f_locals, frame.f_globals, frame.f_builtins]
