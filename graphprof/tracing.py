@@ -38,6 +38,7 @@ from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
 from graphprof.runtime.device_clock import TIMINGS, DeviceClock
+from graphprof.runtime.failed_replays import ReplayError
 from graphprof.runtime.runner import Runner
 from graphprof.runtime.schedule import Action, Schedule
 from graphprof.runtime.segmented_runner import SegmentedRunner
@@ -312,10 +313,41 @@ class TracedFunction:
         if isinstance(runner, SegmentedRunner):
             result = runner.run(call, start, action, args, kwargs, leaves, key)
         else:
-            result = runner.run(call, start, action, args, kwargs, leaves)
+            try:
+                result = runner.run(call, start, action, args, kwargs, leaves)
+            except ReplayError as failed:
+                return self._after_failed_replay(failed, args, kwargs)
         if action is Action.RECORD_AND_SAVE and runner.recorded():
             self._complete_cycle(runner)
         return result
+
+    def _after_failed_replay(self, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
+        """Give the caller eager's outcome of a call whose replay raised (runtime/failed_replays.py).
+
+        When the replay changed nothing the user holds before it stopped, the
+        step runs again eagerly from that state: eager's error, with eager's
+        traceback and everything eager did before it. Should eager not raise,
+        the replay raised where eager does not: its result is returned, and the
+        step is not replayed again. When the replay had changed state, what
+        eager leaves cannot be given: the error is raised after one warning,
+        and later calls run as segments, which stop where eager stops.
+        """
+        failure, error = failed.failure, failed.error
+        what = f"{type(error).__name__}: {error}".splitlines()[0]
+        if failure.written is None:
+            failure.restore()
+            result = self._fn(*args, **kwargs)  # raises eager's own error, as eager would have
+            self._segments_only = f"its graph raised {what} where eager did not"
+            warnings.warn(f"graphprof: the replayed graph of {self.__name__} raised {what} at {failure.node}, "
+                          "where eager did not; this call ran eagerly, and later calls run as torch.compile "
+                          "segments", stacklevel=5)
+            return result
+        self._segments_only = f"a replay raised {what} after it had {failure.written}"
+        warnings.warn(f"graphprof: the replayed graph of {self.__name__} raised {what} at {failure.node or 'an op'} "
+                      f"after it had {failure.written}, so what the step changes before that point (Python "
+                      "state, gradients) may differ from what eager leaves; later calls run as torch.compile "
+                      "segments, which stop where eager stops", stacklevel=5)
+        raise error
 
     def _segmented_runner(self) -> SegmentedRunner:
         if self._segmented is None:

@@ -53,6 +53,11 @@ def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, recor
     return node
 
 
+def is_reader(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a reader (``reader_node``): it reads Python state and changes none."""
+    return bool(node.meta.get(_READER))
+
+
 def input_scalar(graph: torch.fx.Graph, value: Any, read: Callable[[], Any], name: str, record: Any,
                  where: str, during_step: str | None = None) -> TracedScalar:
     """``value`` as an input scalar of the capture, read by a reader node on every replay.

@@ -127,6 +127,11 @@ class CaptureRecorder:
         self.write_log = WriteLog(lambda: state_tensors(state))
         for p in state.params.values():
             self.write_log.note_grad(p)
+        #: The gradients the call began with, and where the step dropped them (``zero_grad()``): the
+        #: name of the last node before, and which were gone then (``grads_dropped``, None until seen).
+        #: A replay drops them before it starts; a failed one needs to know whether eager had too.
+        self._entry_grads = [(p, p.grad) for p in state.params.values() if p.grad is not None]
+        self.grads_dropped: tuple[str | None, frozenset[int]] | None = None
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
         self.data_sized = DataSizedTensors()
@@ -212,7 +217,19 @@ class CaptureRecorder:
             return slot.proxy.node
         return self.tracer.create_arg(tensor)
 
+    def _note_dropped_grads(self) -> None:
+        """Before an op: whether the first gradient of the call's start is gone (one test per op)."""
+        param, grad = self._entry_grads[0]
+        if param.grad is grad:
+            return
+        last = self._last_node()
+        self.grads_dropped = (None if last is None else last.name,
+                              frozenset(id(p) for p, g in self._entry_grads if p.grad is not g))
+        self._entry_grads = []
+
     def record_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if self._entry_grads:
+            self._note_dropped_grads()
         for a in args:
             if isinstance(a, nn.Parameter) and id(a) not in self.params_seen:
                 self.params_seen[id(a)] = a

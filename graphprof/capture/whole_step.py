@@ -125,6 +125,11 @@ class CapturedStep:
     #: The optimizers' per-parameter dicts and values the graph holds (capture/optimizer_state.py).
     optimizer_state_entries: OptimizerStateEntries | None = None
 
+    #: Where eager drops the gradients in ``clear_grads`` (a replay drops them first): after the node
+    #: of this name ("" before the first node; ``UNKNOWN_DROP`` when not seen; None: none dropped).
+    #: A failed replay reads it (runtime/failed_replays.py): eager's error before that point leaves them.
+    grads_dropped_after: str | None = None
+
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
     #: The guards' compiled check (``compile_guards``: after the passes, which may touch the graph).
@@ -185,6 +190,8 @@ class CapturedStep:
         return self.compile_guards().broken(leaves)
 
 
+#: ``CapturedStep.grads_dropped_after`` when the capture did not see where the step dropped them.
+UNKNOWN_DROP = "?"
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
@@ -352,6 +359,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
+                                grads_dropped_after=_dropped_after(clear, recorder.grads_dropped),
                                 flush_output=recorder.host_sources.flush)
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
@@ -360,6 +368,15 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if isinstance(exc, DataDependentError) and "recorder" in holder:  # the path it refused on
             exc.refused_path = refused_path(holder["recorder"].guards, holder.get("scalar_positions", {}))
         raise
+
+
+def _dropped_after(clear: list[nn.Parameter], dropped: tuple[str | None, frozenset[int]] | None) -> str | None:
+    """``CapturedStep.grads_dropped_after`` of the recorder's sighting (``CaptureRecorder.grads_dropped``)."""
+    if not clear:
+        return None
+    if dropped is None or not {id(p) for p in clear} <= dropped[1]:
+        return UNKNOWN_DROP
+    return dropped[0] or ""
 
 
 def _held(held: tuple[HeldValue, ...], optimizer_only: bool) -> tuple[HeldValue, ...]:

@@ -94,6 +94,7 @@ def compile_graph(gm: torch.fx.GraphModule, constants: Mapping[str, Any] | None 
             last_use[used] = node
     to_free: dict[torch.fx.Node, list[str]] = {}
     params, body = [], []
+    line_nodes: list[torch.fx.Node | None] = [None]  # per line of the text (the first: ``def``)
     for i, node in enumerate(nodes):
         name = f"v{i}"
         src.names[node] = name
@@ -119,6 +120,7 @@ def compile_graph(gm: torch.fx.GraphModule, constants: Mapping[str, Any] | None 
             body.append(f"    del {', '.join(to_free[node])}")
         if not node.users and node.op not in ("output", "placeholder"):
             body.append(f"    del {name}")
+        line_nodes += [node] * (len(body) - len(line_nodes) + 1)
     text = f"def graph({', '.join(params)}):\n" + "\n".join(body) + "\n"
     namespace = dict(src.globals)
     try:
@@ -130,4 +132,5 @@ def compile_graph(gm: torch.fx.GraphModule, constants: Mapping[str, Any] | None 
         return gm
     fn = namespace["graph"]
     fn.__graphprof_source__ = text
+    fn.__graphprof_nodes__ = tuple(line_nodes)  # which node a line runs: a failed replay's traceback
     return fn

@@ -31,6 +31,7 @@ from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_
 from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.collect import gradient_host_record, graph_record
 from graphprof.runtime.device_clock import DeviceClock, DeviceTimeline, device_timeline
+from graphprof.runtime.failed_replays import ReplayError, diagnose, random_devices, saved_generators
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action
@@ -51,6 +52,7 @@ class WholeStepRunner:
         self.workspace_note = "not measured: profiling=False"  # meta.extra["workspace"]
         self._clock = clock
         self._executables: dict[bool, Callable[..., Any]] = {}
+        self._random_devices = random_devices(captured.graph_module.graph)
 
     @classmethod
     def capture(cls, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, clock: Clock,
@@ -116,14 +118,24 @@ class WholeStepRunner:
         writes = self.captured.argument_writes
         if writes is not None:  # the graph's effect changes this call's own lists and dicts, and drops them
             writes.current = (args, kwargs)
+        # A copy of the default generators the graph draws from: a replay that raises can then be run
+        # again eagerly from the call's own state (runtime/failed_replays.py). Only graphs that draw pay it.
+        restore = saved_generators(self._random_devices) if self._random_devices else _nothing_to_undo
+        executable = self.executable(action is not Action.NONE)
+        try:
+            return self._run(executable, call, start_ns, action, leaves)
+        except Exception as exc:
+            raise ReplayError(exc, diagnose(self.captured, executable, exc, restore)) from exc
+
+    def _run(self, executable: Callable[..., Any], call: int, start_ns: int, action: Action,
+             leaves: list[Any]) -> Any:
         if action is Action.NONE:
-            return run_captured(self.captured, self.executable(False), leaves)[0]
+            return run_captured(self.captured, executable, leaves)[0]
         if self.sampler is not None:
             self.sampler.begin_step()
         if self.timeline is not None:
             self.timeline.begin_step()
-        result, stamps, host = run_captured(self.captured, self.executable(True), leaves,
-                                            instrumented=True, clock=self._clock)
+        result, stamps, host = run_captured(self.captured, executable, leaves, instrumented=True, clock=self._clock)
         if self.timeline is not None:
             self.timeline.finish()  # the step's one device synchronisation, inside its wall time
         if action is Action.WARMUP:

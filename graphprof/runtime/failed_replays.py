@@ -1,0 +1,195 @@
+"""A replay that raises: what it had changed when it stopped, and how to give the caller eager's outcome.
+
+An op of a replayed graph can raise where eager raises too: a token id out
+of range in an embedding, a class out of range in a loss, an allocation that
+does not fit. A caller may catch that and go on (skip the batch), and must
+then find what eager leaves. Eager leaves everything the step did before
+the error: its Python effects, the gradients its backward set. A replay
+does not: it assigns gradients and repeats the step's Python at its end.
+
+Why this is decidable: the replay runs eager's ops in eager's order, so the
+node that raised (from the traceback through the generated code,
+``codegen.compile_graph``'s line map) tells what ran before it. When nothing
+before it wrote a tensor the user can see (a parameter, an argument, state
+read at run time, a view of one), ran a host effect, drew from a generator
+other than the default ones, or dropped gradients that eager would still
+hold, the user's state is as it was before the call (the default generators
+are put back from a copy taken at its start): running the step eagerly
+from there gives exactly eager's error and eager's state.
+Otherwise ``FailedReplay.written`` says what stands in the way.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Callable
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from graphprof.capture.host_nodes import is_reader
+from graphprof.capture.whole_step import UNKNOWN_DROP, CapturedStep
+from graphprof.passes.records import ANNOTATION, CAPTURE, STATE
+
+#: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
+_PURE_MODULES = frozenset({"_operator", "operator", "math", "builtins"})
+
+
+class ReplayError(Exception):
+    """A replay raised ``error``; ``failure`` says whether the step can be run again eagerly."""
+
+    def __init__(self, error: BaseException, failure: "FailedReplay") -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.failure = failure
+
+
+@dataclass(frozen=True)
+class FailedReplay:
+    """Where a replay raised, and what it had changed by then."""
+
+    #: The node that raised ("" when the traceback does not say).
+    node: str
+    #: What the replay had changed that eager's run from the same state cannot be given back, in
+    #: words; None when the user's state is as before the call (the generators once ``restore`` ran).
+    written: str | None
+    #: Puts back the default generators' states of the call's start.
+    restore: Callable[[], None]
+
+
+def failing_node(error: BaseException, executable: Any) -> torch.fx.Node | None:
+    """The node of ``executable`` (a ``compile_graph`` function) whose line ``error`` was raised from."""
+    code = getattr(executable, "__code__", None)
+    lines = getattr(executable, "__graphprof_nodes__", None)
+    if code is None or lines is None:
+        return None
+    tb: TracebackType | None = error.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if line is None or not 0 < line <= len(lines):
+        return None
+    return lines[line - 1]
+
+
+def _nodes(value: Any) -> list[torch.fx.Node]:
+    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.fx.Node)]
+
+
+def describe(node: torch.fx.Node) -> str:
+    """``node`` for a sentence: its op and the user's line (``embedding at train.py:41``)."""
+    target = node.target
+    name = target.overloadpacket.__name__ if isinstance(target, torch._ops.OpOverload) else node.name
+    record = node.meta.get(CAPTURE)
+    return f"{name} at {record.source}" if record is not None and record.source else name
+
+
+def _held_name(node: torch.fx.Node) -> str:
+    """The user's name of the tensor ``node`` is or views (``weight``, ``input0``), else the node's."""
+    seen = node
+    for _ in range(64):  # views of views: a short chain back to the state it views
+        record = seen.meta.get(STATE)
+        if record is not None:
+            return str(record.name)
+        inputs = seen.all_input_nodes
+        if not inputs:
+            break
+        seen = inputs[0]
+    return node.name
+
+
+def _argument(node: torch.fx.Node, index: int, name: str) -> Any:
+    return node.args[index] if index < len(node.args) else node.kwargs.get(name)
+
+
+def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
+    """What the nodes before ``stop`` changed that outlives the call, in words; None when nothing.
+
+    A tensor is the replay's own ("fresh") when an op made it, not a view
+    of anything else: writing one changes nothing the user holds. Anything
+    the rules do not know (a host effect, an op without a schema) counts as
+    a change.
+    """
+    fresh: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node is stop:
+            return None
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            schema = target._schema
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write:
+                    held = [v for v in _nodes(_argument(node, i, arg.name)) if v not in fresh]
+                    if held:
+                        return f"written {_held_name(held[0])} ({describe(node)})"
+            if torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is not None:
+                return f"drawn from the step's own generator ({describe(node)})"
+            aliased = [v for i, arg in enumerate(schema.arguments) if arg.alias_info is not None
+                       for v in _nodes(_argument(node, i, arg.name))]
+            if all(v in fresh for v in aliased):  # a new tensor, or a view of the replay's own
+                fresh.add(node)
+        elif target is operator.getitem:
+            if node.args and node.args[0] in fresh:
+                fresh.add(node)
+        elif is_reader(node) or getattr(target, "__module__", None) in _PURE_MODULES:
+            continue
+        else:
+            return f"run {getattr(target, '__name__', target)} ({describe(node)})"
+    return None
+
+
+def diagnose(step: CapturedStep, executable: Any, error: BaseException,
+             restore: Callable[[], None]) -> FailedReplay:
+    """What the replay of ``step`` by ``executable`` (its plain or instrumented code) that raised
+    ``error`` had changed; ``restore`` puts back the generators of the call's start."""
+    raised = failing_node(error, executable)
+    if raised is None:
+        return FailedReplay("", "stopped where graphprof cannot tell", restore)
+    nodes = list(step.graph_module.graph.nodes)
+    position = {node.name: i for i, node in enumerate(nodes)}
+    at = position.get(raised.name)
+    if at is None or nodes[at].target is not raised.target:
+        return FailedReplay(raised.name, "stopped where graphprof cannot tell", restore)
+    written = first_change(step.graph_module.graph, nodes[at])
+    dropped = step.grads_dropped_after
+    if written is None and dropped is not None and (dropped == UNKNOWN_DROP or position.get(dropped, -1) >= at):
+        written = "dropped the gradients that eager drops later in the step (zero_grad)"
+    return FailedReplay(describe(nodes[at]), written, restore)
+
+
+def random_devices(graph: torch.fx.Graph) -> tuple[str, ...]:
+    """The device types whose default generator the graph's ops draw from."""
+    found: set[str] = set()
+    for node in graph.nodes:
+        target = node.target
+        if (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+                and torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is None):
+            annotation = node.meta.get(ANNOTATION)
+            tensors = annotation.out_tensors if annotation is not None else ()
+            found.update({t.device.split(":")[0] for t in tensors if t is not None} or {"cpu"})
+    return tuple(sorted(found))
+
+
+def saved_generators(devices: tuple[str, ...]) -> Callable[[], None]:
+    """A copy of the default generators' states of ``devices`` now; calling it puts them back."""
+    states = []
+    for device in devices:
+        if device == "cpu":
+            states.append((torch.set_rng_state, torch.get_rng_state()))
+        else:
+            module = torch.get_device_module(device)
+            states.append((module.set_rng_state, module.get_rng_state()))
+
+    def restore() -> None:
+        for set_state, state in states:
+            set_state(state)
+
+    return restore
+
