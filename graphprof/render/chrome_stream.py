@@ -182,6 +182,8 @@ class _Planned:
     ids: list[int]
     flops: list[Any]
     moved: list[Any]
+    #: Every node's counter (``texts.counter`` keeps only the changes, for the blocks).
+    counters: list[str | None]
 
 
 def _finite(values: Iterable[float]) -> None:
@@ -194,8 +196,9 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
     """Step ``k``'s events of ``p``'s nodes that have it, one at a time into ``out`` (written to ``f`` every
     ``CHUNK_EVENTS``), with the allocator's reads after their nodes; returns the end time."""
     lead_of, middle_of, tail_of, close_of = p.strings or ([], [], [], [])
+    last_counter = None  # counters are written where they change, among the nodes that have this step
     for lead, middle, tail, close, counter, times, flops, moved, node_id in zip(
-            lead_of, middle_of, tail_of, close_of, p.texts.counter, p.times or (), p.flops, p.moved, p.ids):
+            lead_of, middle_of, tail_of, close_of, p.counters, p.times or (), p.flops, p.moved, p.ids):
         if k >= len(times):
             continue
         time_s = times[k]
@@ -208,8 +211,9 @@ def _loop_events(p: _Planned, k: int, step_index: int, t_us: float, allocator: d
                 rates += f"{_BANDWIDTH_KEY}{moved / time_s!r}"
         out.append(f'{lead}{t_us!r},"dur":{dur_us!r}{middle}{step_index}{tail}{rates}{close}')
         t_us += dur_us
-        if counter is not None:
+        if counter is not None and counter != last_counter:
             out.append(f"{_COUNTER_HEAD}{t_us!r}{counter}")
+            last_counter = counter
         read = allocator.get((p.graph.id, step_index, node_id)) if allocator else None
         if read is not None:
             out.append("," + json_text({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": p.pid,
@@ -227,6 +231,20 @@ def _counts_as_arrays(frame: NodeFrame) -> tuple[np.ndarray, ...] | None:
         return (*int_array(frame, "flops"), *int_array(frame, "bytes_moved"))
     except ValueError:
         return None
+
+
+def changes_only(counters: list[str | None]) -> list[str | None]:
+    """``counters`` with None for each that repeats the last one before it (``render.chrome_trace``)."""
+    kept = list(counters)
+    last = None
+    for i, text in enumerate(counters):
+        if text is None:
+            continue
+        if text == last:
+            kept[i] = None
+        else:
+            last = text
+    return kept
 
 
 def _counters(graph: GraphRecord, frame: NodeFrame, lo: int, hi: int, pid: int) -> list[str | None]:
@@ -281,8 +299,9 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
     for graph, lo, hi in spans:
         pid = pid_of.get(graph.id, PID)
         track_of = {phase: tid for (gid, phase), tid in tracks.items() if gid == graph.id}
+        counters = _counters(graph, frame, lo, hi, pid)
         static = node_texts(frame, graph, lo, hi, critical.get(graph.id, frozenset()), pid, track_of,
-                            _counters(graph, frame, lo, hi, pid), bound_texts(bounds, graph.id, ids[lo:hi]))
+                            changes_only(counters), bound_texts(bounds, graph.id, ids[lo:hi]))
         samples_ns, most = _samples_ns(graph, frame, lo, hi)
         n_steps = max(n_steps, most)
         blocks = None
@@ -294,7 +313,7 @@ def write_chrome_trace(profile: Profile, f: IO[str], stat: str = "median",
                      zip(frame.column("device_time_ns")[lo:hi], frame.column("host_time_ns")[lo:hi])]
             _finite(chain.from_iterable(times))
         plan.append(_Planned(graph, pid, static, blocks, None if times is None else static.strings(), times,
-                             ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi]))
+                             ids[lo:hi], flops_of[lo:hi], moved_of[lo:hi], counters))
     offset_us = 0.0
     chunk: list[str] = []
     for k in range(n_steps):

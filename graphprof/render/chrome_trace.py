@@ -19,7 +19,11 @@ Opens in ``chrome://tracing``, https://ui.perfetto.dev and speedscope. Layout:
   ``critical_path`` (the node lies on its graph's critical path under the
   chosen statistic; such events also get the reserved colour ``terrible``);
 - a counter track (``"ph": "C"``) "live memory" with the modelled live bytes
-  after each node, split by category, when the memory pass filled them, and
+  after each node, split by category, when the memory pass filled them
+  (written where they change: a counter holds its value until the next
+  sample, so a node that leaves them as they were adds nothing to the
+  track, and a third of a transformer's nodes do; the first node of each
+  graph in each step always writes them), and
   one "device memory" with the allocator's allocated and reserved bytes where
   it was sampled (on an accelerator).
 

@@ -107,6 +107,7 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
             cp = critical.get(graph.id, frozenset())
             pid = pid_of.get(graph.id, PID)
             t_us = cursor[pid]
+            last_series: list[Any] | None = None  # the series of the last counter of this graph in this step
             for node in graph.nodes:
                 times = samples[(graph.id, node.id)]
                 if k >= len(times):
@@ -128,8 +129,9 @@ def chrome_trace(profile: Profile, stat: str = "median", bounds: Mapping[Any, st
                 events.append(event)
                 t_us += dur_us
                 counter = _memory_counter(node, t_us, pid)
-                if counter is not None:
+                if counter is not None and list(counter["args"].items()) != last_series:  # where it changes
                     events.append(counter)
+                    last_series = list(counter["args"].items())
                 read = allocator.get((graph.id, step_index, node.id))
                 if read is not None:
                     events.append({"name": "device memory (bytes)", "ph": "C", "ts": t_us, "pid": pid, "tid": STEP_TID,

@@ -95,14 +95,37 @@ def test_critical_path_nodes_are_marked_and_bounds_shown_when_given() -> None:
     assert bounds[3] == "compute" and bounds[1] == "memory" and bounds[0] is None
 
 
-def test_memory_counters_follow_each_node() -> None:
+def _series(node: Any) -> dict[str, int]:
+    return {str(k): int(v) for k, v in node.memory.live_by_category_bytes.items()} or {"live": node.memory.live_bytes}
+
+
+def test_memory_counters_follow_each_node_where_the_series_changes() -> None:
     p = synthetic_profile()
-    counters = [e for e in chrome_trace(p)["traceEvents"] if e["ph"] == "C"]
-    assert len(counters) == p.node_count * len(p.steps)
+    events = chrome_trace(p)["traceEvents"]
+    counters = [e for e in events if e["ph"] == "C"]
+    changes = [s for i, s in enumerate(map(_series, p.graphs[0].nodes)) if i == 0 or s != _series(p.graphs[0].nodes[i - 1])]
+    assert [e["args"] for e in counters] == changes * len(p.steps)
+    # Each sits where its node ends.
+    ends = {(e["args"]["step"], e["ts"] + e["dur"]) for e in _node_events(events)}
+    assert all(any(ts == pytest.approx(c["ts"]) for _, ts in ends) for c in counters)
     first = counters[0]["args"]
     assert first == {"activations": 1000, "parameters": 4000}
     assert chrome_trace(empty_profile())["traceEvents"]  # metadata only, still a valid document
     assert_valid_trace(chrome_trace(empty_profile()))
+
+
+def test_a_repeated_series_is_left_out_and_a_change_back_is_written() -> None:
+    p = synthetic_profile()
+    graph = p.graphs[0]
+    first = graph.nodes[0].memory
+    other = dataclasses.replace(first, live_bytes=first.live_bytes + 1,
+                                live_by_category_bytes={**first.live_by_category_bytes, "activations": 1})
+    memories = [first, first, other, first] + [first] * (len(graph.nodes) - 4)
+    nodes = tuple(dataclasses.replace(n, memory=m) for n, m in zip(graph.nodes, memories))
+    trace = chrome_trace(dataclasses.replace(p, graphs=(dataclasses.replace(graph, nodes=nodes),)))
+    counters = [e["args"]["activations"] for e in trace["traceEvents"] if e["ph"] == "C"]
+    a = first.live_by_category_bytes["activations"]
+    assert counters == [a, 1, a] * len(p.steps)  # each step's first node writes its series again
 
 
 def test_device_memory_samples_become_a_counter_track() -> None:
