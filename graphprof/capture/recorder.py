@@ -24,6 +24,7 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import sys
 import operator
 from typing import Any, Iterator
@@ -106,6 +107,21 @@ def _formats_as_number(tensor: Any) -> bool:
     return type(tensor) is torch.Tensor and tensor.dim() == 0 and not tensor.is_meta
 
 
+_GRAD = operator.attrgetter("grad")
+
+
+@dataclass(frozen=True)
+class GradDrop:
+    """Gradients the call began with that the step dropped at one place (``CaptureRecorder.grads_dropped``)."""
+
+    #: The last node before the drop (None: before any).
+    after: str | None
+    #: ``id`` of each parameter whose gradient was gone there.
+    params: frozenset[int]
+    #: The context of the op after the drop (the node that drops them gets it).
+    record: CaptureRecord
+
+
 class CaptureRecorder:
     """Capture-time context; entered inside the function make_fx traces."""
 
@@ -127,11 +143,12 @@ class CaptureRecorder:
         self.write_log = WriteLog(lambda: state_tensors(state))
         for p in state.params.values():
             self.write_log.note_grad(p)
-        #: The gradients the call began with, and where the step dropped them (``zero_grad()``): the
-        #: name of the last node before, and which were gone then (``grads_dropped``, None until seen).
-        #: A replay drops them before it starts; a failed one needs to know whether eager had too.
-        self._entry_grads = [(p, p.grad) for p in state.params.values() if p.grad is not None]
-        self.grads_dropped: tuple[str | None, frozenset[int]] | None = None
+        #: The gradients the call began with and not yet seen dropped, and where the step dropped them
+        #: (``zero_grad()``), one ``GradDrop`` per place, in order. A replay drops them where eager did;
+        #: a failed one needs to know whether eager had.
+        entry = [p for p in state.params.values() if p.grad is not None]
+        self._entry_grads = (entry, [p.grad for p in entry])
+        self.grads_dropped: list[GradDrop] = []
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
         self.data_sized = DataSizedTensors()
@@ -218,17 +235,19 @@ class CaptureRecorder:
         return self.tracer.create_arg(tensor)
 
     def _note_dropped_grads(self) -> None:
-        """Before an op: whether the first gradient of the call's start is gone (one test per op)."""
-        param, grad = self._entry_grads[0]
-        if param.grad is grad:
+        """Before an op: whether a gradient not yet seen dropped is gone (C-level maps, one per op)."""
+        params, grads = self._entry_grads
+        if all(map(operator.is_, map(_GRAD, params), grads)):
             return
         last = self._last_node()
-        self.grads_dropped = (None if last is None else last.name,
-                              frozenset(id(p) for p, g in self._entry_grads if p.grad is not g))
-        self._entry_grads = []
+        kept = [(p, g) for p, g in zip(params, grads) if p.grad is g]
+        self.grads_dropped.append(GradDrop(None if last is None else last.name,
+                                           frozenset(id(p) for p, g in zip(params, grads) if p.grad is not g),
+                                           self.context(())))
+        self._entry_grads = ([p for p, _ in kept], [g for _, g in kept])
 
     def record_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if self._entry_grads:
+        if self._entry_grads[0]:
             self._note_dropped_grads()
         for a in args:
             if isinstance(a, nn.Parameter) and id(a) not in self.params_seen:

@@ -31,11 +31,12 @@ from graphprof.capture.data_sizes import guard_baked_sizes
 from graphprof.capture.dtensor import check_new_gradients, is_dtensor, local_shard, same_gradient
 from graphprof.capture.guard_check import GuardCheck
 from graphprof.capture.held_values import HeldValue
+from graphprof.capture.host_nodes import host_function
 from graphprof.capture.graph_constants import (read_constants_at_run_time, read_grads_at_run_time, read_input_grads,
                                                refuse_contained_tensors)
 from graphprof.capture.inputs import PythonState, assignment_source
 from graphprof.capture.module_structure import ModuleStructure, hook_functions
-from graphprof.capture.recorder import CaptureRecorder
+from graphprof.capture.recorder import CaptureRecorder, GradDrop
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
@@ -59,6 +60,7 @@ from graphprof.capture.torch_objects import TorchObjects
 from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
                                              tensors_in_argument_objects)
 from graphprof.passes.graph_modules import code_when_asked
+from graphprof.passes.records import CAPTURE
 
 _grad_enabled = torch.is_grad_enabled
 _set_grad_enabled = torch._C._set_grad_enabled
@@ -125,11 +127,16 @@ class CapturedStep:
     #: The optimizers' per-parameter dicts and values the graph holds (capture/optimizer_state.py).
     optimizer_state_entries: OptimizerStateEntries | None = None
 
-    #: Where eager drops the gradients in ``clear_grads`` (a replay drops them first): after the node
-    #: of this name ("" before the first node; ``UNKNOWN_DROP`` when not seen; None: none dropped).
-    #: A failed replay reads it (runtime/failed_replays.py): eager's error before that point leaves them.
+    #: The gradients of ``clear_grads`` a replay drops before its graph runs (None: all of them); nodes
+    #: of the graph drop the others where eager does (``DROPS_GRADS``, ``_place_drops``).
+    cleared_at_start: list[nn.Parameter] | None = None
+    #: Where eager drops those: after the node of this name ("" before the first op; ``UNKNOWN_DROP``
+    #: when the capture did not see it; None: there are none). A failed replay reads it
+    #: (runtime/failed_replays.py): eager's error before that point leaves them where they were.
     grads_dropped_after: str | None = None
 
+    #: ``cleared_at_start`` as a list.
+    start_clears: list[nn.Parameter] = field(init=False, repr=False)
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
     #: The guards' compiled check (``compile_guards``: after the passes, which may touch the graph).
@@ -144,6 +151,7 @@ class CapturedStep:
         # A gradient the step drops first (``zero_grad(set_to_none=True)`` inside it: the parameter
         # is in clear_grads) is neither read nor accumulated into: eager and the graph compute the
         # same new gradient whether or not one exists when the call starts, so it is not checked.
+        self.start_clears = self.clear_grads if self.cleared_at_start is None else self.cleared_at_start
         cleared = {id(p) for p in self.clear_grads}
         kept = [i for i, p in enumerate(self.grad_params) if id(p) not in cleared]
         self.entry_checked = ([self.grad_params[i] for i in kept],
@@ -192,6 +200,8 @@ class CapturedStep:
 
 #: ``CapturedStep.grads_dropped_after`` when the capture did not see where the step dropped them.
 UNKNOWN_DROP = "?"
+#: Marks a node that drops gradients where eager drops them (``_place_drops``).
+DROPS_GRADS = "graphprof.drops_grads"
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 OPTIMIZER_STATE_CREATED = "the optimizer created its state since the capture"
@@ -332,9 +342,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                        if key not in model_state})
         read_input_grads(gm, input_grads, {pos: node for node, pos in holder.get("scalar_positions", {}).items()})
         refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
+        recorder, python = holder["recorder"], holder["python"]
+        at_start, dropped_after = _place_drops(gm, clear, recorder.grads_dropped)
         gm.graph.lint()
         gm.recompile()
-        recorder, python = holder["recorder"], holder["python"]
 
         writes = holder["writes"] or None  # one that changes nothing needs no runner's help
 
@@ -359,7 +370,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
-                                grads_dropped_after=_dropped_after(clear, recorder.grads_dropped),
+                                cleared_at_start=at_start, grads_dropped_after=dropped_after,
                                 flush_output=recorder.host_sources.flush)
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
@@ -370,13 +381,42 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         raise
 
 
-def _dropped_after(clear: list[nn.Parameter], dropped: tuple[str | None, frozenset[int]] | None) -> str | None:
-    """``CapturedStep.grads_dropped_after`` of the recorder's sighting (``CaptureRecorder.grads_dropped``)."""
-    if not clear:
-        return None
-    if dropped is None or not {id(p) for p in clear} <= dropped[1]:
-        return UNKNOWN_DROP
-    return dropped[0] or ""
+def _place_drops(gm: torch.fx.GraphModule, clear: list[nn.Parameter],
+                 drops: list[GradDrop]) -> tuple[list[nn.Parameter], str | None]:
+    """Drop ``clear``'s gradients in the graph where the step dropped them after an op (``loss =
+    model(x); opt.zero_grad(); loss.backward()``): a node right after the last op before each drop.
+    Returns the ones a replay drops before it starts (dropped before the first op, as eager did, or
+    where the capture did not see it) and ``CapturedStep.grads_dropped_after`` of those.
+
+    Why: until eager drops them, it holds them. A replay that dropped them
+    first held less memory through the forward than eager does, and when an
+    op there raised (a bad batch) it had lost what eager still held.
+    """
+    by_id = {id(p): p for p in clear}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    at_start: list[nn.Parameter] = []
+    for drop in drops:
+        params = tuple(by_id.pop(id(p)) for p in clear if id(p) in drop.params and id(p) in by_id)
+        node = nodes.get(drop.after) if drop.after is not None else None
+        if drop.after is None or (node is not None and node.op == "placeholder"):
+            at_start += params  # before any op: where eager dropped them
+            continue
+        if node is None or not params:  # the node before it is gone (a pass removed it): not placed
+            by_id.update((id(p), p) for p in params)
+            continue
+
+        def zero_grad(params: tuple[nn.Parameter, ...] = params) -> None:
+            for p in params:
+                p.grad = None
+        with gm.graph.inserting_after(node):
+            dropping = gm.graph.call_function(host_function(zero_grad, "zero_grad"), ())
+        dropping.meta[DROPS_GRADS] = True
+        dropping.meta[CAPTURE] = drop.record
+    unseen = [p for p in clear if id(p) in by_id]
+    at_start += unseen
+    if not at_start:
+        return [], None
+    return at_start, UNKNOWN_DROP if unseen else ""
 
 
 def _held(held: tuple[HeldValue, ...], optimizer_only: bool) -> tuple[HeldValue, ...]:
@@ -444,7 +484,7 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     after assigning the new ones (that work is part of the user's step too).
     """
     started = clock() if instrumented and clock is not None else 0
-    for p in step.clear_grads:
+    for p in step.start_clears:
         p.grad = None
     # The backward pass is explicit in the graph: autograd must not record it again. What
     # ``torch.no_grad()`` does, without its three Python frames inside the step's own time.

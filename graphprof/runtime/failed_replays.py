@@ -13,7 +13,9 @@ node that raised (from the traceback through the generated code,
 before it wrote a tensor the user can see (a parameter, an argument, state
 read at run time, a view of one), ran a host effect, drew from a generator
 other than the default ones, or dropped gradients that eager would still
-hold, the user's state is as it was before the call (the default generators
+hold (a replay drops them where eager does when the step drops them after
+an op, capture/whole_step.py; only where the capture did not see the drop
+does it drop them first), the user's state is as it was before the call (the default generators
 are put back from a copy taken at its start): running the step eagerly
 from there gives exactly eager's error and eager's state.
 Otherwise ``FailedReplay.written`` says what stands in the way.
@@ -31,7 +33,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.capture.host_nodes import is_reader
-from graphprof.capture.whole_step import UNKNOWN_DROP, CapturedStep
+from graphprof.capture.whole_step import DROPS_GRADS, UNKNOWN_DROP, CapturedStep
 from graphprof.passes.records import ANNOTATION, CAPTURE, STATE
 
 #: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
@@ -138,8 +140,8 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
         elif target is operator.getitem:
             if node.args and node.args[0] in fresh:
                 fresh.add(node)
-        elif is_reader(node) or getattr(target, "__module__", None) in _PURE_MODULES:
-            continue
+        elif is_reader(node) or node.meta.get(DROPS_GRADS) or getattr(target, "__module__", None) in _PURE_MODULES:
+            continue  # (gradients dropped where eager drops them: eager had dropped them too)
         else:
             return f"run {getattr(target, '__name__', target)} ({describe(node)})"
     return None
