@@ -31,7 +31,7 @@ from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
-from graphprof.capture.scalars import Guard
+from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.capture.signature import LastSignature, signature, signature_change
 from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
@@ -213,6 +213,8 @@ class TracedFunction:
         except CaptureError as exc:
             if self.capture != "auto":
                 raise
+            if not isinstance(exc.__cause__, DataDependentError):
+                return self._after_failed_capture(exc, args, kwargs)
             kept = exc.refused_path is not None and bool(self._graphs.get(key)) and self._keep_refused(
                 key, exc.refused_path, f"graphprof: {exc}; profiling the calls of {self.__name__} that take this "
                 "path as torch.compile segments, and replaying the others' graphs")
@@ -319,6 +321,17 @@ class TracedFunction:
                 return self._after_failed_replay(failed, args, kwargs)
         if action is Action.RECORD_AND_SAVE and runner.recorded():
             self._complete_cycle(runner)
+        return result
+
+    def _after_failed_capture(self, exc: CaptureError, args: tuple, kwargs: dict) -> Any:
+        """A capture stopped by an error, not by a refusal: run the call eagerly from the state the
+        capture put back. Should eager raise too, the error is the step's own (a bad batch, met by
+        the call that captures): it reaches the caller as eager raised it, and the next call captures.
+        Else the capture failed where eager does not: eager's result, and segments from now on."""
+        result = self._fn(*args, **kwargs)
+        self._segments_only = str(exc)
+        warnings.warn(f"graphprof: {exc}; this call ran eagerly, and later calls of {self.__name__} run as "
+                      "torch.compile segments", stacklevel=4)
         return result
 
     def _after_failed_replay(self, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
