@@ -43,6 +43,7 @@ from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.fast_paths import fused_fast_paths
+from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
@@ -333,7 +334,7 @@ class CaptureRecorder:
         PENDING_SINKS.append(self.pending_scalars)
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
-                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), \
+                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(), \
                     _ScalarMode(self), _OpMode(self):
                 yield self
         finally:

@@ -11,8 +11,9 @@ therefore does the same ``_local_scalar_dense`` and the same float arithmetic
 as eager Python: bitwise the same numbers, nothing baked.
 
 Uses that a static graph cannot replay (branching on the value, printing it,
-``float()``, ``math.sqrt``) raise ``DataDependentError`` at capture time, so
-capture falls back or fails loudly instead of silently baking a constant.
+``float()``) raise ``DataDependentError`` at capture time, so capture falls
+back or fails loudly instead of silently baking a constant. (``math.sqrt``
+and the other functions of ``math`` record a node: capture/math_calls.py.)
 
 *Input* scalars are different: their value is known before the step runs
 (an optimizer hyperparameter, an int argument, a counter the step reads from
@@ -342,6 +343,13 @@ class TracedScalar:
 #: Functions that make a tensor of the data they are given: a number read from a tensor becomes one
 #: ``scalar_tensor`` node linked to it, where the tensor's data would be a constant of the capture call.
 _NEW_TENSOR = (torch.tensor, torch.as_tensor, torch.asarray)
+
+
+def recorded_call(fn: Callable[..., Any], operands: tuple) -> Any:
+    """``fn(*operands)`` as a ``TracedScalar`` whose node calls ``fn`` at replay (an operand must be one);
+    NotImplemented when an operand is not a number."""
+    first = next(op for op in operands if isinstance(op, TracedScalar))
+    return first._record(fn, *operands)
 
 
 def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -1,0 +1,99 @@
+"""``math`` functions of the step's numbers are computed by every replay (capture/math_calls.py).
+
+A cosine learning-rate schedule written in the step (nanoGPT's ``get_lr``)
+took ``float()`` of the iteration counter inside ``math.cos``: a guard on the
+counter's value, so every call captured again, and the sixth ran as segments.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+import graphprof
+
+
+def _cosine_step(cos: Callable[[float], float]) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module,
+                                                         torch.optim.Optimizer, dict[str, Any]]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    kept: dict[str, Any] = {"it": 0, "norms": []}
+
+    def get_lr(it: int) -> float:
+        if it < 3:  # linear warmup
+            return 1e-3 * (it + 1) / 3
+        ratio = (it - 3) / 20
+        return 1e-4 + 0.5 * (1.0 + cos(math.pi * ratio)) * (1e-3 - 1e-4)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        lr = get_lr(kept["it"])
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        kept["norms"].append(math.sqrt(loss.item()))  # a number read from a tensor, through math
+        kept["it"] += 1
+        return loss.detach()
+    return step, model, opt, kept
+
+
+def _run(step: Callable[[torch.Tensor], torch.Tensor], model: nn.Module, opt: torch.optim.Optimizer,
+         kept: dict[str, Any], calls: int) -> list[tuple[Any, ...]]:
+    seen = []
+    for i in range(calls):
+        loss = step(torch.randn(3, 4, generator=torch.Generator().manual_seed(i)))
+        seen.append((loss.clone(), [p.detach().clone() for p in model.parameters()], opt.param_groups[0]["lr"],
+                     list(kept["norms"]), kept["it"]))
+    return seen
+
+
+def _assert_same(expected: list[tuple[Any, ...]], got: list[tuple[Any, ...]]) -> None:
+    for i, (e, g) in enumerate(zip(expected, got)):
+        assert torch.equal(e[0], g[0]), f"call {i}"
+        assert all(torch.equal(a, b) for a, b in zip(e[1], g[1])), f"call {i}"
+        assert e[2:] == g[2:], f"call {i}"
+
+
+def test_a_cosine_schedule_written_in_the_step_replays_one_graph_per_branch() -> None:
+    expected = _run(*_cosine_step(math.cos), calls=12)
+    step, model, opt, kept = _cosine_step(lambda x: math.cos(x))  # looked up in the module at each call
+    traced = graphprof.trace(step, profiling=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _run(traced, model, opt, kept, calls=12)
+    _assert_same(expected, got)
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
+    assert traced.capture_mode == "whole-step"
+    assert traced.captures == 2  # the warmup's branch and the cosine's
+    ops = {getattr(n.target, "__name__", "") for n in traced.runner.graph_module.graph.nodes}
+    assert {"cos", "sqrt"} <= ops  # computed by the replay, from its own numbers
+
+
+def test_math_is_itself_again_outside_the_capture() -> None:
+    original = math.cos
+    step, model, opt, kept = _cosine_step(lambda x: math.cos(x))
+    traced = graphprof.trace(step, profiling=False)
+    _run(traced, model, opt, kept, calls=3)
+    assert math.cos is original and math.sqrt(4.0) == 2.0
+
+
+def test_a_function_imported_from_math_still_gives_eagers_numbers() -> None:
+    """``from math import cos`` binds the function itself: its ``float()`` is guarded as before, so the
+    schedule's calls capture again (and end as segments), with eager's results throughout."""
+    from math import cos
+
+    expected = _run(*_cosine_step(cos), calls=10)
+    step, model, opt, kept = _cosine_step(cos)
+    traced = graphprof.trace(step, profiling=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _run(traced, model, opt, kept, calls=10)
+    _assert_same(expected, got)
+    assert traced.captures > 2
