@@ -30,6 +30,11 @@ from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import user_source
 
 
+def _kind(value: Any) -> type:
+    """float or int: a numpy float64 (a float of its own type) is a float, as torch takes it."""
+    return float if isinstance(value, float) else int
+
+
 def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     """Replace a literal equal to a pending scalar's value by that scalar's node.
 
@@ -40,7 +45,7 @@ def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_substitute(v, scalars, used) for v in value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        equal = [s for s in scalars if type(s.value) is type(value) and s.value == value]
+        equal = [s for s in scalars if _kind(s.value) is _kind(value) and s.value == value]
         if equal:
             chosen = next((s for s in equal if id(s) not in used), equal[0])
             used.add(id(chosen))

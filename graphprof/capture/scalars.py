@@ -332,6 +332,13 @@ class TracedScalar:
             return self._text("repr()", repr)
         return f"TracedScalar({self.value!r}, node={self.node.name})"  # outside a capture: for debugging
 
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """A numpy ufunc of numbers (``np.cos(np.pi * it / total)`` in a schedule): a node that calls it at
+        replay, as ``math``'s functions are (capture/math_calls.py); arrays and ``out=`` are not taken."""
+        if method != "__call__" or kwargs or ufunc.nout != 1:
+            return NotImplemented
+        return self._record(ufunc, *inputs)
+
     # Reaching a torch function as an argument (a Scalar position): the
     # capture's TorchFunctionMode unwraps it and links the op node to it. This
     # method exists so that torch's argument parser accepts the object.

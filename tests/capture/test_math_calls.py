@@ -1,4 +1,5 @@
-"""``math`` functions of the step's numbers are computed by every replay (capture/math_calls.py).
+"""``math`` functions and numpy ufuncs of the step's numbers are computed by every replay
+(capture/math_calls.py, ``TracedScalar.__array_ufunc__``).
 
 A cosine learning-rate schedule written in the step (nanoGPT's ``get_lr``)
 took ``float()`` of the iteration counter inside ``math.cos``: a guard on the
@@ -11,6 +12,8 @@ import math
 import warnings
 from typing import Any, Callable
 
+import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -49,7 +52,8 @@ def _run(step: Callable[[torch.Tensor], torch.Tensor], model: nn.Module, opt: to
     seen = []
     for i in range(calls):
         loss = step(torch.randn(3, 4, generator=torch.Generator().manual_seed(i)))
-        seen.append((loss.clone(), [p.detach().clone() for p in model.parameters()], opt.param_groups[0]["lr"],
+        lr = opt.param_groups[0]["lr"]
+        seen.append((loss.clone(), [p.detach().clone() for p in model.parameters()], lr, type(lr),
                      list(kept["norms"]), kept["it"]))
     return seen
 
@@ -61,9 +65,12 @@ def _assert_same(expected: list[tuple[Any, ...]], got: list[tuple[Any, ...]]) ->
         assert e[2:] == g[2:], f"call {i}"
 
 
-def test_a_cosine_schedule_written_in_the_step_replays_one_graph_per_branch() -> None:
-    expected = _run(*_cosine_step(math.cos), calls=12)
-    step, model, opt, kept = _cosine_step(lambda x: math.cos(x))  # looked up in the module at each call
+@pytest.mark.parametrize("cos", [lambda x: math.cos(x), np.cos], ids=["math", "numpy"])
+def test_a_cosine_schedule_written_in_the_step_replays_one_graph_per_branch(cos: Callable[[Any], Any]) -> None:
+    """``math.cos`` (looked up in the module at each call) or numpy's ufunc, whose float64 the
+    optimizer's group keeps, as in eager."""
+    expected = _run(*_cosine_step(cos), calls=12)
+    step, model, opt, kept = _cosine_step(cos)
     traced = graphprof.trace(step, profiling=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -74,6 +81,7 @@ def test_a_cosine_schedule_written_in_the_step_replays_one_graph_per_branch() ->
     assert traced.captures == 2  # the warmup's branch and the cosine's
     ops = {getattr(n.target, "__name__", "") for n in traced.runner.graph_module.graph.nodes}
     assert {"cos", "sqrt"} <= ops  # computed by the replay, from its own numbers
+    assert expected[-1][3] is (float if cos is not np.cos else np.float64)
 
 
 def test_math_is_itself_again_outside_the_capture() -> None:
