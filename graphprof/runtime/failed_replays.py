@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -37,7 +38,15 @@ from graphprof.capture.whole_step import DROPS_GRADS, UNKNOWN_DROP, CapturedStep
 from graphprof.passes.records import ANNOTATION, CAPTURE, STATE
 
 #: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
-_PURE_MODULES = frozenset({"_operator", "operator", "math", "builtins"})
+_PURE_MODULES = frozenset({"_operator", "operator", "math"})
+#: Builtins a traced number's arithmetic records (``round(x)``).
+_PURE_BUILTINS = (round,)
+
+
+def _pure(target: Any) -> bool:
+    """Whether a node calling ``target`` computes a number and changes nothing (numpy's ufuncs too)."""
+    return (getattr(target, "__module__", None) in _PURE_MODULES or isinstance(target, np.ufunc)
+            or any(target is f for f in _PURE_BUILTINS))
 
 
 class ReplayError(Exception):
@@ -140,7 +149,7 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
         elif target is operator.getitem:
             if node.args and node.args[0] in fresh:
                 fresh.add(node)
-        elif is_reader(node) or node.meta.get(DROPS_GRADS) or getattr(target, "__module__", None) in _PURE_MODULES:
+        elif is_reader(node) or node.meta.get(DROPS_GRADS) or _pure(target):
             continue  # (gradients dropped where eager drops them: eager had dropped them too)
         else:
             return f"run {getattr(target, '__name__', target)} ({describe(node)})"
