@@ -209,22 +209,30 @@ class TracedFunction:
             warnings.warn(f"{message}, profiling it as torch.compile segments instead", stacklevel=2)
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         try:
-            runner = self._capture(key, args, kwargs, reason)
+            captured = self._capture(key, args, kwargs, reason)
         except CaptureError as exc:
             if self.capture != "auto":
                 raise
-            if not isinstance(exc.__cause__, DataDependentError):
-                return self._after_failed_capture(exc, args, kwargs)
-            kept = exc.refused_path is not None and bool(self._graphs.get(key)) and self._keep_refused(
-                key, exc.refused_path, f"graphprof: {exc}; profiling the calls of {self.__name__} that take this "
-                "path as torch.compile segments, and replaying the others' graphs")
-            if not kept:
-                self._segments_only = str(exc)
-                warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
-                              stacklevel=2)
-            return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
-        self._runner = runner
-        return runner.captured.result
+            if isinstance(exc.__cause__, DataDependentError):
+                return self._after_refused_capture(exc, key, call, start, args, kwargs, leaves)
+            stopped = exc
+        else:
+            self._runner = captured
+            return captured.captured.result
+        return self._after_failed_capture(stopped, args, kwargs)  # outside the handler: no chained error
+
+    def _after_refused_capture(self, exc: CaptureError, key: Hashable, call: int, start: int, args: tuple,
+                               kwargs: dict, leaves: list[Any]) -> Any:
+        """A capture the step's Python refused: keep the path it took as one that runs as segments, or run
+        every call as segments."""
+        kept = exc.refused_path is not None and bool(self._graphs.get(key)) and self._keep_refused(
+            key, exc.refused_path, f"graphprof: {exc}; profiling the calls of {self.__name__} that take this "
+            "path as torch.compile segments, and replaying the others' graphs")
+        if not kept:
+            self._segments_only = str(exc)
+            warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
+                          stacklevel=3)
+        return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
 
     def _refuse_text_path(self, key: Hashable, broken: Guard, last: LastSignature | None) -> bool:
         """Turn the path whose formatted text ``broken`` changed into a refused path, when the step has
@@ -315,9 +323,12 @@ class TracedFunction:
         if isinstance(runner, SegmentedRunner):
             result = runner.run(call, start, action, args, kwargs, leaves, key)
         else:
+            failed = None
             try:
                 result = runner.run(call, start, action, args, kwargs, leaves)
-            except ReplayError as failed:
+            except ReplayError as exc:
+                failed = exc
+            if failed is not None:  # outside the handler: eager's error is not chained to graphprof's
                 return self._after_failed_replay(failed, args, kwargs)
         if action is Action.RECORD_AND_SAVE and runner.recorded():
             self._complete_cycle(runner)
@@ -360,7 +371,7 @@ class TracedFunction:
                       f"after it had {failure.written}, so what the step changes before that point (Python "
                       "state, gradients) may differ from what eager leaves; later calls run as torch.compile "
                       "segments, which stop where eager stops", stacklevel=5)
-        raise error
+        raise error.with_traceback(error.__traceback__)
 
     def _segmented_runner(self) -> SegmentedRunner:
         if self._segmented is None:

@@ -87,15 +87,16 @@ def _assert_same(a: Any, b: Any, where: str) -> None:
 
 
 def _loop(step: Step, kept: dict[str, Any], bad: str, calls: int = 7) -> list[tuple[Any, list[Any]]]:
-    """Each call's outcome (its loss, or its error's type and the last line of the step it names) and
-    the state after it."""
+    """Each call's outcome (its loss, or its error's type, the last line of the step it names and the
+    type of an error chained to it) and the state after it."""
     seen = []
     for i in range(calls):
         try:
             outcome: Any = step(*_batch(i, bad))
         except (IndexError, RuntimeError) as exc:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == __file__]
-            outcome = (type(exc).__name__, frames[-1].line if frames else None)
+            chained = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+            outcome = (type(exc).__name__, frames[-1].line if frames else None, type(chained).__name__)
         seen.append((outcome, _state(kept)))
     return seen
 
@@ -245,8 +246,8 @@ def test_a_bad_batch_met_by_the_capture_call_raises_eagers_error_and_the_next_ca
     for i in range(5):
         try:
             expected.append((step(*batch(i, "id")), _state(kept)))
-        except IndexError:
-            expected.append(("IndexError", _state(kept)))
+        except IndexError as exc:
+            expected.append((repr(exc.__context__), _state(kept)))
     step, _, kept = _step()
     traced = graphprof.trace(step)
     got = []
@@ -255,10 +256,10 @@ def test_a_bad_batch_met_by_the_capture_call_raises_eagers_error_and_the_next_ca
         for i in range(5):
             try:
                 got.append((traced(*batch(i, "id")), _state(kept)))
-            except IndexError:
-                got.append(("IndexError", _state(kept)))
+            except IndexError as exc:
+                got.append((repr(exc.__context__), _state(kept)))  # no graphprof error chained to it
     assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
-    assert got[1][0] == "IndexError"
+    assert got[1][0] == "None"  # raised, with nothing chained
     for i, (e, g) in enumerate(zip(expected, got)):
         _assert_same(e, g, f"call {i}")
     assert traced.capture_mode == "whole-step"
