@@ -368,9 +368,11 @@ class TracedFunction:
             return result
         self._segments_only = f"a replay raised {what} after it had {failure.written}"
         warnings.warn(f"graphprof: the replayed graph of {self.__name__} raised {what} at {failure.node or 'an op'} "
-                      f"after it had {failure.written}, so what the step changes before that point (Python "
-                      "state, gradients) may differ from what eager leaves; later calls run as torch.compile "
-                      "segments, which stop where eager stops", stacklevel=5)
+                      f"after it had {failure.written}, so it cannot run the step again as eager would: the error "
+                      "is raised to the caller, and what the step changes before that point (Python state, "
+                      "gradients) may differ from what eager leaves (where code the step calls catches the error "
+                      "itself, eager went on); later calls run as torch.compile segments, which stop where eager "
+                      "stops", stacklevel=5)
         raise error.with_traceback(error.__traceback__)
 
     def _segmented_runner(self) -> SegmentedRunner:

@@ -119,6 +119,25 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     return list(found.values())
 
 
+def optimizer_hook_functions(optimizers: Sequence[Any]) -> list[Any]:
+    """The step hooks the optimizers and torch's global optimizer hook dicts hold
+    (``opt.register_step_post_hook(lambda o, a, k: log.append(...))``): user code that runs inside the
+    step, whose state is the step's to watch, as a module hook's is (``hook_functions``)."""
+    from torch.optim import optimizer as optimizer_module
+
+    dicts = [getattr(o, name, None) for o in optimizers
+             for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")]
+    dicts += [getattr(optimizer_module, name, None) for name in ("_global_optimizer_pre_hooks",
+                                                                 "_global_optimizer_post_hooks")]
+    found: dict[int, Any] = {}
+    for hooks in dicts:
+        for hook in (hooks or {}).values():
+            owner = getattr(hook, "__module__", None) or type(hook).__module__ or ""
+            if not owner.startswith(("torch", "graphprof")):
+                found.setdefault(id(hook), hook)
+    return list(found.values())
+
+
 def _members(module: nn.Module) -> tuple:
     """A module's parameters, buffers and submodules: (names, objects) of each dict."""
     return tuple((tuple(d), tuple(d.values())) for d in (module._parameters, module._buffers, module._modules))

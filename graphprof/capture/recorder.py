@@ -43,6 +43,8 @@ from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.fast_paths import fused_fast_paths
+from graphprof.capture.caught_exceptions import CatchingFrames
+from graphprof.capture.grad_reads import GradReads
 from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
@@ -115,8 +117,8 @@ _GRAD = operator.attrgetter("grad")
 class GradDrop:
     """Gradients the call began with that the step dropped at one place (``CaptureRecorder.grads_dropped``)."""
 
-    #: The last node before the drop (None: before any).
-    after: str | None
+    #: The first node of the op after the drop (op nodes are never removed by the passes after capture).
+    before: str
     #: ``id`` of each parameter whose gradient was gone there.
     params: frozenset[int]
     #: The context of the op after the drop (the node that drops them gets it).
@@ -126,7 +128,8 @@ class GradDrop:
 class CaptureRecorder:
     """Capture-time context; entered inside the function make_fx traces."""
 
-    def __init__(self, tracer: Any, state: StateIndex) -> None:
+    def __init__(self, tracer: Any, state: StateIndex, arguments: tuple[torch.Tensor, ...] = (),
+                 catching: CatchingFrames | None = None) -> None:
         self.tracer = tracer
         self.graph: torch.fx.Graph = tracer.graph
         self.state = state
@@ -141,7 +144,9 @@ class CaptureRecorder:
         self.params_seen: dict[int, nn.Parameter] = {}
         self.optimizer_module = ""
         self._last_seq = torch.autograd._get_sequence_nr()
-        self.write_log = WriteLog(lambda: state_tensors(state))
+        # The argument tensors too: a capture that fails after ``x.mul_(0.5)`` puts ``x`` back, or the
+        # eager run after it halves it again.
+        self.write_log = WriteLog(lambda: [*state_tensors(state), *arguments])
         for p in state.params.values():
             self.write_log.note_grad(p)
         #: The gradients the call began with and not yet seen dropped, and where the step dropped them
@@ -149,7 +154,13 @@ class CaptureRecorder:
         #: a failed one needs to know whether eager had.
         entry = [p for p in state.params.values() if p.grad is not None]
         self._entry_grads = (entry, [p.grad for p in entry])
+        self.grad_reads = GradReads({id(p): p.grad for p in entry})  # the user's reads of them
         self.grads_dropped: list[GradDrop] = []
+        self._dropped_now: tuple[frozenset[int], CaptureRecord] | None = None  # seen, its op not yet recorded
+        #: The first op that raised while the step ran (it returned all the same: it caught the error).
+        self.raised: str | None = None
+        #: Code the step calls that catches exceptions around an op (None: not looked for).
+        self.catching = catching
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
         self.data_sized = DataSizedTensors()
@@ -240,16 +251,26 @@ class CaptureRecorder:
         params, grads = self._entry_grads
         if all(map(operator.is_, map(_GRAD, params), grads)):
             return
-        last = self._last_node()
         kept = [(p, g) for p, g in zip(params, grads) if p.grad is g]
-        self.grads_dropped.append(GradDrop(None if last is None else last.name,
-                                           frozenset(id(p) for p, g in zip(params, grads) if p.grad is not g),
-                                           self.context(())))
+        gone = frozenset(id(p) for p, g in zip(params, grads) if p.grad is not g)
+        if self._dropped_now is not None:  # the op before made no node: the same place
+            gone |= self._dropped_now[0]
+        self._dropped_now = (gone, self.context(()))
         self._entry_grads = ([p for p, _ in kept], [g for _, g in kept])
+
+    def _place_dropped_grads(self, before: torch.fx.Node | None) -> None:
+        """After an op: the gradients seen dropped before it were dropped before its first node."""
+        first = next((n for n in self._new_nodes(before) if n.op == "call_function"), None)
+        if first is not None and self._dropped_now is not None:
+            gone, record = self._dropped_now
+            self.grads_dropped.append(GradDrop(first.name, gone, record))
+            self._dropped_now = None
 
     def record_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self._entry_grads[0]:
             self._note_dropped_grads()
+        if self.catching is not None:
+            self.catching.note()
         for a in args:
             if isinstance(a, nn.Parameter) and id(a) not in self.params_seen:
                 self.params_seen[id(a)] = a
@@ -277,7 +298,13 @@ class CaptureRecorder:
                     f"the step reads a tensor's value on the host ({func}) at {record.source}, "
                     "which a static graph cannot replay"
                 ) from None
+            self.raised = self.raised or f"{func} at {record.source} ({type(exc).__name__})"
             raise
+        except Exception as exc:
+            self.raised = self.raised or f"{func} at {record.source} ({type(exc).__name__})"
+            raise
+        if self._dropped_now is not None:
+            self._place_dropped_grads(before)
         # The innermost call's scalars first: a literal is linked to the number its own call was given.
         scalars = [s for group in reversed(self.pending_scalars) for s in group]
         used: set[int] = set()
@@ -335,6 +362,7 @@ class CaptureRecorder:
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
                     self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(), \
+                    self.grad_reads.patched(), \
                     _ScalarMode(self), _OpMode(self):
                 yield self
         finally:

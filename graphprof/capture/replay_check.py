@@ -194,3 +194,5 @@ def _gradients(code: _Code, step: CapturedStep) -> None:
     params, expected = step.entry_checked
     code.fail_if_any([f"{code.bind(p, 'p')}.grad is {'' if present else 'not '}None"
                       for p, present in zip(params, expected)])
+    if step.dropped_grads_read:  # the step reads gradients it drops: they must be there, as at capture
+        code.fail_if(f"{code.bind(step.clear_grads[0], 'p')}.grad is None")

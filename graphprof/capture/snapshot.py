@@ -39,12 +39,24 @@ UNDECLARED_WRITES: dict[str, tuple[tuple[str, ...], str | None]] = {
 }
 
 
-def _arguments(schema: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+def arguments_by_name(schema: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The call's argument values by schema name (positional or keyword; defaults not filled in)."""
     values = dict(kwargs)
     for argument, value in zip((a for a in schema.arguments if not a.kwarg_only), args):
         values[argument.name] = value
     return values
+
+
+def written_arguments(schema: Any, values: dict[str, Any]) -> list[str]:
+    """The names of the arguments a call writes (its values by name): those the schema marks as
+    written, and those ``UNDECLARED_WRITES`` knows it writes."""
+    written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    undeclared = UNDECLARED_WRITES.get(schema.name)
+    if undeclared is not None:
+        names, condition = undeclared
+        if condition is None or values.get(condition, False):
+            written.extend(names)
+    return written
 
 
 class WriteLog:
@@ -87,13 +99,8 @@ class WriteLog:
         undeclared = UNDECLARED_WRITES.get(schema.name)
         if not schema.is_mutable and undeclared is None:
             return
-        values = _arguments(schema, args, kwargs)
-        written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        if undeclared is not None:
-            names, condition = undeclared
-            if condition is None or values.get(condition, False):
-                written.extend(names)
-        for name in written:
+        values = arguments_by_name(schema, args, kwargs)
+        for name in written_arguments(schema, values):
             value = values.get(name)
             targets = value if isinstance(value, (list, tuple)) else [value]
             for t in targets:

@@ -35,7 +35,7 @@ from graphprof.capture.host_nodes import host_function
 from graphprof.capture.graph_constants import (read_constants_at_run_time, read_grads_at_run_time, read_input_grads,
                                                refuse_contained_tensors)
 from graphprof.capture.inputs import PythonState, assignment_source
-from graphprof.capture.module_structure import ModuleStructure, hook_functions
+from graphprof.capture.module_structure import ModuleStructure, hook_functions, optimizer_hook_functions
 from graphprof.capture.recorder import CaptureRecorder, GradDrop
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
@@ -43,7 +43,7 @@ from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, d
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.batches import flatten_call, flatten_call_with_path
-from graphprof.capture.caught_exceptions import refuse_caught_exceptions
+from graphprof.capture.caught_exceptions import CatchingFrames, refuse_caught_exceptions
 from graphprof.capture.state import StateIndex, candidate_objects, discover_state
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
@@ -130,10 +130,13 @@ class CapturedStep:
     #: The gradients of ``clear_grads`` a replay drops before its graph runs (None: all of them); nodes
     #: of the graph drop the others where eager does (``DROPS_GRADS``, ``_place_drops``).
     cleared_at_start: list[nn.Parameter] | None = None
-    #: Where eager drops those: after the node of this name ("" before the first op; ``UNKNOWN_DROP``
-    #: when the capture did not see it; None: there are none). A failed replay reads it
-    #: (runtime/failed_replays.py): eager's error before that point leaves them where they were.
-    grads_dropped_after: str | None = None
+    #: Whether the capture did not see where the step drops some of those (then a failed replay cannot
+    #: tell whether eager still held them when it raised: runtime/failed_replays.py).
+    drop_unseen: bool = False
+    #: Whether the step's code reads gradients of ``clear_grads`` before it drops them (``p.grad is not
+    #: None``: capture/grad_reads.py): their presence is then checked before each replay, and a failed
+    #: replay that had dropped them cannot run the step again eagerly.
+    dropped_grads_read: bool = False
 
     #: ``cleared_at_start`` as a list.
     start_clears: list[nn.Parameter] = field(init=False, repr=False)
@@ -176,6 +179,8 @@ class CapturedStep:
             if present != expected:
                 return ("parameters' gradients exist where they did not at capture, or the reverse "
                         "(accumulation)")
+        if self.dropped_grads_read and self.clear_grads[0].grad is None:  # the step reads them: it sees none
+            return "parameters' gradients were dropped before the call, and the step reads them"
         if any(o.state is not s for o, s in zip(self.state.optimizers, self.optimizer_state_objects)):
             return OPTIMIZER_STATE_REPLACED
         if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
@@ -198,8 +203,6 @@ class CapturedStep:
         return self.compile_guards().broken(leaves)
 
 
-#: ``CapturedStep.grads_dropped_after`` when the capture did not see where the step dropped them.
-UNKNOWN_DROP = "?"
 #: Marks a node that drops gradients where eager drops them (``_place_drops``).
 DROPS_GRADS = "graphprof.drops_grads"
 _GRAD = operator.attrgetter("grad")
@@ -237,7 +240,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     def traced(*inputs: Any) -> Any:
         mode = get_proxy_mode()
         assert mode is not None  # make_fx runs this function under its proxy mode
-        recorder = CaptureRecorder(mode.tracer, state)
+        recorder = CaptureRecorder(mode.tracer, state, tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor)),
+                                   CatchingFrames(fn))
         holder["recorder"] = recorder
         placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
         filled = list(leaves)
@@ -251,7 +255,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         paths = [path for path, _ in flatten_call_with_path(args, kwargs)]
         holder["writes"] = ArgumentWrites((call_args, call_kwargs), filled, paths, parameter_names(fn))
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments,
-                                   hook_functions(state.module_objects()))
+                                   [*hook_functions(state.module_objects()), *optimizer_hook_functions(state.optimizers)])
         holder["python"] = python
         holder["deep"] = DeepContents(python.watched)
         reached = [*python.reached(), *(obj for _, obj in arguments)]
@@ -285,6 +289,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
         holder["numpy"].refuse_drawn()
+        if recorder.catching is not None:
+            recorder.catching.refuse()
+        if recorder.raised is not None:  # it returned all the same: code it calls caught the error
+            raise DataDependentError(f"the step catches an error that {recorder.raised} raised (a try, a "
+                                     "contextlib.suppress, in a function it calls): a replay would follow the path "
+                                     "the capture call took, or raise what the step catches")
         unprinted = recorder.host_sources.texts.unprinted()
         if unprinted is not None:
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
@@ -343,7 +353,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         read_input_grads(gm, input_grads, {pos: node for node, pos in holder.get("scalar_positions", {}).items()})
         refuse_unknown_constants(gm, model_state | {id(local_shard(g)) for g in pre_grads.values() if g is not None})
         recorder, python = holder["recorder"], holder["python"]
-        at_start, dropped_after = _place_drops(gm, clear, recorder.grads_dropped)
+        at_start, drop_unseen = _place_drops(gm, clear, recorder.grads_dropped)
         gm.graph.lint()
         gm.recompile()
 
@@ -370,7 +380,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
-                                cleared_at_start=at_start, grads_dropped_after=dropped_after,
+                                cleared_at_start=at_start, drop_unseen=drop_unseen,
+                                dropped_grads_read=any(id(p) in recorder.grad_reads.read for p in clear),
                                 flush_output=recorder.host_sources.flush)
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
@@ -382,41 +393,40 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
 
 
 def _place_drops(gm: torch.fx.GraphModule, clear: list[nn.Parameter],
-                 drops: list[GradDrop]) -> tuple[list[nn.Parameter], str | None]:
+                 drops: list[GradDrop]) -> tuple[list[nn.Parameter], bool]:
     """Drop ``clear``'s gradients in the graph where the step dropped them after an op (``loss =
-    model(x); opt.zero_grad(); loss.backward()``): a node right after the last op before each drop.
-    Returns the ones a replay drops before it starts (dropped before the first op, as eager did, or
-    where the capture did not see it) and ``CapturedStep.grads_dropped_after`` of those.
+    model(x); opt.zero_grad(); loss.backward()``): a node right before the first op after each drop.
+    Returns the ones a replay drops before it starts (dropped before any op, as eager did, or where
+    the capture did not see it), and whether some were not seen.
 
     Why: until eager drops them, it holds them. A replay that dropped them
     first held less memory through the forward than eager does, and when an
     op there raised (a bad batch) it had lost what eager still held.
     """
     by_id = {id(p): p for p in clear}
-    nodes = {n.name: n for n in gm.graph.nodes}
+    nodes = list(gm.graph.nodes)
+    at = {n.name: i for i, n in enumerate(nodes)}
+    first_op = next((i for i, n in enumerate(nodes) if isinstance(n.target, torch._ops.OpOverload)), len(nodes))
     at_start: list[nn.Parameter] = []
     for drop in drops:
         params = tuple(by_id.pop(id(p)) for p in clear if id(p) in drop.params and id(p) in by_id)
-        node = nodes.get(drop.after) if drop.after is not None else None
-        if drop.after is None or (node is not None and node.op == "placeholder"):
-            at_start += params  # before any op: where eager dropped them
-            continue
-        if node is None or not params:  # the node before it is gone (a pass removed it): not placed
+        where = at.get(drop.before)
+        if not params or where is None:  # (an op node is never removed: not expected)
             by_id.update((id(p), p) for p in params)
+            continue
+        if where <= first_op:  # before any op ran: where the replay drops them too
+            at_start += params
             continue
 
         def zero_grad(params: tuple[nn.Parameter, ...] = params) -> None:
             for p in params:
                 p.grad = None
-        with gm.graph.inserting_after(node):
+        with gm.graph.inserting_before(nodes[where]):
             dropping = gm.graph.call_function(host_function(zero_grad, "zero_grad"), ())
         dropping.meta[DROPS_GRADS] = True
         dropping.meta[CAPTURE] = drop.record
     unseen = [p for p in clear if id(p) in by_id]
-    at_start += unseen
-    if not at_start:
-        return [], None
-    return at_start, UNKNOWN_DROP if unseen else ""
+    return at_start + unseen, bool(unseen)
 
 
 def _held(held: tuple[HeldValue, ...], optimizer_only: bool) -> tuple[HeldValue, ...]:

@@ -34,7 +34,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from graphprof.capture.host_nodes import is_reader
-from graphprof.capture.whole_step import DROPS_GRADS, UNKNOWN_DROP, CapturedStep
+from graphprof.capture.snapshot import arguments_by_name, written_arguments
+from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
 from graphprof.passes.records import ANNOTATION, CAPTURE, STATE
 
 #: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
@@ -118,34 +119,51 @@ def _argument(node: torch.fx.Node, index: int, name: str) -> Any:
     return node.args[index] if index < len(node.args) else node.kwargs.get(name)
 
 
+def _held_writes(node: torch.fx.Node, fresh: set[torch.fx.Node]) -> str | None:
+    """What ``node`` writes that the user holds (not the replay's own), in words; None when nothing."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    values = arguments_by_name(target._schema, node.args, node.kwargs)
+    for name in written_arguments(target._schema, values):
+        held = [v for v in _nodes(values.get(name)) if v not in fresh]
+        if held:
+            return f"written {_held_name(held[0])} ({describe(node)})"
+    return None
+
+
 def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
-    """What the nodes before ``stop`` changed that outlives the call, in words; None when nothing.
+    """What the nodes before ``stop``, and ``stop`` itself, changed that outlives the call, in words;
+    None when nothing.
 
     A tensor is the replay's own ("fresh") when an op made it, not a view
     of anything else: writing one changes nothing the user holds. Anything
     the rules do not know (a host effect, an op without a schema) counts as
-    a change.
+    a change. The op that raised counts too: ``index_add_`` writes the rows
+    before the first bad index, then raises.
     """
     fresh: set[torch.fx.Node] = set()
     for node in graph.nodes:
-        if node is stop:
-            return None
         if node.op != "call_function":
+            if node is stop:
+                return None
             continue
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
-            schema = target._schema
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and arg.alias_info.is_write:
-                    held = [v for v in _nodes(_argument(node, i, arg.name)) if v not in fresh]
-                    if held:
-                        return f"written {_held_name(held[0])} ({describe(node)})"
+            written = _held_writes(node, fresh)
+            if written is not None:
+                return written if node is not stop else f"{written}, part of it before it raised"
+            if node is stop:
+                return None
             if torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is not None:
                 return f"drawn from the step's own generator ({describe(node)})"
+            schema = target._schema
             aliased = [v for i, arg in enumerate(schema.arguments) if arg.alias_info is not None
                        for v in _nodes(_argument(node, i, arg.name))]
             if all(v in fresh for v in aliased):  # a new tensor, or a view of the replay's own
                 fresh.add(node)
+        elif node is stop:
+            return None
         elif target is operator.getitem:
             if node.args and node.args[0] in fresh:
                 fresh.add(node)
@@ -169,9 +187,11 @@ def diagnose(step: CapturedStep, executable: Any, error: BaseException,
     if at is None or nodes[at].target is not raised.target:
         return FailedReplay(raised.name, "stopped where graphprof cannot tell", restore)
     written = first_change(step.graph_module.graph, nodes[at])
-    dropped = step.grads_dropped_after
-    if written is None and dropped is not None and (dropped == UNKNOWN_DROP or position.get(dropped, -1) >= at):
-        written = "dropped the gradients that eager drops later in the step (zero_grad)"
+    if written is None and step.drop_unseen:
+        written = "dropped gradients where the capture did not see the step drop them (zero_grad)"
+    dropped_before = step.start_clears or any(n.meta.get(DROPS_GRADS) for n in nodes[:at])
+    if written is None and step.dropped_grads_read and dropped_before:
+        written = "dropped gradients the step reads before it drops them (p.grad before zero_grad)"
     return FailedReplay(describe(nodes[at]), written, restore)
 
 

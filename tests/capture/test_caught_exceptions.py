@@ -11,6 +11,7 @@ import inspect
 import warnings
 from typing import Any, Callable
 
+import pytest
 import torch
 from torch import nn
 
@@ -66,3 +67,76 @@ def test_a_try_without_except_is_captured_whole_step() -> None:
     for _ in range(3):
         traced(torch.ones(2, 3))
     assert traced.capture_mode == "whole-step" and len(done) == 3
+
+
+def test_an_error_caught_in_a_function_the_step_calls_refuses_the_capture() -> None:
+    """``contextlib.suppress`` (or a ``try`` in a helper) around a lookup: the step's own source has no
+    ``try``. A bad batch on the call that captures took the caught path, and every later good batch
+    replayed it; an op that raises during the capture now refuses it."""
+    import contextlib
+
+    def make() -> Callable[[torch.Tensor], Any]:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3)
+
+        def lookup(idx: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(())
+            with contextlib.suppress(IndexError):
+                out = emb(idx).sum()
+            return out
+
+        def step(idx: torch.Tensor) -> Any:
+            return lookup(idx).detach()
+        return step
+
+    eager, step = make(), make()
+    traced = graphprof.trace(step)
+    batches = [torch.tensor([1, 2]), torch.tensor([1, 12]), torch.tensor([3, 4]), torch.tensor([5, 6])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, idx in enumerate(batches):
+            assert torch.equal(eager(idx), traced(idx)), f"call {i}"
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "catches" in messages[0], messages
+
+
+@pytest.mark.parametrize("where", ["helper", "suppress in the step"])
+def test_an_op_inside_a_catching_block_refuses_the_capture_before_any_bad_batch(where: str) -> None:
+    """The bad batch comes on a replay, after the optimizer's update: the replay could neither catch the
+    error as the helper (or the step's ``contextlib.suppress``) does, nor run the step again. Found while
+    the good batch is captured: the step runs as segments from the start, as eager does."""
+    import contextlib
+
+    def make() -> Callable[[torch.Tensor], Any]:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3)
+        opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+
+        def safe_lookup(idx: torch.Tensor) -> torch.Tensor:
+            try:
+                return emb(idx).sum()
+            except IndexError:
+                return torch.zeros(())
+
+        def step(idx: torch.Tensor) -> Any:
+            opt.zero_grad()
+            emb(idx[:1]).sum().backward()
+            opt.step()
+            if where == "helper":
+                extra = safe_lookup(idx)
+            else:
+                extra = torch.zeros(())
+                with contextlib.suppress(IndexError):
+                    extra = emb(idx).sum()
+            return extra.detach()
+        return step
+
+    eager, traced = make(), graphprof.trace(make())
+    batches = [torch.tensor([1, 2])] * 3 + [torch.tensor([1, 12]), torch.tensor([4, 5])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, idx in enumerate(batches):
+            assert torch.equal(eager(idx), traced(idx)), f"call {i}"
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "catches exceptions around its ops" in messages[0], messages
+    assert traced.capture_mode == "segments"

@@ -78,3 +78,30 @@ def test_what_a_forward_hook_keeps_is_kept_on_every_call() -> None:
         assert traced.capture_mode == "whole-step" and traced.captures == 1, hook
         values = kept["items"] if isinstance(kept, dict) else kept.means
         assert len(values) == CALLS and all(type(v) is float for v in values), hook
+
+
+def test_what_an_optimizer_step_hook_keeps_is_kept_on_every_call() -> None:
+    """``opt.register_step_post_hook(lambda o, a, k: log.append(...))`` runs inside the step: a replay
+    did not run it, and the list stopped growing after the capture, with no warning."""
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], list[Any]]:
+        torch.manual_seed(0)
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        log: list[Any] = []
+        opt.register_step_post_hook(lambda o, a, k: log.append(o.param_groups[0]["lr"]))
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, log
+
+    (eager, expected), (step, got) = make(), make()
+    traced = graphprof.trace(step, profiling=False)
+    for i in range(5):
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(eager(x), traced(x))
+        assert got == expected, f"call {i}"
+    assert traced.capture_mode == "whole-step"

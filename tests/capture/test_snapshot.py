@@ -9,6 +9,7 @@ capture that fails after the forward pass must put them back, or
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -175,3 +176,29 @@ def test_a_generator_the_step_draws_from_is_put_back_when_the_capture_is_refused
         for i in range(3):
             assert torch.equal(eager(torch.ones(2, 3)), traced(torch.ones(2, 3))), f"call {i}"
             assert torch.equal(eager_gen.get_state(), gen.get_state()), f"call {i}"
+
+
+def test_an_argument_written_in_place_is_put_back_when_the_capture_fails() -> None:
+    """``x.mul_(0.5)`` on the caller's tensor, then a bad batch on the call that captures: the capture
+    stops and the step runs eagerly from the state it put back, so ``x`` is halved once, as in eager."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3)
+
+        def step(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            x.mul_(0.5)
+            return (emb(idx) * x.sum()).sum().detach()
+        return step
+
+    eager, traced = make(), graphprof.trace(make(), profiling=False)
+    for i, bad in enumerate([False, True, False]):
+        xs = [torch.ones(2), torch.ones(2)]
+        idx = torch.tensor([12 if bad else 1])
+        outcomes = []
+        for fn, x in zip((eager, traced), xs):
+            try:
+                outcomes.append(fn(x, idx))
+            except IndexError as exc:
+                outcomes.append(type(exc))
+        assert torch.equal(xs[0], xs[1]), f"call {i}"
+        assert outcomes[0] is IndexError if bad else torch.equal(outcomes[0], outcomes[1])

@@ -8,6 +8,7 @@ replay applies the step's Python effects and gradients at its end.
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 import warnings
 from typing import Any, Callable
@@ -25,7 +26,8 @@ from graphprof.runtime.failed_replays import failing_node, first_change
 Step = Callable[[torch.Tensor, torch.Tensor], Any]
 
 
-def _step(zero_grad_first: bool = True, after_step: bool = False) -> tuple[Step, nn.Module, dict[str, Any]]:
+def _step(zero_grad_first: bool = True, after_step: bool = False,
+          counter_first: bool = True) -> tuple[Step, nn.Module, dict[str, Any]]:
     """A training step with dropout, a counter and a list of losses; its loss raises on a class out of
     range, its embedding on an id out of range (``after_step``: a second lookup after the update)."""
     torch.manual_seed(0)
@@ -34,9 +36,12 @@ def _step(zero_grad_first: bool = True, after_step: bool = False) -> tuple[Step,
     kept: dict[str, Any] = {"n": 0, "losses": [], "model": model, "opt": opt}
 
     def step(idx: torch.Tensor, target: torch.Tensor) -> Any:
-        kept["n"] += 1
+        if counter_first:
+            kept["n"] += 1
         if zero_grad_first:
             opt.zero_grad()
+        if not counter_first:
+            kept["n"] += 1
         out = model(idx[:, 0])
         if not zero_grad_first:
             opt.zero_grad()
@@ -102,12 +107,15 @@ def _loop(step: Step, kept: dict[str, Any], bad: str, calls: int = 7) -> list[tu
 
 
 @pytest.mark.parametrize("bad", ["id", "class"])
-def test_an_error_before_any_write_leaves_eagers_error_and_state(bad: str) -> None:
+@pytest.mark.parametrize("counter_first", [True, False], ids=["counter first", "zero_grad first"])
+def test_an_error_before_any_write_leaves_eagers_error_and_state(bad: str, counter_first: bool) -> None:
     """The id raises in the forward, the class in the loss after dropout drew: the replay had written
-    nothing the user holds, so the step runs again eagerly: eager's error, traceback and state."""
-    step, _, kept = _step()
+    nothing the user holds, so the step runs again eagerly: eager's error, traceback and state. With
+    ``zero_grad()`` the step's first line (the usual step), the gradients dropped before the graph
+    runs are dropped where eager drops them."""
+    step, _, kept = _step(counter_first=counter_first)
     expected = _loop(step, kept, bad)
-    step, _, kept = _step()
+    step, _, kept = _step(counter_first=counter_first)
     traced = graphprof.trace(step)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -155,7 +163,7 @@ def test_gradients_dropped_where_the_capture_did_not_see_are_said_once(monkeypat
         warnings.simplefilter("always")
         got = _loop(traced, kept, "id")
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
-    assert len(messages) == 1 and "dropped the gradients" in messages[0], messages
+    assert len(messages) == 1 and "where the capture did not see" in messages[0], messages
     assert "IndexError" in messages[0] and "test_failed_replays.py" in messages[0]  # the user's line
     assert got[3][1][3][0] is None  # the difference the warning names
     assert traced.capture_mode == "segments"
@@ -228,9 +236,9 @@ def test_a_write_to_an_input_or_a_view_of_it_is_a_change_and_one_to_a_new_tensor
 
     gm = torch.fx.experimental.proxy_tensor.make_fx(f)(torch.ones(4, 2), torch.tensor([1]))
     nodes = list(gm.graph.nodes)
-    mul = next(n for n in nodes if n.target is torch.ops.aten.mul_.Tensor)
+    add = next(n for n in nodes if n.target is torch.ops.aten.add_.Tensor)
     embedding = next(n for n in nodes if n.target is torch.ops.aten.embedding.default)
-    assert first_change(gm.graph, mul) is None
+    assert first_change(gm.graph, add) is None  # up to and with the write to the replay's own tensor
     change = first_change(gm.graph, embedding)
     assert change is not None and "mul_" in change
 
@@ -262,4 +270,127 @@ def test_a_bad_batch_met_by_the_capture_call_raises_eagers_error_and_the_next_ca
     assert got[1][0] == "None"  # raised, with nothing chained
     for i, (e, g) in enumerate(zip(expected, got)):
         _assert_same(e, g, f"call {i}")
+    assert traced.capture_mode == "whole-step"
+
+
+def _written_then_raised(write: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]) -> list[Any]:
+    """Eager's and the replay's state of ``counts`` after a call whose op raised, with the warnings."""
+    outcomes = []
+    for wrap in (lambda f: f, lambda f: graphprof.trace(f, profiling=False)):
+        counts = torch.zeros(3)
+        running = torch.zeros(2)
+        emb = nn.Embedding(4, 2)
+
+        def step(idx: torch.Tensor, target: torch.Tensor, counts: torch.Tensor = counts,
+                 running: torch.Tensor = running, emb: nn.Module = emb) -> torch.Tensor:
+            write(counts, running, idx)
+            return F.cross_entropy(emb(idx), target).detach()
+        fn = wrap(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(5):
+                bad = i == 3
+                try:
+                    fn(torch.tensor([0, 2 if bad else 1, 1]), torch.tensor([0, 1, 5 if bad else 1]))
+                except IndexError:
+                    pass
+        outcomes.append((counts.clone(), running.clone(),
+                         [str(w.message) for w in caught if "graphprof" in str(w.message)]))
+    return outcomes
+
+
+@pytest.mark.parametrize("write", ["index_add_", "batch_norm"])
+def test_an_op_that_wrote_before_the_error_is_said_once_and_not_run_twice(write: str) -> None:
+    """``index_add_`` on the caller's counts before a loss that raises, or ``F.batch_norm`` in training
+    mode on running statistics (a write its schema does not declare): running the step again eagerly
+    would apply them twice, so the replay's error is raised after one warning."""
+    def counted(counts: torch.Tensor, running: torch.Tensor, idx: torch.Tensor) -> None:
+        counts.index_add_(0, idx, torch.ones(3))
+
+    def normed(counts: torch.Tensor, running: torch.Tensor, idx: torch.Tensor) -> None:
+        F.batch_norm(idx.float().view(3, 1).expand(3, 2), running, torch.ones(2), training=True)
+
+    (e_counts, e_running, e_warned), (t_counts, t_running, t_warned) = _written_then_raised(
+        counted if write == "index_add_" else normed)
+    assert torch.equal(e_counts, t_counts) and torch.equal(e_running, t_running)
+    assert e_warned == [] and len(t_warned) == 1 and "after it had written" in t_warned[0], t_warned
+
+
+def test_an_op_that_raised_part_way_through_its_own_write_is_a_change() -> None:
+    """``index_add_`` writes the rows before the first bad index, then raises: running the step again
+    would write them twice."""
+    def f(counts: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return counts.index_add_(0, idx, torch.ones(len(idx)))
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f)(torch.zeros(3), torch.tensor([1]))
+    node = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.index_add_.default)
+    change = first_change(gm.graph, node)
+    assert change is not None and "part of it" in change
+
+
+def test_gradients_the_step_reads_before_dropping_them_are_checked_before_each_replay() -> None:
+    """``sum(p.grad is not None ...)`` before ``zero_grad()`` is a Python test the graph keeps: a call
+    after the loop dropped the gradients itself (``opt.zero_grad()`` between calls) gets another graph,
+    and a replay that raised after the drop cannot run the step again (one warning)."""
+    def make() -> tuple[Step, list[int], torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        log: list[int] = []
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out = model(x)
+            log.append(sum(p.grad is not None for p in model.parameters()))
+            opt.zero_grad()
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, log, opt
+
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    logs, messages = [], []
+    for wrap in (lambda f: f, lambda f: graphprof.trace(f, profiling=False)):
+        step, log, opt = make()
+        fn = wrap(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(7):
+                if i == 3:
+                    opt.zero_grad()  # outside the step
+                try:
+                    fn(x, torch.tensor([0, 1, 7, 0, 1]) if i == 5 else y)
+                except IndexError:
+                    pass
+        logs.append(log)
+        messages.append([str(w.message) for w in caught if "graphprof" in str(w.message)])
+    assert logs[0][:5] == logs[1][:5]  # the calls before the bad batch's
+    assert logs[0][3] == 0  # the call after the loop dropped them saw none
+    assert logs[1][5:] == logs[0][6:]  # the bad batch's count is the difference the warning names
+    assert messages[0] == [] and len(messages[1]) == 1 and "reads before it drops" in messages[1][0]
+
+
+def test_the_usual_step_stays_whole_step_after_a_bad_batch() -> None:
+    """``opt.zero_grad()`` first, plain SGD: the drop was placed after a node a later pass removed (an
+    unused hyperparameter's reader), so it was not found, and a bad batch warned and gave up replay."""
+    def make() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3)
+        opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+
+        def step(idx: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.cross_entropy(emb(idx), target)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    traced = graphprof.trace(make(), profiling=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(6):
+            with contextlib.suppress(IndexError):
+                traced(torch.tensor([1, 12 if i == 3 else 2]), torch.tensor([0, 1]))
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
     assert traced.capture_mode == "whole-step"
