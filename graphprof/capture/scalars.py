@@ -37,7 +37,7 @@ import torch.fx
 
 from graphprof.capture.call_numbers import CallScalars, number_leaves
 from graphprof.capture.printed_texts import PRINTED_TEXTS
-from graphprof.capture.sources import installed, is_library, user_source
+from graphprof.capture.sources import installed, is_library, is_standard_library, user_source
 
 
 class DataDependentError(RuntimeError):
@@ -265,6 +265,12 @@ class TracedScalar:
         if any(not isinstance(o, (TracedScalar, *_Number)) for o in operands):
             return NotImplemented if op in _COMPARISONS else self._refuse(what)
         outcome_only = op is bool or op in _COMPARISONS  # two outcomes: a guard on one is a path, not a value
+        if not GUARD_SINKS and is_standard_library(sys._getframe(2).f_code.co_filename):
+            # No capture is recording: the standard library between the step's end and the state's
+            # restore (a logger comparing its manager's ``disable``, which the step reaches, while a
+            # failed capture unwinds). Refusing there replaced the step's own error by graphprof's.
+            # (graphprof's own comparisons outside a capture still refuse: its effects rely on that.)
+            return op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
         if not GUARD_SINKS or not all(s.is_input or (s.counted and outcome_only) for s in scalars):
             return self._refuse(what)
         _refuse_read_during_step(what, scalars)

@@ -24,6 +24,11 @@ _SKIP_DIRS = (
 )
 
 
+def is_standard_library(filename: str) -> bool:
+    """Code of Python's standard library (``logging``, ``contextlib``)."""
+    return filename.startswith(_SKIP_DIRS[-1])
+
+
 def is_library(filename: str) -> bool:
     """Code of torch, graphprof's machinery, the standard library or generated code; not the user's."""
     if filename.startswith("<"):

@@ -394,3 +394,43 @@ def test_the_usual_step_stays_whole_step_after_a_bad_batch() -> None:
                 traced(torch.tensor([1, 12 if i == 3 else 2]), torch.tensor([0, 1]))
     assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
     assert traced.capture_mode == "whole-step"
+
+
+def test_a_bad_batch_at_capture_with_a_logger_in_the_step_and_the_root_at_debug() -> None:
+    """The step's ``log.debug`` reaches ``logging``'s manager, whose ``disable`` level the capture reads
+    as the step's number. While the failed capture unwound, a library's logger compared it after the
+    capture stopped recording, and that refusal replaced the step's own error: segments for good."""
+    import logging
+
+    log = logging.getLogger("test_failed_replays.train")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3)
+        opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+
+        def step(idx: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = emb(idx).sum()
+            loss.backward()
+            opt.step()
+            log.debug("stepped")
+            return loss.detach()
+
+        traced = graphprof.trace(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outcomes = []
+            for ids in [[1, 2], [1, 12], [1, 2], [3, 4], [3, 4]]:
+                try:
+                    traced(torch.tensor(ids))
+                    outcomes.append("ok")
+                except IndexError:
+                    outcomes.append("IndexError")
+    finally:
+        root.setLevel(level)
+    assert outcomes == ["ok", "IndexError", "ok", "ok", "ok"]
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
+    assert traced.capture_mode == "whole-step"
