@@ -110,6 +110,11 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     dicts += [getattr(p, name, None) for m in modules for p in m._parameters.values() if p is not None
               for name in TENSOR_HOOK_DICTS]
     dicts += [getattr(module_globals, name, None) for name in _GLOBAL_HOOK_DICTS]
+    return _user_hooks(dicts)
+
+
+def _user_hooks(dicts: list[Any]) -> list[Any]:
+    """The hooks in ``dicts`` (None: no dict), each once, but torch's and graphprof's own."""
     found: dict[int, Any] = {}
     for hooks in dicts:
         for hook in (hooks or {}).values():
@@ -129,13 +134,7 @@ def optimizer_hook_functions(optimizers: Sequence[Any]) -> list[Any]:
              for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")]
     dicts += [getattr(optimizer_module, name, None) for name in ("_global_optimizer_pre_hooks",
                                                                  "_global_optimizer_post_hooks")]
-    found: dict[int, Any] = {}
-    for hooks in dicts:
-        for hook in (hooks or {}).values():
-            owner = getattr(hook, "__module__", None) or type(hook).__module__ or ""
-            if not owner.startswith(("torch", "graphprof")):
-                found.setdefault(id(hook), hook)
-    return list(found.values())
+    return _user_hooks(dicts)
 
 
 def _members(module: nn.Module) -> tuple:

@@ -9,16 +9,20 @@ does not: it assigns gradients and repeats the step's Python at its end.
 
 Why this is decidable: the replay runs eager's ops in eager's order, so the
 node that raised (from the traceback through the generated code,
-``codegen.compile_graph``'s line map) tells what ran before it. When nothing
-before it wrote a tensor the user can see (a parameter, an argument, state
-read at run time, a view of one), ran a host effect, drew from a generator
-other than the default ones, or dropped gradients that eager would still
-hold (a replay drops them where eager does when the step drops them after
-an op, capture/whole_step.py; only where the capture did not see the drop
-does it drop them first), the user's state is as it was before the call (the default generators
-are put back from a copy taken at its start): running the step eagerly
-from there gives exactly eager's error and eager's state.
-Otherwise ``FailedReplay.written`` says what stands in the way.
+``codegen.compile_graph``'s line map) tells what ran before it. The user's
+state is as it was before the call when nothing up to that node, the node
+included, did any of these:
+
+* wrote a tensor the user holds (a parameter, an argument, state read at
+  run time, a view of one; writes the schema does not declare included,
+  capture/snapshot.py), as ``index_add_`` does before it raises;
+* ran a host effect, or drew from a generator of the step's own (the
+  default generators are put back from a copy taken at the call's start);
+* dropped gradients where the capture did not see the step drop them, or
+  that the step reads before it drops them (capture/grad_reads.py).
+
+Then running the step eagerly from there gives exactly eager's error and
+eager's state. Otherwise ``FailedReplay.written`` says what stands in the way.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class ReplayError(Exception):
 class FailedReplay:
     """Where a replay raised, and what it had changed by then."""
 
-    #: The node that raised ("" when the traceback does not say).
+    #: The op that raised and its line, for a sentence ("" when the traceback does not say).
     node: str
     #: What the replay had changed that eager's run from the same state cannot be given back, in
     #: words; None when the user's state is as before the call (the generators once ``restore`` ran).
@@ -115,17 +119,10 @@ def _held_name(node: torch.fx.Node) -> str:
     return node.name
 
 
-def _argument(node: torch.fx.Node, index: int, name: str) -> Any:
-    return node.args[index] if index < len(node.args) else node.kwargs.get(name)
-
-
-def _held_writes(node: torch.fx.Node, fresh: set[torch.fx.Node]) -> str | None:
-    """What ``node`` writes that the user holds (not the replay's own), in words; None when nothing."""
-    target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
-        return None
-    values = arguments_by_name(target._schema, node.args, node.kwargs)
-    for name in written_arguments(target._schema, values):
+def _held_writes(node: torch.fx.Node, schema: Any, values: dict[str, Any], fresh: set[torch.fx.Node]) -> str | None:
+    """What op ``node`` (its schema, its arguments by name) writes that the user holds (not the replay's
+    own), in words; None when nothing."""
+    for name in written_arguments(schema, values):
         held = [v for v in _nodes(values.get(name)) if v not in fresh]
         if held:
             return f"written {_held_name(held[0])} ({describe(node)})"
@@ -150,16 +147,16 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
             continue
         target = node.target
         if isinstance(target, torch._ops.OpOverload):
-            written = _held_writes(node, fresh)
+            schema = target._schema
+            values = arguments_by_name(schema, node.args, node.kwargs)
+            written = _held_writes(node, schema, values, fresh)
             if written is not None:
                 return written if node is not stop else f"{written}, part of it before it raised"
             if node is stop:
                 return None
             if torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is not None:
                 return f"drawn from the step's own generator ({describe(node)})"
-            schema = target._schema
-            aliased = [v for i, arg in enumerate(schema.arguments) if arg.alias_info is not None
-                       for v in _nodes(_argument(node, i, arg.name))]
+            aliased = [v for arg in schema.arguments if arg.alias_info is not None for v in _nodes(values.get(arg.name))]
             if all(v in fresh for v in aliased):  # a new tensor, or a view of the replay's own
                 fresh.add(node)
         elif node is stop:
