@@ -292,15 +292,12 @@ class CaptureRecorder:
                     for t, original in zip(small, originals):
                         t.copy_(original)
                     func(*args, **kwargs)
-        except RuntimeError as exc:
-            if "get value out of a tracing tensor" in str(exc):
+        except Exception as exc:
+            if isinstance(exc, RuntimeError) and "get value out of a tracing tensor" in str(exc):
                 raise DataDependentError(
                     f"the step reads a tensor's value on the host ({func}) at {record.source}, "
                     "which a static graph cannot replay"
                 ) from None
-            self.raised = self.raised or f"{func} at {record.source} ({type(exc).__name__})"
-            raise
-        except Exception as exc:
             self.raised = self.raised or f"{func} at {record.source} ({type(exc).__name__})"
             raise
         if self._dropped_now is not None:

@@ -36,13 +36,17 @@ def accelerator_type() -> str | None:
     return device.type if device is not None else None
 
 
+def node_device_types(node: torch.fx.Node) -> set[str]:
+    """Device types of the tensors an annotated op node makes (none before annotation)."""
+    ann = node.meta.get(ANNOTATION)
+    return set() if ann is None else {t.device.split(":")[0] for t in ann.out_tensors if t is not None}
+
+
 def graph_device_types(gm: torch.fx.GraphModule) -> set[str]:
     """Device types of the tensors a graph's op nodes make."""
     types: set[str] = set()
     for node in gm.graph.nodes:
-        ann = node.meta.get(ANNOTATION)
-        if ann is not None:
-            types.update(t.device.split(":")[0] for t in ann.out_tensors if t is not None)
+        types |= node_device_types(node)
     return types
 
 

@@ -40,7 +40,8 @@ import torch.utils._pytree as pytree
 from graphprof.capture.host_nodes import is_reader
 from graphprof.capture.snapshot import arguments_by_name, written_arguments
 from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
-from graphprof.passes.records import ANNOTATION, CAPTURE, STATE
+from graphprof.passes.records import CAPTURE, STATE
+from graphprof.runtime.allocator import node_device_types
 
 #: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
 _PURE_MODULES = frozenset({"_operator", "operator", "math"})
@@ -154,7 +155,7 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
                 return written if node is not stop else f"{written}, part of it before it raised"
             if node is stop:
                 return None
-            if torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is not None:
+            if _draws(node) and node.kwargs.get("generator") is not None:
                 return f"drawn from the step's own generator ({describe(node)})"
             aliased = [v for arg in schema.arguments if arg.alias_info is not None for v in _nodes(values.get(arg.name))]
             if all(v in fresh for v in aliased):  # a new tensor, or a view of the replay's own
@@ -192,16 +193,18 @@ def diagnose(step: CapturedStep, executable: Any, error: BaseException,
     return FailedReplay(describe(nodes[at]), written, restore)
 
 
+def _draws(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is an op that draws random numbers (from ``generator=``, else the default one)."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
 def random_devices(graph: torch.fx.Graph) -> tuple[str, ...]:
     """The device types whose default generator the graph's ops draw from."""
     found: set[str] = set()
     for node in graph.nodes:
-        target = node.target
-        if (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-                and torch.Tag.nondeterministic_seeded in target.tags and node.kwargs.get("generator") is None):
-            annotation = node.meta.get(ANNOTATION)
-            tensors = annotation.out_tensors if annotation is not None else ()
-            found.update({t.device.split(":")[0] for t in tensors if t is not None} or {"cpu"})
+        if node.op == "call_function" and _draws(node) and node.kwargs.get("generator") is None:
+            found |= node_device_types(node) or {"cpu"}
     return tuple(sorted(found))
 
 
