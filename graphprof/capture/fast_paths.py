@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -36,6 +35,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
+
+from graphprof.capture.step_warnings import quiet
 
 #: The fused entry points the modules' fast paths call, as attributes of ``torch``.
 _FUSED = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd", "_nested_tensor_from_mask")
@@ -113,8 +114,7 @@ def takes_fused_path(forward: Callable[..., Any], module: nn.Module, args: tuple
     try:
         for name in saved:
             setattr(torch, name, _stop)
-        with _disable_current_modes(), torch._C.DisableTorchFunction(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _disable_current_modes(), torch._C.DisableTorchFunction(), quiet():
             forward(module, *args, **kwargs)
     except _Fused:
         return True

@@ -22,6 +22,8 @@ outside the graph would be frozen at the capture call's value:
   it draws, so that the step run another way draws that same item; and so
   do ``torch.save``, ``os`` and ``shutil`` calls that write, move or remove
   files (a checkpoint saved every N steps would be saved once);
+* **warnings** issued by the step, torch's Python included, are issued again on every
+  replay (``step_warnings``);
 * **random numbers** drawn with ``random`` (module functions and
   ``random.Random`` instances) or numpy's legacy global ``numpy.random``
   functions refuse the capture (``DataDependentError`` naming the line): a
@@ -45,6 +47,7 @@ import random
 import shutil
 import sys
 import time
+import warnings
 from types import FrameType
 from typing import Any, Callable, Iterator
 
@@ -54,6 +57,7 @@ from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real
 from graphprof.capture.printed_tensors import autograd_suffix, printed
 from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.step_warnings import StepWarning, wrapped_warn
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
 _TORCH_FILES = ("save",)
@@ -159,6 +163,7 @@ class HostSources:
                     setattr(sys, name, stand_in)
                     undo.append(functools.partial(_put_stream, name, stream, stand_in))
             self._patch(undo, logging.Logger, "_log", self._echo("logging", (logging.__file__,)))
+            self._patch(undo, warnings, "warn", lambda original: wrapped_warn(original, self._warned))
             numpy_random = sys.modules.get("numpy.random")
             if numpy_random is not None:
                 legacy = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
@@ -225,6 +230,14 @@ class HostSources:
             return echo
 
         return wrap
+
+    def _warned(self, warning: StepWarning) -> None:
+        """A warning of the step's: an error now, as in eager; else issued when the capture is committed,
+        and by a host node on every replay (``step_warnings``)."""
+        if warning.raises():
+            warning.issue()
+        self.pending.append(warning.issue)
+        effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
 
     def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         sources = self

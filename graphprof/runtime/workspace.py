@@ -36,7 +36,6 @@ recorded: a guess would put memory on the wrong node.
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -190,9 +189,10 @@ def _without_host_effects(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                 copy.register_buffer(name, value)
             else:
                 setattr(copy, name, value)
-            with graph.inserting_before(new), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # fx checks the owner before the copy's attribute is visible
-                constant = graph.get_attr(name)
+            with graph.inserting_before(new):
+                # Not ``get_attr``: it warns, checking the owner before the copy's attribute is visible,
+                # and silencing it would change the filters (``step_warnings.quiet``).
+                constant = graph.create_node("get_attr", name)
             new.replace_all_uses_with(constant)
             graph.erase_node(new)
         elif not new.users:

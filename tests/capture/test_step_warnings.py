@@ -1,0 +1,159 @@
+"""Warnings the step issues are issued by every replay, blamed where eager blames them
+(capture/step_warnings.py).
+
+Before, a replay issued none: a warning on every eager call came once. The
+capture call's warning from torch's Python (``F.mse_loss`` of a target of
+another shape) was blamed on a line of torch's tracer, a location the
+default filter showed once more.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+
+def _warn_twice_up() -> None:
+    warnings.warn("from a helper, blamed on its caller", RuntimeWarning, stacklevel=2)
+
+
+def _make() -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], nn.Module, dict[str, Any]]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept: dict[str, Any] = {"calls": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)  # y is (n, 1): torch's Python warns of the broadcast
+        warnings.warn("a warning of the step's own", stacklevel=1)
+        _warn_twice_up()
+        loss.backward()
+        opt.step()
+        kept["calls"] += 1
+        return loss
+
+    return step, model, kept
+
+
+def _issued(traced: bool, setup: Callable[[], None], calls: int = 4) -> tuple[list[tuple], list[Any], nn.Module]:
+    step, model, kept = _make()
+    fn = graphprof.trace(profiling=False)(step) if traced else step
+    results: list[Any] = []
+    with warnings.catch_warnings(record=True) as issued:
+        setup()
+        for i in range(calls):
+            torch.manual_seed(i)
+            x, y = torch.randn(3, 4), torch.randn(3, 1)
+            try:
+                results.append(fn(x, y))
+            except Warning as exc:  # the filters made an error of it
+                results.append(repr(exc))
+    seen = [(w.category, str(w.message), w.filename, w.lineno) for w in issued
+            if not str(w.message).startswith("graphprof")]
+    return seen, results + [kept["calls"]], model
+
+
+@pytest.mark.parametrize("action", ["always", "default", "once", "module", "ignore"])
+def test_replays_issue_the_warnings_eager_issues(action: str) -> None:
+    eager, eager_results, eager_model = _issued(False, lambda: warnings.simplefilter(action))
+    traced, traced_results, traced_model = _issued(True, lambda: warnings.simplefilter(action))
+    assert traced == eager
+    if action == "always":
+        assert len(eager) == 12  # three warnings on each of four calls
+    assert [r.tolist() if isinstance(r, torch.Tensor) else r for r in traced_results] == \
+        [r.tolist() if isinstance(r, torch.Tensor) else r for r in eager_results]
+    for a, b in zip(eager_model.parameters(), traced_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_warning_the_filters_make_an_error_is_raised_where_eager_raises_it() -> None:
+    def setup() -> None:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="a warning of the step's own")
+
+    eager, eager_results, eager_model = _issued(False, setup)
+    traced, traced_results, traced_model = _issued(True, setup)
+    assert traced == eager
+    assert traced_results == eager_results  # every call raised before its backward: nothing counted
+    assert traced_results[-1] == 0
+    for a, b in zip(eager_model.parameters(), traced_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_an_error_filter_added_after_the_capture_stops_the_replay_where_eager_stops() -> None:
+    step, model, kept = _make()
+    fn = graphprof.trace(profiling=False)(step)
+    x, y = torch.randn(3, 4), torch.randn(3, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):  # eager, capture, replay
+            fn(x, y)
+    before = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("error", message="a warning of the step's own")
+        with pytest.raises(UserWarning, match="of the step's own"):
+            fn(x, y)
+    assert kept["calls"] == 3
+    for a, b in zip(before, model.parameters()):
+        assert torch.equal(a, b)  # stopped before the optimizer's update, as eager stops
+
+
+def test_a_schedulers_warning_is_issued_once_per_call_by_its_own_replayed_step() -> None:
+    def run(traced: bool) -> list[tuple]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            sched.step(3)  # an epoch argument: torch's deprecation warning on every call
+            return loss
+
+        fn = graphprof.trace(profiling=False)(step) if traced else step
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            for i in range(4):
+                fn(torch.full((2, 4), float(i)))
+        return [(w.category, str(w.message)) for w in issued if not str(w.message).startswith("graphprof")]
+
+    eager = run(False)
+    assert len(eager) == 4
+    assert run(True) == eager
+
+
+def test_a_capture_that_probes_a_fused_path_leaves_the_registries_as_they_were() -> None:
+    """The probe of an eval TransformerEncoderLayer's fused path silenced its warnings by changing the
+    filters, which makes every registry forget: the replay then showed a warning eager had shown."""
+    def run(traced: bool) -> list[tuple]:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                out = layer(x)
+            warnings.warn("once per line under the default filter", stacklevel=1)
+            return out
+
+        fn = graphprof.trace(profiling=False)(step) if traced else step
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("default")
+            for _ in range(4):
+                fn(torch.randn(2, 3, 8))
+        return [(str(w.message), w.lineno) for w in issued if not str(w.message).startswith("graphprof")]
+
+    eager = run(False)
+    assert len(eager) == 1
+    assert run(True) == eager
