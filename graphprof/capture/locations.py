@@ -5,8 +5,11 @@ its bound ``self`` and defaults, attributes of those objects one level down,
 every module under the models found there, and the fields of the objects
 those modules keep (a config); and the same of every function of the user's
 code that these name (a helper the step calls, also under a library's
-decorator such as ``@torch.no_grad()``). State the step reaches only through
-other objects is not watched: the README says so.
+decorator such as ``@torch.no_grad()``). Below those, plain objects along
+fields the walked code names (``self.cfg.train.use_l2``), the data of the
+user's own modules it names (``cfg.SCALE``), and what a partial kept in a
+list or dict binds. State the step reaches only through other objects is
+not watched: the README says so.
 
 A ``Location`` can be read and written back (an undone capture puts every
 value back), and says where it lives (``place``, ``owner``, ``key``) so that
@@ -138,6 +141,14 @@ def user_class(value: Any) -> bool:
         return False
     source = getattr(sys.modules.get(value.__module__), "__file__", None) or ""
     return value.__module__ == "__main__" or bool(source) and not installed(source) and not is_library(source)
+
+
+def user_module(value: Any) -> bool:
+    """A module of the user's own code (a ``config.py`` the step imports), not a library's."""
+    if not isinstance(value, types.ModuleType):
+        return False
+    source = getattr(value, "__file__", None) or ""
+    return bool(source) and not installed(source) and not is_library(source)
 
 
 def data_fields(owner: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
@@ -320,6 +331,26 @@ class _Walk:
         self.methods = waiting
         return len(self.functions) > before
 
+    def named_deeper(self, name: str, value: Any) -> bool:
+        """Whether the walk goes on into ``value``, a plain object kept in a field named ``name`` of one
+        whose fields it watches: when walked code names that field (``self.cfg.train.use_l2`` has
+        ``train`` among its names). Why: a flag or a counter three levels down was read or counted in
+        the capture call only, and every replay kept that call's branch and count, silently. Why only
+        named fields: the objects reachable through every field are many; a check per call reads each
+        one watched."""
+        return name in self.code_names and _watched(value) and not isinstance(value, nn.Module)
+
+    def module_fields(self, module: types.ModuleType, label: str) -> Iterator[tuple[Location, Any, bool]]:
+        """The data of a module of the user's code that walked code names (``cfg.SCALE``, ``cfg.FLAG``
+        of ``import cfg``): a config module changed between calls is read as a global is, where a
+        replay kept the capture call's values. Functions, classes and modules in it are code."""
+        fields = vars(module)
+        for name in sorted(self.code_names.intersection(fields)):
+            value = fields[name]
+            if isinstance(name, str) and not name.startswith("__") and (type(value) in _DATA_TYPES or _watched(value)):
+                yield item_location(fields, name, f"{label}.{name}"), value, True
+                self.roots.append((f"{label}.{name}", value))
+
     def bound(self, name: str, value: Any) -> Iterator[tuple[Location, Any, bool]]:
         """What a callable the step holds binds, and the function it runs: a partial's arguments
         (``log = partial(append_to, history)``) and a bound method's object (``update = tracker.update``).
@@ -386,6 +417,14 @@ class _Walk:
         self.roots.clear()
         roots += [held for label, obj in list(roots) for held in held_in_container(obj, label)]
         for label, obj in roots:
+            if user_module(obj) and first_visit(obj, seen):
+                yield from self.module_fields(obj, label)
+                continue
+            if type(obj) in (list, tuple, dict):  # a partial kept in a dict of losses: what it binds
+                for key, item in (obj.items() if type(obj) is dict else enumerate(obj)):
+                    if isinstance(item, functools.partial) and id(item) not in seen:
+                        seen.add(id(item))
+                        yield from self.bound(f"{label}[{key!r}]", item)
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from optimizer_fields(obj, label, seen)
@@ -415,6 +454,8 @@ class _Walk:
                         if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
                             continue
                         yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
+                        if not isinstance(m, nn.Module) and m is not obj and self.named_deeper(k, v):
+                            self.roots.append((f"{mlabel}.{k}", v))  # ``self.cfg.train.use_l2``: walked next
                         if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:
                             seen.add(id(v))
                             yield from _fields_of(v, f"{mlabel}.{k}")

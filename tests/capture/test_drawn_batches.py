@@ -96,33 +96,60 @@ def test_an_iterator_the_step_makes_itself_is_not_refused() -> None:
     assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
-def test_a_tensor_kept_deeper_than_the_watched_state_refuses_the_capture() -> None:
-    """``helper.inner.deeper.table``: three objects down, not watched, so its value was baked into the
-    graph and a new table given between calls was never read."""
-    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], Any]:
-        torch.manual_seed(0)
-        model = nn.Linear(4, 4)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        helper = types.SimpleNamespace(inner=types.SimpleNamespace(deeper=types.SimpleNamespace(table=torch.ones(4))))
+def _deep_table_step(keep: Callable[[torch.Tensor], Any], read: Callable[[Any], torch.Tensor]
+                     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], Any]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    helper = keep(torch.ones(4))
 
-        def step(x: torch.Tensor) -> torch.Tensor:
-            loss = (model(x) * helper.inner.deeper.table).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step, helper
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = (model(x) * read(helper)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, helper
 
+
+def _replace_table_at_call_3(make: Callable[[], tuple[Callable[[torch.Tensor], torch.Tensor], Any]],
+                             put: Callable[[Any, torch.Tensor], None]) -> tuple[Any, list[str]]:
     (eager, eager_helper), (step, helper) = make(), make()
     traced = graphprof.trace(step)
     x_all, _ = _data()
     messages: list[str] = []
     for i in range(CALLS):
         if i == 3:
-            eager_helper.inner.deeper.table = helper.inner.deeper.table = torch.full((4,), 3.0)
+            put(eager_helper, torch.full((4,), 3.0))
+            put(helper, torch.full((4,), 3.0))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert torch.equal(eager(x_all[:8]), traced(x_all[:8])), f"call {i}"
         messages += [str(w.message) for w in caught]
+    return traced, messages
+
+
+def test_a_tensor_three_named_fields_down_is_read_where_it_is_kept() -> None:
+    """``helper.inner.deeper.table``: the walk follows fields the step's code names, so a new table
+    given between calls is read by the replay (it refused the capture when the walk stopped sooner)."""
+    def put(helper: Any, table: torch.Tensor) -> None:
+        helper.inner.deeper.table = table
+
+    traced, messages = _replace_table_at_call_3(lambda: _deep_table_step(
+        lambda t: types.SimpleNamespace(inner=types.SimpleNamespace(deeper=types.SimpleNamespace(table=t))),
+        lambda h: h.inner.deeper.table), put)
+    assert messages == []
+    assert traced.capture_mode == "whole-step"
+
+
+def test_a_tensor_kept_deeper_than_the_watched_state_refuses_the_capture() -> None:
+    """``helper.items[0].table``: an object in a list the step's state keeps is not watched, so its
+    value would be baked into the graph and a new table given between calls never read."""
+    def put(helper: Any, table: torch.Tensor) -> None:
+        helper.items[0].table = table
+
+    traced, messages = _replace_table_at_call_3(lambda: _deep_table_step(
+        lambda t: types.SimpleNamespace(items=[types.SimpleNamespace(table=t)]),
+        lambda h: h.items[0].table), put)
     assert len(messages) == 1 and "neither an argument nor state it reaches" in messages[0]
     assert traced.capture_mode == "segments"

@@ -1,0 +1,144 @@
+"""State the step reaches through chains of named fields, a config module, a dict of partials
+(capture/locations.py: ``named_deeper``, ``module_fields``).
+
+The walk of the step's state stopped two levels below a name: a flag at
+``self.cfg.train.use_l2`` flipped between calls, a weight at
+``cfg.loss.w`` changed, a counter at ``self.stats.epoch.count`` counted in
+the step, a config module's ``SCALE`` changed, or the keywords of a
+``functools.partial`` kept in a dict changed: every replay kept the capture
+call's branch, value or count, silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace as NS
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+CALLS = 6
+
+
+def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(5, 4, generator=g), torch.randint(0, 3, (5,), generator=g)
+
+
+def _same_calls(make: Callable[[], tuple[Callable[..., Any], Any]],
+                change: Callable[[int, Any], None], observe: Callable[[Any], Any]) -> Any:
+    """Run a fresh eager copy and a fresh traced copy call by call, ``change`` applied to both kept
+    states before each call; assert equal losses, weights and observed state after every call."""
+    eager_step, eager_kept = make()
+    traced_step, traced_kept = make()
+    traced = graphprof.trace(traced_step, profiling=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # whole-step: no fallback warning either
+        for i in range(CALLS):
+            change(i, eager_kept)
+            change(i, traced_kept)
+            x, y = _batch(i)
+            a, b = eager_step(x, y), traced(x, y)
+            assert torch.equal(a.detach(), b), f"call {i}: loss {a.item()!r} != {b.item()!r}"
+            assert torch.equal(eager_kept.model.weight, traced_kept.model.weight), f"call {i}: weights differ"
+            assert observe(eager_kept) == observe(traced_kept), f"call {i}"
+    assert traced.capture_mode == "whole-step"
+    return traced
+
+
+def _trainer(cfg: Any) -> tuple[Callable[..., Any], Any]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    kept = NS(model=model, opt=torch.optim.SGD(model.parameters(), lr=0.1), cfg=cfg)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        kept.opt.zero_grad()
+        loss = F.cross_entropy(kept.model(x), y) * kept.cfg.loss.scale.w
+        if kept.cfg.train.use_l2:
+            loss = loss + 0.1 * kept.model.weight.pow(2).sum()
+        loss.backward()
+        kept.opt.step()
+        kept.cfg.stats.epoch.count += 1
+        kept.cfg.stats.epoch.seen.append(kept.cfg.stats.epoch.count)
+        return loss
+
+    return step, kept
+
+
+def test_a_flag_a_weight_and_a_counter_three_levels_down_are_the_steps_state() -> None:
+    def make() -> tuple[Callable[..., Any], Any]:
+        return _trainer(NS(train=NS(use_l2=False), loss=NS(scale=NS(w=1.0)), stats=NS(epoch=NS(count=0, seen=[]))))
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            kept.cfg.train.use_l2 = True
+        if i == 4:
+            kept.cfg.loss.scale.w = 0.5
+
+    traced = _same_calls(make, change, lambda kept: (kept.cfg.stats.epoch.count, kept.cfg.stats.epoch.seen))
+    # One capture more for each change, as for a field one level down: the weight multiplies a tensor,
+    # which the graph specialises to (a guard on its value).
+    assert traced.captures == 3
+
+
+def test_a_config_module_the_step_imports_is_read_as_globals_are(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "deep_state_config.py").write_text("SCALE = 1.0\nFLAG = False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = importlib.import_module("deep_state_config")
+    monkeypatch.setitem(sys.modules, "deep_state_config", config)
+
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        kept = NS(model=model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * config.SCALE, y)
+            if config.FLAG:
+                loss = loss * 2
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, kept
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            config.SCALE, config.FLAG = 3.0, True
+
+    _same_calls(make, change, lambda kept: None)  # both copies read the one module, changed once
+
+
+def test_the_keywords_of_a_partial_kept_in_a_dict_are_watched() -> None:
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = {"ce": functools.partial(F.cross_entropy, label_smoothing=0.0)}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = losses["ce"](model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, NS(model=model, losses=losses)
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            kept.losses["ce"].keywords["label_smoothing"] = 0.3
+
+    _same_calls(make, change, lambda kept: None)
