@@ -193,6 +193,7 @@ class SegmentedCapture:
         self._compiling: _Compiling | None = None
         self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
         self._recompiles_warned = False
+        self._uncompiled_warned = False
         #: dynamo's RandomVariable and its own check, while a compile sees no ``random.Random``.
         self._random_objects: tuple[Any, Any] | None = None
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
@@ -226,9 +227,35 @@ class SegmentedCapture:
 
         def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             drop_skipped_dropouts(gm)  # no copies eager does not make (capture/identity_dropout.py)
-            return aot(gm, example_inputs)
+            made = len(self.segments)
+            try:
+                return aot(gm, example_inputs)
+            except Exception as exc:
+                del self.segments[made:]  # a forward compiled before its backward failed: never run
+                self._not_compiled(root_type, exc)
+                raise torch._dynamo.exc.SkipFrame(str(exc)) from exc
 
         return backend
+
+    def _not_compiled(self, root_type: str, exc: Exception) -> None:
+        """One warning that a frame runs eagerly, unprofiled: AOTAutograd could not compile it.
+
+        Why eagerly, the whole frame: dynamo's own answer to a backend that fails
+        is to raise into the step (MoCo's ``param_k.data = param_k.data * m +
+        ...`` in a forward: "a set_ on a graph input ... other mutations"),
+        after the step's earlier segments had run. A backend that raises
+        ``SkipFrame`` makes dynamo run that frame, and its later calls, as
+        plain Python: eager's results, without the frame's ops in the profile.
+        """
+        what = f"the forward of {root_type}" if root_type else "a part of the step"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        message = (f"graphprof: {self._name}: torch.compile could not compile {what} ({type(exc).__name__}: "
+                   f"{first}); it runs eagerly, and its ops are missing from the profile")
+        if self._uncompiled_warned:
+            log.info(message)
+        else:
+            self._uncompiled_warned = True
+            warnings.warn(message, stacklevel=2)
 
     def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:

@@ -438,3 +438,52 @@ def test_a_random_instance_drawn_in_a_forward_draws_anew_in_every_segmented_call
             assert torch.equal(eager(torch.ones(2, 4)), traced(torch.ones(2, 4))), f"call {i}"
             assert eager_model.rng.getstate() == model.rng.getstate(), f"call {i}"
     assert traced.capture_mode == "segments"
+
+
+class _MomentumEncoder(nn.Module):
+    """MoCo's key encoder update, as its official code writes it: ``.data =`` inside the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(4, 3)
+        self.k = nn.Linear(4, 3).requires_grad_(False)
+        self.k.load_state_dict(self.q.state_dict())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for pk, pq in zip(self.k.parameters(), self.q.parameters()):
+                pk.data = pk.data * 0.99 + pq.data * 0.01
+        return (self.q(x) - self.k(x)).pow(2).mean()
+
+
+def test_a_forward_torch_compile_cannot_compile_runs_eagerly_with_one_warning() -> None:
+    """AOTAutograd refuses MoCo's ``.data =`` update ("a set_ on a graph input ... other mutations"):
+    dynamo raised that into the step, after the segments before it had run. Now the frame runs as
+    plain Python, with one warning that its ops are missing from the profile."""
+    def make() -> tuple[Any, nn.Module]:
+        torch.manual_seed(0)
+        model = _MomentumEncoder()
+        opt = torch.optim.SGD(model.q.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, model
+
+    (eager, eager_model), (step, model) = make(), make()
+    traced = graphprof.trace(step, capture="dynamo")
+    messages: list[str] = []
+    for i in range(4):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(i))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert torch.equal(eager(x).detach(), traced(x).detach()), f"call {i}"
+        messages += [str(w.message) for w in caught]
+        for a, b in zip(eager_model.parameters(), model.parameters()):
+            assert torch.equal(a, b), f"call {i}"
+    assert len(messages) == 1 and "could not compile the forward of _MomentumEncoder" in messages[0]
+    assert traced.get_profile() is not None
