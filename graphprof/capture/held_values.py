@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import keyword
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -96,7 +97,7 @@ class HeldValue:
         return same_value(now, self.value)
 
     def _same_items(self, now: Any) -> bool:
-        if type(now) is list:
+        if type(now) is list or type(now) is deque:
             return len(now) == len(self.items) and all(map(same_value, now, self.items))
         if len(now) != len(self.items):
             return False

@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import io
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Set
 from typing import Any, Callable, Sequence
@@ -175,7 +176,7 @@ class _Extend:
 
     __slots__ = ("target", "template")
 
-    def __init__(self, target: list, template: Any) -> None:
+    def __init__(self, target: list | deque, template: Any) -> None:
         self.target, self.template = target, template
 
     def __call__(self, values: tuple) -> None:
@@ -190,7 +191,7 @@ class _Watched:
 
 
 def _contents(value: Any) -> Any:
-    if type(value) is list:
+    if type(value) is list or type(value) is deque:  # a deque of recent losses (torchvision's SmoothedValue)
         return list(value)
     if isinstance(value, dict):  # a defaultdict or OrderedDict of logged values too
         return dict(value)
@@ -322,6 +323,9 @@ class PythonState:
                 entry.location.set(entry.before)
             if type(entry.before) is list and entry.snapshot is not None:
                 entry.before[:] = entry.snapshot
+            elif type(entry.before) is deque and entry.snapshot is not None:
+                entry.before.clear()
+                entry.before.extend(entry.snapshot)
             elif isinstance(entry.before, dict) and entry.snapshot is not None:
                 entry.before.clear()
                 entry.before.update(entry.snapshot)
@@ -351,7 +355,17 @@ class PythonState:
                              loc.set(filled(t, vals)), slots, record)
                 continue
             before, snapshot = entry.before, entry.snapshot
-            if type(before) is list and snapshot is not None and _changed_list(before, snapshot):
+            if type(before) is deque and snapshot is not None and _changed_list(list(before), snapshot):
+                added = _appended(before, snapshot)
+                if added is None:
+                    raise refusal(location.describe, "changes existing items of", source)
+                self.extended.add(id(entry))
+                template, slots = template_of(added, node_of, location.describe, source)
+                kept = list(before)[:len(before) - len(added)]
+                before.clear()
+                before.extend(kept + real_values(added))
+                effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
+            elif type(before) is list and snapshot is not None and _changed_list(before, snapshot):
                 if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
                     raise refusal(location.describe, "changes existing items of", source)
                 self.extended.add(id(entry))
@@ -400,7 +414,7 @@ class PythonState:
             elif (entry.snapshot is not None and id(entry) not in self.extended and id(before) not in unread
                   and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads (``unread``: not even)
                 hold, value = Hold.CONTENTS, before
-                items = tuple(entry.snapshot) if type(before) is list else tuple(entry.snapshot.items())
+                items = tuple(entry.snapshot) if type(before) in (list, deque) else tuple(entry.snapshot.items())
             elif isinstance(before, dict) and entry.snapshot is not None and entry.snapshot.keys() != before.keys():
                 # A dict the step added keys to (``logs["loss"].append`` on a defaultdict): the next call
                 # finds the key there, and does something else with it; its keys as at the start are held.
@@ -446,6 +460,21 @@ class PythonState:
 
 def _same_number(a: Any, b: Any) -> bool:
     return type(a) is type(b) and _is_number(a) and a == b
+
+
+def _appended(now: deque, snapshot: list) -> list | None:
+    """The items the step appended to a deque that held ``snapshot`` (a full one with ``maxlen`` drops
+    as many from its left), or None: it changed it otherwise (``appendleft``, ``pop``), or which items
+    are new cannot be told (the same objects appended as it held)."""
+    items, limit = list(now), now.maxlen
+    found = []
+    for added in range(1, len(items) + 1):
+        kept = len(items) - added
+        if len(items) != (len(snapshot) + added if limit is None else min(limit, len(snapshot) + added)):
+            continue
+        if all(a is b for a, b in zip(items[:kept], snapshot[len(snapshot) - kept:])):
+            found.append(added)
+    return items[len(items) - found[0]:] if len(found) == 1 else None
 
 
 def _changed_list(now: list, snapshot: list) -> bool:

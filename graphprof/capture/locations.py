@@ -144,11 +144,14 @@ def user_class(value: Any) -> bool:
 
 
 def user_module(value: Any) -> bool:
-    """A module of the user's own code (a ``config.py`` the step imports), not a library's."""
+    """A module of the user's own code (a ``config.py`` the step imports, a namespace it made with
+    ``types.ModuleType``), not a library's."""
     if not isinstance(value, types.ModuleType):
         return False
     source = getattr(value, "__file__", None) or ""
-    return bool(source) and not installed(source) and not is_library(source)
+    if not source:  # ``types.ModuleType("cfg")`` as a namespace; not a built-in or frozen module (a spec)
+        return getattr(value, "__spec__", None) is None and value.__name__ not in sys.builtin_module_names
+    return not installed(source) and not is_library(source)
 
 
 def data_fields(owner: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:

@@ -27,6 +27,7 @@ import dis
 import gc
 import sys
 import types
+from collections import deque
 from typing import Any, Callable, Iterable
 
 import torch
@@ -302,7 +303,7 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
     if not names.active or names.dynamic or not names.read_uses:
         return
     for entry in python.watched:
-        if id(entry) in python.extended and type(entry.before) is list:
+        if id(entry) in python.extended and type(entry.before) in (list, deque):
             if any(name in names.read_uses for name in watched_names(entry.location)):
                 raise DataDependentError(
                     f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import types
 import warnings
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -140,5 +141,32 @@ def test_the_keywords_of_a_partial_kept_in_a_dict_are_watched() -> None:
     def change(i: int, kept: Any) -> None:
         if i == 3:
             kept.losses["ce"].keywords["label_smoothing"] = 0.3
+
+    _same_calls(make, change, lambda kept: None)
+
+
+def test_a_namespace_module_made_with_module_type_is_read_as_globals_are() -> None:
+    config = types.ModuleType("deep_state_namespace")
+    config.SCALE, config.FLAG = 1.0, False  # type: ignore[attr-defined]
+
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * config.SCALE, y)
+            if config.FLAG:
+                loss = loss * 2
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, NS(model=model)
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            config.SCALE, config.FLAG = 3.0, True  # type: ignore[attr-defined]
 
     _same_calls(make, change, lambda kept: None)

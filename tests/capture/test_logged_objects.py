@@ -8,8 +8,8 @@ the averages a script printed were silently wrong, and comparing one raised.
 The fields of objects in the step's lists and dicts are now watched like
 those of an object it names (numbers read at run time, assignments
 replayed); and whatever number read from a tensor is still left in the
-user's objects after the step's effects (a ``deque`` of recent values, as
-torchvision's ``SmoothedValue`` keeps) refuses the capture with one warning.
+user's objects after the step's effects refuses the capture with one
+warning (a ``set`` of values seen cannot even take one: it hashes it).
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def _make(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]
 
 def _observed(state: Any) -> Any:
     meters = [m for m in state.values() if not isinstance(m, _Remote)] if isinstance(state, dict) else [state]
-    return [{k: (list(v) if isinstance(v, collections.deque) else v) for k, v in vars(m).items()} for m in meters]
+    return [{k: (list(v) if isinstance(v, collections.deque) else sorted(v) if isinstance(v, set) else v)
+             for k, v in vars(m).items()} for m in meters]
 
 
 def _run(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]) -> tuple[Any, list[str]]:
@@ -126,10 +127,26 @@ def _update_smoothed(meter: SmoothedValue, loss: torch.Tensor, n: int) -> None:
     meter.update(loss.item(), n)
 
 
-def test_a_value_left_in_a_deque_refuses_the_capture_with_one_warning() -> None:
+def test_a_smoothed_values_deque_is_extended_by_every_replay() -> None:
+    """It refused the capture before deques were watched (tests/capture/test_deques.py)."""
     traced, messages = _run(_update_smoothed, SmoothedValue)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
+
+
+class _Seen:
+    def __init__(self) -> None:
+        self.values: set[float] = set()
+
+
+def _note_seen(kept: _Seen, loss: torch.Tensor, n: int) -> None:
+    kept.values.add(loss.item())
+
+
+def test_a_value_left_in_a_set_refuses_the_capture_with_one_warning() -> None:
+    """A set is not watched: the number it would hash is only known when the replay runs."""
+    traced, messages = _run(_note_seen, _Seen)
     assert traced.capture_mode == "segments"
-    assert sum("a number read from a tensor in state.deque" in m for m in messages) == 1, messages
+    assert len(messages) == 1 and "tests/capture/test_logged_objects.py" in messages[0], messages  # names the line
 
 
 class _Remote:
