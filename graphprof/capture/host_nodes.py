@@ -149,10 +149,17 @@ def real_values(value: Any) -> Any:
 
 
 def effect_node(graph: torch.fx.Graph, name: str, apply: Callable[[tuple], None], slots: list[Any],
-                record: Any) -> None:
+                record: Any) -> torch.fx.Node:
     """A host node (at the graph's insert point) that calls ``apply`` with the values of ``slots``."""
     def effect(*values: Any) -> None:
         apply(values)
     node = graph.call_function(host_function(effect, name), tuple(slots))
     node.meta["graphprof.capture"] = record
     node.meta[_SCALAR] = True
+    return node
+
+
+#: The meta key of an effect that may tell, after it ran, that running it again would show nothing
+#: (a callable: a warning the filters show once per line, shown already): a failed replay that ran it
+#: can still run the step again eagerly (runtime/failed_replays.py).
+SILENT_AGAIN = "graphprof_silent_again"

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from graphprof.capture.host_nodes import effect_node, filled, input_scalar, real_values, template_of
+from graphprof.capture.host_nodes import SILENT_AGAIN, effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.printed_tensors import autograd_suffix, printed
 from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
@@ -237,7 +237,8 @@ class HostSources:
         if warning.raises():
             warning.issue()
         self.pending.append(warning.issue)
-        effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
+        node = effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
+        node.meta[SILENT_AGAIN] = warning.silent_again
 
     def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         sources = self

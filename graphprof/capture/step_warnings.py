@@ -39,7 +39,7 @@ import contextlib
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Iterator
 
@@ -72,18 +72,33 @@ class StepWarning:
     module_globals: dict[str, Any] | None
     source: Any
 
+    #: The registry's filter version after the last ``issue`` (one item: the record is frozen).
+    issued: list[Any] = field(default_factory=lambda: [None], compare=False)
+
     def issue(self) -> None:
         warnings.warn_explicit(self.message, self.category, self.filename, self.lineno, self.module,
                                self.registry, self.module_globals, self.source)
+        self.issued[0] = self.registry.get("version")
 
     def raises(self) -> bool:
         """Whether the filters of now turn it into an error (``"error"``), which eager raises at once."""
+        return self._action() == "error"
+
+    def silent_again(self) -> bool:
+        """Whether issuing it again now would show nothing: the filters ignore it, or it was shown and its
+        registry, unchanged since, keeps it (the default filter, ``"once"``, ``"module"``)."""
+        if self._action() == "ignore":
+            return True
+        key = (str(self.message), self.category, self.lineno)
+        return bool(self.registry.get(key)) and self.registry.get("version") == self.issued[0] is not None
+
+    def _action(self) -> str:
         text = str(self.message)
         for action, pattern, category, module, line in warnings.filters:
             if ((pattern is None or pattern.match(text)) and issubclass(self.category, category)
                     and (module is None or module.match(self.module)) and (line == 0 or line == self.lineno)):
-                return bool(action == "error")
-        return bool(warnings.defaultaction == "error")  # type: ignore[attr-defined]
+                return str(action)
+        return str(warnings.defaultaction)  # type: ignore[attr-defined]
 
 
 def eager_stack(frame: FrameType | None) -> list[FrameType] | None:

@@ -37,7 +37,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from graphprof.capture.host_nodes import is_reader
+from graphprof.capture.host_nodes import SILENT_AGAIN, is_reader
 from graphprof.capture.snapshot import arguments_by_name, written_arguments
 from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
 from graphprof.passes.records import CAPTURE, STATE
@@ -167,6 +167,8 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
                 fresh.add(node)
         elif is_reader(node) or node.meta.get(DROPS_GRADS) or _pure(target):
             continue  # (gradients dropped where eager drops them: eager had dropped them too)
+        elif node.meta.get(SILENT_AGAIN) is not None and node.meta[SILENT_AGAIN]():
+            continue  # a warning eager's run would not show again
         else:
             return f"run {getattr(target, '__name__', target)} ({describe(node)})"
     return None

@@ -157,3 +157,47 @@ def test_a_capture_that_probes_a_fused_path_leaves_the_registries_as_they_were()
     eager = run(False)
     assert len(eager) == 1
     assert run(True) == eager
+
+
+@pytest.mark.parametrize("action", ["default", "always"])
+def test_a_bad_batch_after_a_warning_runs_eagerly_when_eager_would_not_show_it_again(action: str) -> None:
+    """A replay that raised after issuing a warning ran Python eager would run again: the step can run
+    eagerly only when eager's warning would show nothing (shown already, once per line); under
+    ``"always"`` it would show twice, so the call raises with one warning and later calls run as
+    segments. Either way the caller gets eager's error, state and warnings."""
+    def run(traced: bool) -> tuple[list[Any], list[tuple], nn.Module, int]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        table = torch.arange(3.0)
+        kept = {"calls": 0}
+
+        def step(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            warnings.warn("once per line under the default filter", stacklevel=1)
+            loss = (model(x).sum() * table[i]).sum()  # a bad index raises here
+            loss.backward()
+            opt.step()
+            kept["calls"] += 1
+            return loss
+
+        fn = graphprof.trace(profiling=False)(step) if traced else step
+        results: list[Any] = []
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter(action)
+            for i in [0, 1, 2, 7, 1]:
+                try:
+                    results.append(fn(torch.full((3, 4), float(i)), torch.tensor([i])).item())
+                except IndexError as exc:
+                    results.append(type(exc).__name__)
+        seen = [(str(w.message), w.lineno) for w in issued]
+        return results, seen, model, kept["calls"]
+
+    eager, eager_seen, eager_model, eager_calls = run(False)
+    traced, traced_seen, model, calls = run(True)
+    assert traced == eager and calls == eager_calls
+    fallbacks = [text for text, _ in traced_seen if text.startswith("graphprof")]
+    assert [s for s in traced_seen if not s[0].startswith("graphprof")] == eager_seen
+    assert len(fallbacks) == (0 if action == "default" else 1), fallbacks
+    for a, b in zip(eager_model.parameters(), model.parameters()):
+        assert torch.equal(a, b)
