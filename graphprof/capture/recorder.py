@@ -41,6 +41,7 @@ from graphprof.capture.custom_functions import FunctionApplies
 from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
+from graphprof.capture.distribution_checks import DistributionChecks
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.fast_paths import fused_fast_paths
 from graphprof.capture.caught_exceptions import CatchingFrames
@@ -172,6 +173,8 @@ class CaptureRecorder:
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
                                         self.tensor_node)
         self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
+        self.distribution_checks = DistributionChecks(self.graph, self.tensor_node, lambda: self.context(()),
+                                                      lambda: user_source(3))
         self.recompute_depth = 0
         self.recompute = CheckpointRecompute(self._enter_recompute, self._exit_recompute)
         self.function_records: list[CaptureRecord] = []  # custom Functions being applied
@@ -359,7 +362,7 @@ class CaptureRecorder:
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
                     self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(), \
-                    self.grad_reads.patched(), \
+                    self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
                 yield self
         finally:
