@@ -236,9 +236,17 @@ class PythonState:
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
                                          "graph would not write or read again")
+        contained: set[int] = set()  # the lists, deques and dicts whose contents one entry watches
         try:
             for location, value, user_state in reachable:
-                entry = state._add(_Watched(location, value, _contents(value)))
+                contents = _contents(value)
+                if contents is not None and id(value) in contained:
+                    # One list reached by two names (``hist`` and ``trainer.hist``): its changes are
+                    # one effect, of the first; two extended it twice per replay. The name is held.
+                    contents = None
+                elif contents is not None:
+                    contained.add(id(value))
+                entry = state._add(_Watched(location, value, contents))
                 if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from graphprof.capture.held_values import PLAIN_TYPES, Place
+from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, Place
 from graphprof.capture.sources import installed, is_library
 from graphprof.capture.state import held_in_container, partial_bindings
 
@@ -275,6 +275,10 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
         yield from walk.names()  # the globals of the methods the objects' classes brought
 
 
+#: What ``nn.Module.__init__`` puts in every module's ``__dict__``: torch's machinery, not the step's state.
+_MODULE_INTERNALS = frozenset(vars(nn.Module())) | {"training"}
+_CONTAINERS = (list, tuple, dict)
+
 #: Methods run for the user's objects without their code naming them: a module's forward, a call.
 _CALLED_FOR_THE_USER = frozenset({"forward", "__call__"})
 
@@ -333,6 +337,18 @@ class _Walk:
                 waiting.append((name, method))
         self.methods = waiting
         return len(self.functions) > before
+
+    def kept_callables(self, container: list | tuple | dict, label: str) -> Iterator[tuple[Location, Any, bool]]:
+        """What the functions kept in a list, tuple or dict bind and name, and the containers inside:
+        minGPT's ``self.callbacks = {"on_batch_end": [log_loss]}``, a dict of loss partials. Why: a
+        callback's closure list, appended to in the step, was reached by no name, and the replays
+        appended nothing (the capture call left graphprof's own number in it)."""
+        items = list(container.items()) if type(container) is dict else list(enumerate(container))
+        for key, item in items[:CONTENTS_LIMIT]:  # a table of data is not a list of callbacks
+            if isinstance(item, (functools.partial, types.FunctionType, types.MethodType)):
+                yield from self.bound(f"{label}[{key!r}]", item)
+            elif type(item) in _CONTAINERS:
+                self.roots.append((f"{label}[{key!r}]", item))
 
     def named_deeper(self, name: str, value: Any) -> bool:
         """Whether the walk goes on into ``value``, a plain object kept in a field named ``name`` of one
@@ -423,11 +439,9 @@ class _Walk:
             if user_module(obj) and first_visit(obj, seen):
                 yield from self.module_fields(obj, label)
                 continue
-            if type(obj) in (list, tuple, dict):  # a partial kept in a dict of losses: what it binds
-                for key, item in (obj.items() if type(obj) is dict else enumerate(obj)):
-                    if isinstance(item, functools.partial) and id(item) not in seen:
-                        seen.add(id(item))
-                        yield from self.bound(f"{label}[{key!r}]", item)
+            if type(obj) in (list, tuple, dict) and id(obj) not in seen:
+                seen.add(id(obj))
+                yield from self.kept_callables(obj, label)
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from optimizer_fields(obj, label, seen)
@@ -453,10 +467,15 @@ class _Walk:
                     if not first_visit(m, seen):
                         continue
                     self.follow_methods(type(m))
+                    torch_layer = isinstance(m, nn.Module) and (type(m).__module__ or "").startswith("torch.")
                     for k, v in list(vars(m).items()):
-                        if isinstance(m, nn.Module) and (k.startswith("_") or k == "training"):
-                            continue
-                        yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module)
+                        if isinstance(m, nn.Module) and (k in _MODULE_INTERNALS or torch_layer and k.startswith("_")):
+                            continue  # torch's machinery (a Conv's ``_reversed_padding_repeated_twice``)
+                        # A module's numbers are configuration (never inputs); its lists and dicts (a
+                        # Lightning-style ``self._logged.setdefault(name, []).append(v)``) are the step's.
+                        yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module) or type(v) in _CONTAINERS
+                        if type(v) in _CONTAINERS:
+                            self.roots.append((f"{mlabel}.{k}", v))  # what it keeps: callbacks, partials
                         if not isinstance(m, nn.Module) and m is not obj and self.named_deeper(k, v):
                             self.roots.append((f"{mlabel}.{k}", v))  # ``self.cfg.train.use_l2``: walked next
                         if isinstance(m, nn.Module) and _held_by_module(v) and id(v) not in seen:

@@ -302,8 +302,9 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
     value, and allowed. Without a trace, or with names loaded dynamically, nothing is known."""
     if not names.active or names.dynamic or not names.read_uses:
         return
-    for entry in python.watched:
-        if id(entry) in python.extended and type(entry.before) in (list, deque):
+    extended = {id(e.before) for e in python.watched if id(e) in python.extended}
+    for entry in python.watched:  # each name the list is reached by (``hist``, ``trainer.hist``)
+        if id(entry.before) in extended and type(entry.before) in (list, deque):
             if any(name in names.read_uses for name in watched_names(entry.location)):
                 raise DataDependentError(
                     f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "

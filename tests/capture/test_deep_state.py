@@ -170,3 +170,103 @@ def test_a_namespace_module_made_with_module_type_is_read_as_globals_are() -> No
             config.SCALE, config.FLAG = 3.0, True  # type: ignore[attr-defined]
 
     _same_calls(make, change, lambda kept: None)
+
+
+def test_a_callback_kept_in_a_dict_of_lists_logs_on_every_replay() -> None:
+    """minGPT's ``trigger_callbacks``: the callback's closure list was reached by no name, so replays
+    appended nothing, and the capture call left graphprof's own number in it."""
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        log: list[float] = []
+
+        def on_batch_end(trainer: Any) -> None:
+            log.append(trainer.loss.item())
+
+        trainer = NS(model=model, log=log, callbacks={"on_batch_end": [on_batch_end]}, loss=None)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            trainer.loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            trainer.loss.backward()
+            opt.step()
+            for callback in trainer.callbacks.get("on_batch_end", []):
+                callback(trainer)
+            return trainer.loss.detach()
+
+        return step, trainer
+
+    _same_calls(make, lambda i, kept: None, lambda kept: [(type(v), v) for v in kept.log])
+
+
+class _Lit(nn.Module):
+    """Lightning-style ``self.log``: values kept in a dict of lists under a private name of the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = nn.Linear(4, 3)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self._logged: dict[str, list[Any]] = {}
+
+    def log(self, name: str, value: torch.Tensor) -> None:
+        self._logged.setdefault(name, []).append(value.detach().clone())
+        self._logged.setdefault(f"{name}_item", []).append(value.item())
+
+    def training_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(self.model(x), y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        self.log("loss", loss)
+        return loss.detach()
+
+
+def test_a_dict_of_lists_a_module_keeps_under_a_private_name_is_the_steps_state() -> None:
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        module = _Lit()
+        return module.training_step, module
+
+    def observe(module: _Lit) -> list[Any]:
+        return [(k, [v.tolist() if isinstance(v, torch.Tensor) else (type(v), v) for v in values])
+                for k, values in module._logged.items()]
+
+    _same_calls(make, lambda i, kept: None, observe)
+
+
+@pytest.mark.parametrize("read_back", [False, True])
+def test_a_list_reached_by_two_names_is_extended_once_per_replay(read_back: bool) -> None:
+    """``hist`` in the step's closure and ``trainer.hist`` are one list: two effects appended each value
+    twice per replay. Read through the other name after the append (a moving average), it refuses."""
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hist: list[float] = []
+        trainer = NS(model=model, hist=hist, calls=0)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> Any:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            hist.append(loss.item())
+            trainer.calls += 1
+            if read_back:
+                return sum(trainer.hist) / len(trainer.hist)
+            return loss.detach()
+
+        return step, trainer
+
+    if not read_back:
+        _same_calls(make, lambda i, kept: None, lambda kept: (kept.calls, kept.hist))
+        return
+    (eager, eager_kept), (step, kept) = make(), make()
+    traced = graphprof.trace(step, profiling=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            assert eager(*_batch(i)) == traced(*_batch(i)), f"call {i}"
+    assert kept.hist == eager_kept.hist
+    assert traced.capture_mode == "segments" and len(caught) == 1 and "appends to" in str(caught[0].message)
