@@ -10,7 +10,9 @@ another capture. Neither text is needed before the replay: ``print`` and
 replay's numbers themselves.
 
 How: when a number the capture traces is formatted, the f-string is looked
-up in the source (``only_printed``). If it is an argument of a call of
+up in the source (``only_printed``), or the ``"...".format(...)`` call of a
+string written there (the PyTorch examples' form: ``str.format`` calls the
+value's ``__format__`` from the call's instruction). If it is an argument of a call of
 Python's own ``print``, or the message of a ``logging.Logger``'s ``info``
 (``debug``, ``warning``, ...) or of ``logging.info``, in the user's code, the
 number's text is a marker (``PrintedTexts.defer``): a NUL, a random tag of
@@ -43,6 +45,7 @@ import inspect
 import linecache
 import logging
 import secrets
+import string
 import sys
 from dataclasses import dataclass, replace
 from types import CodeType, FrameType
@@ -215,19 +218,27 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
     """The call the f-string formatted at ``offset`` is a direct argument of (``print(f"...")``), or the
     message of (``log.info(f"...")``), when its specs are all written out; else None."""
     instruction = _instruction_at(code, offset)
-    if instruction is None or instruction.opname not in _FORMATTING or instruction.positions is None:
+    if instruction is None or instruction.positions is None or (
+            instruction.opname not in _FORMATTING and instruction.opname != "CALL"):
         return None
     span = instruction.positions
     line, end_line, column, end_column = span.lineno, span.end_lineno, span.col_offset, span.end_col_offset
     tree = _module_tree(code.co_filename)
     if tree is None or line is None or end_line is None or column is None or end_column is None:
         return None
-    found = _innermost_fstring(tree, (line, column), (end_line, end_column))
-    if found is None:
-        return None
-    fstring, call = found
-    if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
-        return None
+    fstring: ast.expr
+    if instruction.opname == "CALL":  # ``"loss {:.4f}".format(v)``: str.format calls the value's __format__
+        found = _format_call(tree, (line, column), (end_line, end_column))
+        if found is None:
+            return None
+        fstring, call = found
+    else:
+        found_fstring = _innermost_fstring(tree, (line, column), (end_line, end_column))
+        if found_fstring is None:
+            return None
+        fstring, call = found_fstring
+        if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
+            return None
     if not isinstance(call, ast.Call):
         return None
     if isinstance(call.func, ast.Name) and call.func.id == "print" and any(arg is fstring for arg in call.args):
@@ -288,6 +299,32 @@ def _innermost_fstring(tree: ast.AST, start: tuple[int, int], end: tuple[int, in
         children = [node.value] if isinstance(node, ast.FormattedValue) else ast.iter_child_nodes(node)
         stack.extend((child, node) for child in children)
     return best
+
+
+def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.Call, ast.AST] | None:
+    """The ``"...".format(...)`` call spanning exactly ``[start, end]``, and its parent node, when the
+    format string is written out and its specs are constant (no ``{:{width}}``, no conversion beside a
+    spec, as for an f-string), else None."""
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
+            continue
+        if (isinstance(node, ast.Call) and parent is not None and (node.lineno, node.col_offset) == start
+                and (node.end_lineno, node.end_col_offset) == end):
+            func = node.func
+            if not (isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant)
+                    and isinstance(func.value.value, str)):
+                return None
+            try:
+                fields = list(string.Formatter().parse(func.value.value))
+            except ValueError:
+                return None
+            if any(spec and ("{" in spec or conversion) for _, _, spec, conversion in fields):
+                return None
+            return node, parent
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
+    return None
 
 
 def _holds(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:

@@ -78,7 +78,14 @@ def _forms(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print("two values:", f"{loss.item():>12.5e} {state['n']:03d}", flush=True)
 
 
-@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms], ids=["every call", "clipped norm", "forms"])
+def _str_format(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    # The PyTorch examples' form (MNIST): ``str.format`` of a constant string, straight to print.
+    print("Train step: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(state["n"], state["n"] * 8, 80,
+                                                                  100.0 * state["n"] / 10, loss.item()))
+
+
+@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms, _str_format],
+                         ids=["every call", "clipped norm", "forms", "str.format"])
 def test_a_printed_formatted_loss_replays_one_graph_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(set(text.splitlines())) == len(text.splitlines())  # each call's own numbers
@@ -107,8 +114,19 @@ def _in_a_list(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print(*[f"loss {loss.item():.4f}"])
 
 
-@pytest.mark.parametrize("body", [_kept, _changed, _computed_spec, _converted_and_padded, _in_a_list],
-                         ids=["kept", "changed", "computed spec", "converted and padded", "in a list"])
+def _format_computed_spec(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    print("loss {:.{}f}".format(loss.item(), state["precision"]))
+
+
+def _format_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    line = "loss {:.4f}".format(loss.item())
+    print(line)
+
+
+@pytest.mark.parametrize("body", [_kept, _changed, _computed_spec, _converted_and_padded, _in_a_list,
+                                  _format_computed_spec, _format_kept],
+                         ids=["kept", "changed", "computed spec", "converted and padded", "in a list",
+                              "str.format with a computed spec", "str.format kept"])
 def test_a_text_that_is_not_only_printed_refuses_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(text.splitlines()) == CALLS
@@ -196,9 +214,13 @@ def _logged(body: Callable[[torch.Tensor, dict[str, Any]], None], traced: bool) 
     return records, fn, messages
 
 
-def test_a_formatted_loss_logged_by_a_logger_replays_one_graph() -> None:
+@pytest.mark.parametrize("form", ["f-string", "str.format"])
+def test_a_formatted_loss_logged_by_a_logger_replays_one_graph(form: str) -> None:
     def body(loss: torch.Tensor, state: dict[str, Any]) -> None:
-        _LOG.info(f"step {state['n']} loss {loss.item():.4f}")
+        if form == "f-string":
+            _LOG.info(f"step {state['n']} loss {loss.item():.4f}")
+        else:
+            _LOG.info("step {} loss {:.4f}".format(state["n"], loss.item()))
 
     eager, _, _ = _logged(body, traced=False)
     records, traced, messages = _logged(body, traced=True)
