@@ -472,17 +472,23 @@ def _same_number(a: Any, b: Any) -> bool:
 
 def _appended(now: deque, snapshot: list) -> list | None:
     """The items the step appended to a deque that held ``snapshot`` (a full one with ``maxlen`` drops
-    as many from its left), or None: it changed it otherwise (``appendleft``, ``pop``), or which items
-    are new cannot be told (the same objects appended as it held)."""
+    as many from its left), or None: it changed it otherwise (``appendleft``, ``pop``).
+
+    A full deque's count is the fewest appends that leave the items it kept in
+    order. Why the fewest: every count leaves none kept when it fills the
+    deque, so a larger count always fits; one that keeps items is told by their
+    identity, and the step's new values (a replay's numbers) are new objects.
+    Where a smaller count fits only because the step appended objects it held
+    already (one constant), the deque's items are the same for either count.
+    """
     items, limit = list(now), now.maxlen
-    found = []
     for added in range(1, len(items) + 1):
         kept = len(items) - added
         if len(items) != (len(snapshot) + added if limit is None else min(limit, len(snapshot) + added)):
             continue
         if all(a is b for a, b in zip(items[:kept], snapshot[len(snapshot) - kept:])):
-            found.append(added)
-    return items[len(items) - found[0]:] if len(found) == 1 else None
+            return items[kept:]
+    return None
 
 
 def _changed_list(now: list, snapshot: list) -> bool:

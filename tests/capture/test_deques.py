@@ -130,3 +130,16 @@ def test_a_deque_changed_otherwise_or_read_refuses_the_capture(change: str) -> N
                             lambda kept: list(kept.window))
     assert len(messages) == 1 and "segments" in messages[0]
     assert traced.capture_mode == "segments"
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_a_deque_full_when_captured_takes_one_value_per_call(constant: bool) -> None:
+    """Full, any count of appends fills it anew, so the count is the fewest that keeps its items in
+    order; a constant appended again (the same object) leaves the same items for any count."""
+    def log(kept: Any, loss: torch.Tensor, opt: Any) -> None:
+        kept.window.append(4 if constant else loss.item())
+
+    traced, messages = _run(log, lambda: SimpleNamespace(window=deque([4, 4], maxlen=2)),
+                            lambda kept: list(kept.window))
+    assert messages == []
+    assert traced.capture_mode == "whole-step"
