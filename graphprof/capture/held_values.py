@@ -66,6 +66,7 @@ class Place(enum.Enum):
     ATTRIBUTE = "attribute"  # getattr(owner, key)
     CELL = "cell"  # owner.cell_contents
     ITEM = "item"  # owner[key]
+    WITHIN = "within"  # read(): part of a value read where it lives (an item of a tuple the step replaces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +199,8 @@ def _nothing_held() -> bool:
 
 def _read(h: HeldValue, bind: Callable[[Any, str], str]) -> str:
     """The expression reading a held value where it lives (what ``h.read`` does)."""
+    if h.place is Place.WITHIN:
+        return f"{bind(h.read, 'read')}()"
     owner = bind(h.owner, "owner")
     if h.place is Place.CELL:
         return f"{owner}.cell_contents"

@@ -188,6 +188,30 @@ class _Watched:
     location: Location
     before: Any
     snapshot: Any = None  # a list's or dict's contents before the step
+    #: The entry whose value this is part of, read through it (``_carried_tensors``): never written itself.
+    part_of: "_Watched | None" = None
+
+
+#: The most tensors of a tuple or list the step carries between calls that are read where they are kept.
+CARRIED_LIMIT = 16
+
+
+def _carried(value: Any) -> bool:
+    """A tuple or list of tensors, as a step carries an RNN's state between calls."""
+    return type(value) in (tuple, list) and 0 < len(value) <= CARRIED_LIMIT and all(
+        isinstance(item, torch.Tensor) for item in value)
+
+
+def _within(location: Location, key: Any, label: str) -> Location:
+    """``location``'s value's ``[key]`` (``len`` for ``key`` None), read through it on every call."""
+    def read_only(value: Any) -> None:
+        raise TypeError(f"{label} is read through {location.describe}, not assigned")
+
+    def get() -> Any:
+        value = location.get()
+        return len(value) if key is None else value[key]
+
+    return Location(label, get, read_only, Place.WITHIN, location, key)
 
 
 def _contents(value: Any) -> Any:
@@ -224,6 +248,8 @@ class PythonState:
     #: ``object_keys`` of the objects whose fields are watched (each once, wherever the step reaches
     #: it, and instances sharing one ``__dict__`` once).
     objects: set[int] = field(default_factory=set)
+    #: ids of the tuples and lists of tensors whose items are read where they are kept (``_carried_tensors``).
+    carried: set[int] = field(default_factory=set)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
@@ -247,6 +273,7 @@ class PythonState:
                 elif contents is not None:
                     contained.add(id(value))
                 entry = state._add(_Watched(location, value, contents))
+                state._carried_tensors(entry)
                 if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:
@@ -255,6 +282,20 @@ class PythonState:
             state.restore()  # no input scalar may stay in the user's objects
             raise
         return state
+
+    def _carried_tensors(self, entry: _Watched) -> None:
+        """The tensors of a tuple or list of tensors the step keeps (an LSTM's ``hidden = (h, c)``,
+        carried to the next call), read where they are kept: each item through the location, and its
+        length held. Why: they were constants of the graph, which refused the capture, so a language
+        model's step ran as segments. The step's new tuple is its ``set`` effect, as for one tensor."""
+        value = entry.before
+        if not _carried(value):
+            return
+        label = entry.location.describe
+        self.watched.append(_Watched(_within(entry.location, None, f"len({label})"), len(value), part_of=entry))
+        for i, item in enumerate(value):
+            self.watched.append(_Watched(_within(entry.location, i, f"{label}[{i}]"), item, part_of=entry))
+        self.carried.add(id(value))
 
     def _add(self, entry: _Watched) -> _Watched:
         self.watched.append(entry)
@@ -276,7 +317,10 @@ class PythonState:
             elif (depth > 0 and _contents(item) is not None and len(item) <= CONTENTS_LIMIT
                   and self.containers < NESTED_LIMIT):
                 inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
+                self._carried_tensors(inner)
                 self._watch_items(inner, graph, record, depth - 1)
+            elif type(item) is tuple and isinstance(container, dict) and _carried(item):  # ``state["hidden"] = (h, c)``
+                self._carried_tensors(self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item)))
             elif (depth > 0 and plain_object(item) and self.containers < NESTED_LIMIT
                   and first_visit(item, self.objects)):
                 self._watch_fields(item, f"{label}[{key!r}]", graph, record, depth - 1)
@@ -327,6 +371,8 @@ class PythonState:
     def restore(self) -> None:
         """Put every watched value back as it was before the step (a failed or refused capture)."""
         for entry in self.watched:
+            if entry.part_of is not None:
+                continue  # put back with the value it is part of
             if entry.location.get() is not entry.before:
                 entry.location.set(entry.before)
             if type(entry.before) is list and entry.snapshot is not None:
@@ -345,6 +391,8 @@ class PythonState:
         Values in the user's hands become real numbers now (the capture call's own result).
         """
         for entry in self.watched:
+            if entry.part_of is not None:
+                continue  # read through another entry, whose change is the effect
             location, now = entry.location, entry.location.get()
             scalar = self.inputs.get(id(entry))
             if scalar is not None and now is scalar:
@@ -405,6 +453,8 @@ class PythonState:
         touched = self.assigned | self.pinned | self.extended | self.inputs.keys()
         for entry in self.watched:
             where, before = entry.location, entry.before
+            if entry.part_of is not None and id(entry.part_of) in self.extended:
+                continue  # a log of tensors the step appends to: not carried, its items not read
             if isinstance(where.keeper, nn.Module) and id(entry) not in self.assigned:
                 continue  # a buffer the step reads: model state (capture/locations.py, buffer_locations)
             if (where.place is Place.ATTRIBUTE and isinstance(where.owner, nn.Module) and type(where.key) is str

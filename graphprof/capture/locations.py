@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import operator
 import sys
 import types
@@ -343,8 +344,8 @@ class _Walk:
         minGPT's ``self.callbacks = {"on_batch_end": [log_loss]}``, a dict of loss partials. Why: a
         callback's closure list, appended to in the step, was reached by no name, and the replays
         appended nothing (the capture call left graphprof's own number in it)."""
-        items = list(container.items()) if type(container) is dict else list(enumerate(container))
-        for key, item in items[:CONTENTS_LIMIT]:  # a table of data is not a list of callbacks
+        items = container.items() if type(container) is dict else enumerate(container)
+        for key, item in itertools.islice(items, CONTENTS_LIMIT):  # a table of data is not a list of callbacks
             if isinstance(item, (functools.partial, types.FunctionType, types.MethodType)):
                 yield from self.bound(f"{label}[{key!r}]", item)
             elif type(item) in _CONTAINERS:

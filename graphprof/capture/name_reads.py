@@ -324,6 +324,8 @@ def refuse_rebuilt_containers(python: Any, names: NameReads) -> None:
     if not names.active or names.dynamic or not names.read_uses:
         return
     for entry in python.watched:
+        if id(entry.before) in python.carried:
+            continue  # its tensors are read where they are kept, its length held (``_carried_tensors``)
         if id(entry) in python.assigned and type(entry.before) in (list, dict) and entry.before:
             if any(name in names.read_uses for name in watched_names(entry.location)):
                 raise DataDependentError(
