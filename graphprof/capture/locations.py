@@ -18,6 +18,7 @@ a generated check can read it without a call (capture/replay_check.py).
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import itertools
@@ -278,7 +279,12 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
 
 #: What ``nn.Module.__init__`` puts in every module's ``__dict__``: torch's machinery, not the step's state.
 _MODULE_INTERNALS = frozenset(vars(nn.Module())) | {"training"}
-_CONTAINERS = (list, tuple, dict)
+
+
+def _container(value: Any) -> bool:
+    """A list, tuple or dict (a ``defaultdict(list)`` of callbacks too), not a tensor's or a library's
+    mapping: those are looked into for what they keep, not for their items' own state."""
+    return type(value) in (list, tuple, dict) or type(value) is collections.defaultdict
 
 #: Methods run for the user's objects without their code naming them: a module's forward, a call.
 _CALLED_FOR_THE_USER = frozenset({"forward", "__call__"})
@@ -339,16 +345,16 @@ class _Walk:
         self.methods = waiting
         return len(self.functions) > before
 
-    def kept_callables(self, container: list | tuple | dict, label: str) -> Iterator[tuple[Location, Any, bool]]:
+    def kept_callables(self, container: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
         """What the functions kept in a list, tuple or dict bind and name, and the containers inside:
         minGPT's ``self.callbacks = {"on_batch_end": [log_loss]}``, a dict of loss partials. Why: a
         callback's closure list, appended to in the step, was reached by no name, and the replays
         appended nothing (the capture call left graphprof's own number in it)."""
-        items = container.items() if type(container) is dict else enumerate(container)
+        items = container.items() if isinstance(container, dict) else enumerate(container)
         for key, item in itertools.islice(items, CONTENTS_LIMIT):  # a table of data is not a list of callbacks
             if isinstance(item, (functools.partial, types.FunctionType, types.MethodType)):
                 yield from self.bound(f"{label}[{key!r}]", item)
-            elif type(item) in _CONTAINERS:
+            elif _container(item):
                 self.roots.append((f"{label}[{key!r}]", item))
 
     def named_deeper(self, name: str, value: Any) -> bool:
@@ -440,7 +446,7 @@ class _Walk:
             if user_module(obj) and first_visit(obj, seen):
                 yield from self.module_fields(obj, label)
                 continue
-            if type(obj) in (list, tuple, dict) and id(obj) not in seen:
+            if _container(obj) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from self.kept_callables(obj, label)
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
@@ -474,8 +480,8 @@ class _Walk:
                             continue  # torch's machinery (a Conv's ``_reversed_padding_repeated_twice``)
                         # A module's numbers are configuration (never inputs); its lists and dicts (a
                         # Lightning-style ``self._logged.setdefault(name, []).append(v)``) are the step's.
-                        yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module) or type(v) in _CONTAINERS
-                        if type(v) in _CONTAINERS:
+                        yield _attr(m, k, mlabel), v, not isinstance(m, nn.Module) or _container(v)
+                        if _container(v):
                             self.roots.append((f"{mlabel}.{k}", v))  # what it keeps: callbacks, partials
                         if not isinstance(m, nn.Module) and m is not obj and self.named_deeper(k, v):
                             self.roots.append((f"{mlabel}.{k}", v))  # ``self.cfg.train.use_l2``: walked next
