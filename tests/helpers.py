@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable
 
 import torch
@@ -163,3 +164,18 @@ def two_heads_adam(foreach: bool | None) -> Callable[[], tuple[nn.Module, Any]]:
             return loss.detach()
         return model, step
     return make
+
+
+class SmoothedValue:
+    """torchvision's reference ``SmoothedValue``, as far as ``update`` goes: a window of recent values
+    (a ``deque`` with ``maxlen``) and running totals."""
+
+    def __init__(self, window_size: int = 20) -> None:
+        self.deque: deque[float] = deque(maxlen=window_size)
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, value: float, n: int = 1) -> None:
+        self.deque.append(value)
+        self.count += n
+        self.total += value * n

@@ -7,7 +7,7 @@ optimizer, an ``argparse.Namespace``), so every replay of a graph is given
 the very object its capture was given. That object is then state the step
 reaches, no different from a closure's: its parameters, gradients and
 optimizer state are the step's (capture/state.py), and its fields are
-watched (capture/locations.py): numbers become inputs, values the step
+watched (capture/reachable.py): numbers become inputs, values the step
 decided on are held, values it assigns are replayed.
 
 An object whose class compares by value (a frozen dataclass, an enum) is

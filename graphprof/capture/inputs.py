@@ -18,7 +18,7 @@ must therefore be (see DESIGN.md, section 2):
   raises ``DataDependentError`` naming the object, and the capture is undone
   (tensors by the write log, Python state by ``PythonState.restore``).
 
-Reachable state is found by capture/locations.py.
+Reachable state is found by capture/reachable.py.
 
 The reader and effect nodes themselves, and the templates that carry graph
 values into an effect, are made by capture/host_nodes.py.
@@ -41,7 +41,8 @@ from torch import nn
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
-                                         object_keys, plain_object, reachable_locations)
+                                         object_keys, plain_object)
+from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, read_after, real_values, refusal,
                                           template_of)
 from graphprof.capture.scalars import DataDependentError, TracedScalar
@@ -456,7 +457,7 @@ class PythonState:
             if entry.part_of is not None and id(entry.part_of) in self.extended:
                 continue  # a log of tensors the step appends to: not carried, its items not read
             if isinstance(where.keeper, nn.Module) and id(entry) not in self.assigned:
-                continue  # a buffer the step reads: model state (capture/locations.py, buffer_locations)
+                continue  # a buffer the step reads: model state (capture/reachable.py, buffer_locations)
             if (where.place is Place.ATTRIBUTE and isinstance(where.owner, nn.Module) and type(where.key) is str
                     and id(entry) not in touched and unnamed(where.key)):
                 continue  # ``in_features`` of a Linear: no code that ran could read it

@@ -104,7 +104,7 @@ REGISTRATIONS = _Registrations()
 def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     """The hooks the modules, their parameters and torch's global hook dicts hold: user code that
     runs inside the step (``register_forward_hook(lambda m, i, o: acts.append(o.mean().item()))``),
-    whose own state is the step's to watch (capture/locations.py). torch's and graphprof's own
+    whose own state is the step's to watch (capture/reachable.py). torch's and graphprof's own
     hooks are left out."""
     dicts = [getattr(m, name, None) for m in modules for name in HOOK_DICTS]
     dicts += [getattr(p, name, None) for m in modules for p in m._parameters.values() if p is not None

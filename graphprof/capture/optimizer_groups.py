@@ -6,7 +6,7 @@ optimizer's groups from the step's own Python. An LR scheduler does the
 same through its ``step``, which is replayed as a host call
 (capture/host_calls.py); these writes are nobody's call.
 
-Optimizers are not watched state (capture/locations.py), so the capture
+Optimizers are not watched state (capture/reachable.py), so the capture
 call's write was never repeated: a replay left ``lr`` as it was, and a
 value computed from the step's counters stayed in the group as graphprof's
 traced number. ``GroupWrites`` notes the groups' values before the step and

@@ -2,7 +2,7 @@
 
 ``if sched.last_epoch % 100 == 0: log(...)``, or ``warm = sched.last_epoch <
 warmup``: a scheduler counts its steps and keeps its settings in plain
-fields. Schedulers are not watched state (capture/locations.py: their steps
+fields. Schedulers are not watched state (capture/reachable.py: their steps
 are replayed as host calls, capture/host_calls.py), so such a read in the
 capture call was the capture call's number, baked into the graph: every
 replay took that call's branch, silently.

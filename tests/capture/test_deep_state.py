@@ -1,5 +1,5 @@
 """State the step reaches through chains of named fields, a config module, a dict of partials
-(capture/locations.py: ``named_deeper``, ``module_fields``).
+(capture/reachable.py: ``named_deeper``, ``module_fields``).
 
 The walk of the step's state stopped two levels below a name: a flag at
 ``self.cfg.train.use_l2`` flipped between calls, a weight at
@@ -92,17 +92,22 @@ def test_a_flag_a_weight_and_a_counter_three_levels_down_are_the_steps_state() -
     assert traced.captures == 3
 
 
-def test_a_config_module_the_step_imports_is_read_as_globals_are(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "deep_state_config.py").write_text("SCALE = 1.0\nFLAG = False\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    config = importlib.import_module("deep_state_config")
-    monkeypatch.setitem(sys.modules, "deep_state_config", config)
+@pytest.mark.parametrize("made", ["imported from a file", "types.ModuleType"])
+def test_a_config_module_the_step_names_is_read_as_globals_are(made: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    config: Any
+    if made == "imported from a file":
+        (tmp_path / "deep_state_config.py").write_text("SCALE = 1.0\nFLAG = False\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        config = importlib.import_module("deep_state_config")
+        monkeypatch.setitem(sys.modules, "deep_state_config", config)
+    else:  # a namespace without a file
+        config = types.ModuleType("deep_state_namespace")
+        config.SCALE, config.FLAG = 1.0, False
 
     def make() -> tuple[Callable[..., Any], Any]:
         torch.manual_seed(0)
         model = nn.Linear(4, 3)
-        kept = NS(model=model)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
         def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -114,7 +119,7 @@ def test_a_config_module_the_step_imports_is_read_as_globals_are(tmp_path: Path,
             opt.step()
             return loss
 
-        return step, kept
+        return step, NS(model=model)
 
     def change(i: int, kept: Any) -> None:
         if i == 3:
@@ -142,33 +147,6 @@ def test_the_keywords_of_a_partial_kept_in_a_dict_are_watched() -> None:
     def change(i: int, kept: Any) -> None:
         if i == 3:
             kept.losses["ce"].keywords["label_smoothing"] = 0.3
-
-    _same_calls(make, change, lambda kept: None)
-
-
-def test_a_namespace_module_made_with_module_type_is_read_as_globals_are() -> None:
-    config = types.ModuleType("deep_state_namespace")
-    config.SCALE, config.FLAG = 1.0, False  # type: ignore[attr-defined]
-
-    def make() -> tuple[Callable[..., Any], Any]:
-        torch.manual_seed(0)
-        model = nn.Linear(4, 3)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x) * config.SCALE, y)
-            if config.FLAG:
-                loss = loss * 2
-            loss.backward()
-            opt.step()
-            return loss
-
-        return step, NS(model=model)
-
-    def change(i: int, kept: Any) -> None:
-        if i == 3:
-            config.SCALE, config.FLAG = 3.0, True  # type: ignore[attr-defined]
 
     _same_calls(make, change, lambda kept: None)
 

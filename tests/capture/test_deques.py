@@ -23,22 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphprof
+from tests.helpers import SmoothedValue
 
 CALLS = 7
-
-
-class SmoothedValue:
-    """torchvision's reference ``SmoothedValue``, as far as ``update`` goes."""
-
-    def __init__(self, window_size: int = 20) -> None:
-        self.deque: deque[float] = deque(maxlen=window_size)
-        self.total = 0.0
-        self.count = 0
-
-    def update(self, value: float, n: int = 1) -> None:
-        self.deque.append(value)
-        self.count += n
-        self.total += value * n
 
 
 class MetricLogger:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import graphprof
+from tests.helpers import SmoothedValue
 
 CALLS = 6
 
@@ -40,20 +41,6 @@ class AverageMeter:
         self.sum += val * n
         self.count += n
         self.avg = self.sum / self.count
-
-
-class SmoothedValue:
-    """As torchvision's references keep a metric: a window of recent values and running totals."""
-
-    def __init__(self, window: int = 3) -> None:
-        self.deque: collections.deque[float] = collections.deque(maxlen=window)
-        self.total = 0.0
-        self.count = 0
-
-    def update(self, value: float, n: int = 1) -> None:
-        self.deque.append(value)
-        self.count += n
-        self.total += value * n
 
 
 def _make(log: Callable[[Any, torch.Tensor, int], None], kept: Callable[[], Any]) -> tuple[Callable[..., Any], Any]:
@@ -129,7 +116,7 @@ def _update_smoothed(meter: SmoothedValue, loss: torch.Tensor, n: int) -> None:
 
 def test_a_smoothed_values_deque_is_extended_by_every_replay() -> None:
     """It refused the capture before deques were watched (tests/capture/test_deques.py)."""
-    traced, messages = _run(_update_smoothed, SmoothedValue)
+    traced, messages = _run(_update_smoothed, lambda: SmoothedValue(window_size=3))
     assert traced.capture_mode == "whole-step" and traced.captures == 1 and not messages
 
 

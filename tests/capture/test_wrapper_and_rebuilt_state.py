@@ -91,7 +91,7 @@ def test_a_list_rebuilt_from_its_old_items_refuses_the_capture_and_grows_as_in_e
 def test_a_library_s_wrapper_is_not_read_as_the_step_s_code() -> None:
     """``@torch.no_grad()`` wraps the step in torch's own function: its module's names are torch's, not
     the step's state, and are not watched."""
-    from graphprof.capture.locations import reachable_locations
+    from graphprof.capture.reachable import reachable_locations
 
     model = nn.Linear(4, 1)
 
