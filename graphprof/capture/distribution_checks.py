@@ -24,15 +24,18 @@ and message (runtime/failed_replays.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx
+from torch.distributions import Distribution
 from torch.utils._python_dispatch import _disable_current_modes
 
-from graphprof.capture.host_nodes import effect_node
+from graphprof.capture.held_values import HeldValue, Hold, Place
+from graphprof.capture.host_nodes import SILENT_AGAIN, effect_node
 
 _DISTRIBUTIONS_DIR = os.path.join(os.path.dirname(torch.__file__), "distributions") + os.sep
 #: torch's own function, as a replay's check calls it.
@@ -45,15 +48,34 @@ class DistributionChecks:
     def __init__(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], record: Callable[[], Any],
                  source: Callable[[], str]) -> None:
         self.graph, self.node_of, self.record, self.source = graph, node_of, record, source
+        self.used = False  # whether the step made a distribution
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
-        original = torch._is_all_true
+        original, init = torch._is_all_true, Distribution.__init__
+        checks = self
+
+        @functools.wraps(init)
+        def noted(dist: Any, *args: Any, **kwargs: Any) -> None:
+            checks.used = True
+            init(dist, *args, **kwargs)
+
         torch._is_all_true = self._is_all_true  # type: ignore[assignment]
+        Distribution.__init__ = noted  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
             torch._is_all_true = original
+            Distribution.__init__ = init  # type: ignore[method-assign]
+
+    def held(self) -> tuple[HeldValue, ...]:
+        """The default ``validate_args`` (``Distribution.set_default_validate_args``) when the step made a
+        distribution: a graph captured without checks would skip them once they are turned on again."""
+        if not self.used:
+            return ()
+        return (HeldValue("torch.distributions' default validate_args", Place.ATTRIBUTE, Distribution,
+                          "_validate_args", Hold.VALUE, Distribution._validate_args,
+                          lambda: Distribution._validate_args),)
 
     def _is_all_true(self, valid: Any) -> Any:
         caller = sys._getframe(1).f_code.co_filename
@@ -65,8 +87,9 @@ class DistributionChecks:
         where = self.source()
         if not holds:  # torch's message formats the values, which the capture cannot: eager's run says it
             raise _failed(where)
-        effect_node(self.graph, "torch.distributions check", lambda values: _check(values[0], where), [node],
-                    self.record())
+        check = effect_node(self.graph, "torch.distributions check", lambda values: _check(values[0], where),
+                            [node], self.record())
+        check.meta[SILENT_AGAIN] = _passed  # one that passed changed nothing: a failed replay may run eagerly
         return True
 
 
@@ -74,6 +97,10 @@ def _check(valid: torch.Tensor, where: str) -> None:
     """A replay's check: eager raises here, with its own message, when ``valid`` is not all true."""
     if not bool(_IS_ALL_TRUE(valid)):
         raise _failed(where)
+
+
+def _passed() -> bool:
+    return True
 
 
 def _failed(where: str) -> ValueError:

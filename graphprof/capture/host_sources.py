@@ -128,6 +128,9 @@ class HostSources:
         self.pending: list[Callable[[], Any]] = []
         #: Texts of traced numbers the step formats only for ``print``: the replay formats them.
         self.texts = PrintedTexts()
+        #: Where the step's own code changed the warning filters, first (None: it did not).
+        self.filters_changed: str | None = None
+        self._filters: tuple[Any, tuple, Any] = (None, (), None)
 
     def flush(self) -> None:
         """Make the capture call's output, in the order the step made it."""
@@ -164,6 +167,8 @@ class HostSources:
                     undo.append(functools.partial(_put_stream, name, stream, stand_in))
             self._patch(undo, logging.Logger, "_log", self._echo("logging", (logging.__file__,)))
             self._patch(undo, warnings, "warn", lambda original: wrapped_warn(original, self._warned))
+            self._filters = (warnings.filters, tuple(warnings.filters), warnings.showwarning)
+            self._patch(undo, warnings, "_filters_mutated", self._filters_mutated)
             numpy_random = sys.modules.get("numpy.random")
             if numpy_random is not None:
                 legacy = getattr(getattr(numpy_random, "mtrand", None), "_rand", None)
@@ -231,9 +236,39 @@ class HostSources:
 
         return wrap
 
+    def _filters_mutated(self, original: Callable[[], None]) -> Callable[[], None]:
+        sources = self
+
+        @functools.wraps(original)
+        def mutated() -> None:
+            # Frames: this one, warnings' own (simplefilter, catch_warnings), then who changed them.
+            if sources.filters_changed is None and _from_user((warnings.__file__,), sources.library):
+                sources.filters_changed = sources.source()
+            original()
+
+        return mutated
+
+    def filters_refusal(self) -> str | None:
+        """Why the capture is refused when the step's own code changed the warning filters
+        (``warnings.filterwarnings``, ``simplefilter``, ``catch_warnings``): a replay would not change
+        them again, and eager's change makes every registry forget what it showed. None when not."""
+        if self.filters_changed is None:
+            return None
+        return (f"the step changes the warning filters at {self.filters_changed}, which a replayed graph would "
+                "not change again")
+
     def _warned(self, warning: StepWarning) -> None:
         """A warning of the step's: an error now, as in eager; else issued when the capture is committed,
-        and by a host node on every replay (``step_warnings``)."""
+        and by a host node on every replay (``step_warnings``). One issued under filters the step
+        changed (inside its ``catch_warnings``) is not replayed: ignored there, it is dropped, as eager
+        drops it; otherwise the capture is refused."""
+        filters, kept, show = self._filters
+        if warnings.filters is not filters or tuple(warnings.filters) != kept or warnings.showwarning is not show:
+            if warning.ignored():
+                return
+            raise DataDependentError(f"the step issues a warning at {self.source()} under warning filters it "
+                                     "changed (catch_warnings, simplefilter), which a replayed graph would not "
+                                     "change again")
         if warning.raises():
             warning.issue()
         self.pending.append(warning.issue)

@@ -80,6 +80,10 @@ class StepWarning:
                                self.registry, self.module_globals, self.source)
         self.issued[0] = self.registry.get("version")
 
+    def ignored(self) -> bool:
+        """Whether the filters of now ignore it."""
+        return self._action() == "ignore"
+
     def raises(self) -> bool:
         """Whether the filters of now turn it into an error (``"error"``), which eager raises at once."""
         return self._action() == "error"
@@ -87,7 +91,7 @@ class StepWarning:
     def silent_again(self) -> bool:
         """Whether issuing it again now would show nothing: the filters ignore it, or it was shown and its
         registry, unchanged since, keeps it (the default filter, ``"once"``, ``"module"``)."""
-        if self._action() == "ignore":
+        if self.ignored():
             return True
         key = (str(self.message), self.category, self.lineno)
         return bool(self.registry.get(key)) and self.registry.get("version") == self.issued[0] is not None
@@ -95,10 +99,20 @@ class StepWarning:
     def _action(self) -> str:
         text = str(self.message)
         for action, pattern, category, module, line in warnings.filters:
-            if ((pattern is None or pattern.match(text)) and issubclass(self.category, category)
-                    and (module is None or module.match(self.module)) and (line == 0 or line == self.lineno)):
+            if (_matches(pattern, text) and issubclass(self.category, category) and _matches(module, self.module)
+                    and (line == 0 or line == self.lineno)):
                 return str(action)
         return str(warnings.defaultaction)  # type: ignore[attr-defined]
+
+
+def _matches(pattern: Any, text: str) -> bool:
+    """A filter's message or module test, as ``warnings`` makes it: None matches all, a plain string
+    (Python's own startup filters, ``'__main__'``) only itself, a regex from its start."""
+    if pattern is None:
+        return True
+    if isinstance(pattern, str):
+        return pattern == text
+    return pattern.match(text) is not None
 
 
 def eager_stack(frame: FrameType | None) -> list[FrameType] | None:

@@ -295,6 +295,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"the step catches an error that {recorder.raised} raised (a try, a "
                                      "contextlib.suppress, in a function it calls): a replay would follow the path "
                                      "the capture call took, or raise what the step catches")
+        filters = recorder.host_sources.filters_refusal()
+        if filters is not None:
+            raise DataDependentError(filters)
         unprinted = recorder.host_sources.texts.unprinted()
         if unprinted is not None:
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
@@ -367,7 +370,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=_held(python.held(model_state, unread_lists(
-                                    python, holder["names"], leaves, params), unnamed), optimizer_only),
+                                    python, holder["names"], leaves, params), unnamed)
+                                    + recorder.distribution_checks.held(), optimizer_only),
                                 structure=structure,
                                 autocast=autocast,
                                 scalar_positions=holder.get("scalar_positions", {}),

@@ -201,3 +201,78 @@ def test_a_bad_batch_after_a_warning_runs_eagerly_when_eager_would_not_show_it_a
     assert len(fallbacks) == (0 if action == "default" else 1), fallbacks
     for a, b in zip(eager_model.parameters(), model.parameters()):
         assert torch.equal(a, b)
+
+
+def _filters_step(body: Callable[[], Any]) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        body()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step, model
+
+
+def _ignored_inside() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.warn("ignored inside the step", stacklevel=1)
+
+
+def _recorded_inside() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.warn("recorded inside the step", stacklevel=1)
+    RECORDED.append(len(seen))
+
+
+def _filter_added() -> None:
+    warnings.filterwarnings("ignore", message="never issued")
+    warnings.warn("after a filter the step adds", stacklevel=1)
+
+
+RECORDED: list[int] = []
+
+
+@pytest.mark.parametrize("body", [_ignored_inside, _recorded_inside, _filter_added],
+                         ids=["catch_warnings ignore", "catch_warnings record", "filterwarnings"])
+def test_a_step_that_changes_the_warning_filters_issues_what_eager_issues(body: Callable[[], Any]) -> None:
+    """Its own filters decide inside it, and eager's change makes every registry forget (entering
+    ``catch_warnings`` too): a replay would issue under the caller's filters. The capture refuses."""
+    def run(traced: bool) -> tuple[list[tuple], list[torch.Tensor], list[int], list[str]]:
+        RECORDED.clear()
+        step, model = _filters_step(body)
+        fn = graphprof.trace(profiling=False)(step) if traced else step
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("default")
+            for i in range(4):
+                fn(torch.full((3, 4), float(i)))
+        seen = [(str(w.message), w.lineno) for w in issued if not str(w.message).startswith("graphprof")]
+        ours = [str(w.message) for w in issued if str(w.message).startswith("graphprof")]
+        return seen, [p.detach().clone() for p in model.parameters()], list(RECORDED), ours
+
+    eager, eager_weights, eager_recorded, _ = run(False)
+    traced, weights, recorded, ours = run(True)
+    assert traced == eager and recorded == eager_recorded
+    assert all(torch.equal(a, b) for a, b in zip(eager_weights, weights))
+    assert len(ours) == 1 and "warning filters" in ours[0], ours
+
+
+def test_a_filter_whose_module_is_a_plain_string_is_matched_as_warnings_matches_it() -> None:
+    """Python's own startup filters hold ``'__main__'`` as a string, not a regex: taken for one, the
+    capture failed on any warning the step issued under them."""
+    step, model = _filters_step(lambda: warnings.warn("deprecated here", DeprecationWarning, stacklevel=1))
+    traced = graphprof.trace(profiling=False)(step)
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.resetwarnings()
+        warnings.filters.insert(0, ("always", None, DeprecationWarning, __name__, 0))
+        for i in range(4):
+            traced(torch.full((3, 4), float(i)))
+    assert [str(w.message) for w in issued] == ["deprecated here"] * 4
+    assert traced.capture_mode == "whole-step"
