@@ -25,12 +25,21 @@ user's, as they are at that time) decide as they decide for eager: once per
 location under ``"default"``, every time under ``"always"``, an error
 under ``"error"``.
 
+A step whose own code changes the filters (``catch_warnings``,
+``simplefilter``, ``filterwarnings``) is refused (capture/host_sources.py):
+a replay would issue its warnings under the caller's filters, and eager's
+change makes every registry forget what it showed.
+
 Not covered: warnings issued by C code (``TORCH_WARN`` of an op's
 arguments), which do not call ``warnings.warn``; those of an op's kernel
 are issued again by the replay, which runs the kernel, blamed on the
-replay's line. ``warn_explicit`` called directly. Python the capture runs
-outside the trace (a scheduler's ``step``, run again as a host call;
-graphprof's own probes) issues its warnings as it always did.
+replay's line. ``warn_explicit`` called directly, and a ``warn`` bound
+before the capture (``from warnings import warn``). A warning in a custom
+``autograd.Function``'s forward. A ``stacklevel`` reaching into
+``nn.Module.__call__``, which the capture's hooks send down torch's other
+path (another line). Python the capture runs outside the trace (a
+scheduler's ``step``, run again as a host call; graphprof's own probes)
+issues its warnings as it always did.
 """
 
 from __future__ import annotations
