@@ -322,6 +322,10 @@ class TracedFunction:
         action = self._action(call)
         if isinstance(runner, SegmentedRunner):
             result = runner.run(call, start, action, args, kwargs, leaves, key)
+        elif isinstance(runner, WholeStepRunner) and runner.captured.step_warnings and runner.captured.raises_a_warning():
+            # A filter turned to "error" since the capture: eager raises at the warning, after what it
+            # ran before it (an update, gradients kept). This call runs eagerly, unprofiled.
+            return self._fn(*args, **kwargs)
         else:
             failed = None
             try:

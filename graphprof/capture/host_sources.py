@@ -131,6 +131,8 @@ class HostSources:
         #: Where the step's own code changed the warning filters, first (None: it did not).
         self.filters_changed: str | None = None
         self._filters: tuple[Any, tuple, Any] = (None, (), None)
+        #: The warnings the replay issues, in order.
+        self.step_warnings: list[StepWarning] = []
 
     def flush(self) -> None:
         """Make the capture call's output, in the order the step made it."""
@@ -272,6 +274,7 @@ class HostSources:
         if warning.raises():
             warning.issue()
         self.pending.append(warning.issue)
+        self.step_warnings.append(warning)
         node = effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
         node.meta[SILENT_AGAIN] = warning.silent_again
 

@@ -25,7 +25,10 @@ user's, as they are at that time) decide as they decide for eager: once per
 location under ``"default"``, every time under ``"always"``, an error
 under ``"error"``.
 
-A step whose own code changes the filters (``catch_warnings``,
+A call made while the filters turn one of a graph's warnings into an
+error runs eagerly (``CapturedStep.raises_a_warning``): eager raises at the
+warning with what it ran before in place, which a replay stopped partway
+could not leave. A step whose own code changes the filters (``catch_warnings``,
 ``simplefilter``, ``filterwarnings``) is refused (capture/host_sources.py):
 a replay would issue its warnings under the caller's filters, and eager's
 change makes every registry forget what it showed.

@@ -39,6 +39,7 @@ from graphprof.capture.module_structure import ModuleStructure, hook_functions, 
 from graphprof.capture.recorder import CaptureRecorder, GradDrop
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
+from graphprof.capture.step_warnings import StepWarning
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
@@ -106,6 +107,9 @@ class CapturedStep:
     #: False where no code the step ran names ``training`` (``unnamed_attributes``): the graph
     #: depends on no module's flag, and a replay checks none.
     modes_read: bool = True
+    #: The warnings its replay issues (capture/step_warnings.py): one the filters now make an error
+    #: would stop the replay, perhaps after the update; such a call runs eagerly (``raises_a_warning``).
+    step_warnings: tuple[StepWarning, ...] = ()
 
     #: The lists and dicts among the arguments that the step changes, and the tensors whose
     #: ``requires_grad`` or ``.grad`` it sets (capture/argument_writes.py): the runner gives it each
@@ -161,6 +165,12 @@ class CapturedStep:
                                tuple(self.grads_at_entry[i] for i in kept) if self.grads_at_entry else ())
         self._single_output = self.out_spec.is_leaf()
         self._dtensor_params = any(map(is_dtensor, self.grad_params))
+
+    def raises_a_warning(self) -> bool:
+        """Whether the filters of now make one of its warnings an error: eager raises there, with
+        what it ran before in place (an update, gradients), which a replay could not leave as eager
+        leaves it. Only a graph that issues warnings asks."""
+        return any(w.raises() for w in self.step_warnings)
 
     def entry_mismatch(self) -> str | None:
         """Why this call's gradients or optimizer state differ from the capture call's, or None.
@@ -386,7 +396,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
                                 cleared_at_start=at_start, drop_unseen=drop_unseen,
                                 dropped_grads_read=any(id(p) in recorder.grad_reads.read for p in clear),
-                                flush_output=recorder.host_sources.flush)
+                                flush_output=recorder.host_sources.flush,
+                                step_warnings=tuple(recorder.host_sources.step_warnings))
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.

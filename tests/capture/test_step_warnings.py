@@ -276,3 +276,38 @@ def test_a_filter_whose_module_is_a_plain_string_is_matched_as_warnings_matches_
             traced(torch.full((3, 4), float(i)))
     assert [str(w.message) for w in issued] == ["deprecated here"] * 4
     assert traced.capture_mode == "whole-step"
+
+
+def test_an_error_filter_for_a_warning_after_the_update_runs_the_call_eagerly() -> None:
+    """The replay would stop at the warning after the optimizer's update, where it cannot leave what
+    eager leaves (the gradients kept); the call runs eagerly instead and raises eager's error."""
+    def run(traced: bool) -> list[Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            warnings.warn("after the update", stacklevel=1)
+            return loss.detach()
+
+        fn = graphprof.trace(profiling=False)(step) if traced else step
+        seen: list[Any] = []
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            for i in range(5):
+                if i == 3:
+                    warnings.simplefilter("error", UserWarning)
+                try:
+                    seen.append(fn(torch.full((3, 4), float(i))).tolist())
+                except UserWarning as exc:
+                    seen.append(str(exc))
+                seen.append([(p.tolist(), None if p.grad is None else p.grad.tolist()) for p in model.parameters()])
+        return seen
+
+    eager = run(False)
+    assert "after the update" in eager
+    assert run(True) == eager
