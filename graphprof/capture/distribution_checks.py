@@ -78,10 +78,11 @@ class DistributionChecks:
                           lambda: Distribution._validate_args),)
 
     def _is_all_true(self, valid: Any) -> Any:
-        caller = sys._getframe(1).f_code.co_filename
+        if not sys._getframe(1).f_code.co_filename.startswith(_DISTRIBUTIONS_DIR):
+            return _IS_ALL_TRUE(valid)  # not a distribution's check
         node = self.node_of(valid) if isinstance(valid, torch.Tensor) else None
-        if not caller.startswith(_DISTRIBUTIONS_DIR) or not isinstance(node, torch.fx.Node):
-            return _IS_ALL_TRUE(valid)  # not a distribution's check, or of values every call has alike
+        if not isinstance(node, torch.fx.Node):
+            return _IS_ALL_TRUE(valid)  # of values every call has alike (a constant)
         with _disable_current_modes(), torch._C.DisableTorchFunction():
             holds = bool(_IS_ALL_TRUE(valid))
         where = self.source()

@@ -41,7 +41,7 @@ from torch import nn
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
-                                         object_keys, plain_object)
+                                         object_keys, plain_object, within_location)
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, read_after, real_values, refusal,
                                           template_of)
@@ -203,18 +203,6 @@ def _carried(value: Any) -> bool:
         isinstance(item, torch.Tensor) for item in value)
 
 
-def _within(location: Location, key: Any, label: str) -> Location:
-    """``location``'s value's ``[key]`` (``len`` for ``key`` None), read through it on every call."""
-    def read_only(value: Any) -> None:
-        raise TypeError(f"{label} is read through {location.describe}, not assigned")
-
-    def get() -> Any:
-        value = location.get()
-        return len(value) if key is None else value[key]
-
-    return Location(label, get, read_only, Place.WITHIN, location, key)
-
-
 def _contents(value: Any) -> Any:
     if type(value) is list or type(value) is deque:  # a deque of recent losses (torchvision's SmoothedValue)
         return list(value)
@@ -293,9 +281,9 @@ class PythonState:
         if not _carried(value):
             return
         label = entry.location.describe
-        self.watched.append(_Watched(_within(entry.location, None, f"len({label})"), len(value), part_of=entry))
+        self.watched.append(_Watched(within_location(entry.location, None, f"len({label})"), len(value), part_of=entry))
         for i, item in enumerate(value):
-            self.watched.append(_Watched(_within(entry.location, i, f"{label}[{i}]"), item, part_of=entry))
+            self.watched.append(_Watched(within_location(entry.location, i, f"{label}[{i}]"), item, part_of=entry))
         self.carried.add(id(value))
 
     def _add(self, entry: _Watched) -> _Watched:

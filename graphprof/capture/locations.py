@@ -82,8 +82,19 @@ def tuple_slot(owner: tuple, i: int, label: str, keeper: Any = None) -> Location
 
 def _read_only(name: str) -> Callable[[Any], None]:
     def put(value: Any) -> None:
-        raise TypeError(f"the default value of {name} cannot be rebound")
+        raise TypeError(f"{name} is read where it is kept, never rebound")
     return put
+
+
+def within_location(location: Location, key: Any, label: str) -> Location:
+    """``location``'s value's ``[key]`` (its ``len`` for ``key`` None), read through ``location`` on every
+    call: an item of a tuple the step replaces (an RNN's ``hidden``). Never written: the step's new
+    tuple is ``location``'s own change."""
+    def get() -> Any:
+        value = location.get()
+        return len(value) if key is None else value[key]
+
+    return Location(label, get, _read_only(label), Place.WITHIN, location, key)
 
 
 def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> Location:
@@ -99,7 +110,7 @@ def plain_object(value: Any) -> bool:
         return False
     module = sys.modules.get(type(value).__module__)
     filename = getattr(module, "__file__", None)
-    return filename is None or not (is_library(filename) or installed(filename))
+    return filename is None or users_file(filename)
 
 
 def watched_object(value: Any) -> bool:
@@ -126,7 +137,7 @@ def user_class(value: Any) -> bool:
     if not isinstance(value, type) or issubclass(value, (nn.Module, torch.optim.Optimizer, BaseException)):
         return False
     source = getattr(sys.modules.get(value.__module__), "__file__", None) or ""
-    return value.__module__ == "__main__" or bool(source) and not installed(source) and not is_library(source)
+    return value.__module__ == "__main__" or bool(source) and users_file(source)
 
 
 def user_module(value: Any) -> bool:
@@ -137,7 +148,12 @@ def user_module(value: Any) -> bool:
     source = getattr(value, "__file__", None) or ""
     if not source:  # ``types.ModuleType("cfg")`` as a namespace; not a built-in or frozen module (a spec)
         return getattr(value, "__spec__", None) is None and value.__name__ not in sys.builtin_module_names
-    return not installed(source) and not is_library(source)
+    return users_file(source)
+
+
+def users_file(filename: str) -> bool:
+    """A file of the user's own code: not torch's, graphprof's or the standard library's, not installed."""
+    return not installed(filename) and not is_library(filename)
 
 
 def data_fields(owner: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
