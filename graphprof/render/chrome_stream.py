@@ -101,7 +101,8 @@ class _Blocks:
     #: An event as columns (``NodeTexts``' constants and per-node texts) and the step's numbers (an
     #: int: which), in order; the parts an event may lack each a column of their own, at ``slots``.
     layout: list[Column | int]
-    #: Where the FLOP/s key, the bandwidth key and the memory counter's head stand in ``layout``.
+    #: Where the FLOP/s key, the bandwidth key and the memory counter's time stand in ``layout`` (a node
+    #: without a counter has its head and args blank already: only the time, a step's number, is blanked).
     slots: tuple[int, int, int]
     #: Samples in ns, steps x nodes, of the steps every node has.
     samples_ns: np.ndarray
@@ -118,27 +119,28 @@ def _blocks(texts: NodeTexts, samples_ns: np.ndarray, counts: tuple[np.ndarray, 
     """``_Blocks`` of nodes ``[lo, hi)``, from the frame's int64 FLOPs and bytes moved and where each is known."""
     flops, flops_known, moved, moved_known = (a[lo:hi] for a in counts)
     no_counter = np.array([s is None for s in texts.counter], dtype=bool)
-    counter: list[str] = ["" if s is None else s for s in texts.counter] if no_counter.any() else \
-        texts.counter  # type: ignore[assignment]  # no None, as just checked
+    counter: list[str] = texts.counter  # type: ignore[assignment]  # no None, unless just below
+    head: Column = _COUNTER_HEAD
+    if no_counter.any():  # the counter's texts blank where it is absent, once: only its time is the step's
+        counter = ["" if s is None else s for s in texts.counter]
+        head = ["" if s is None else _COUNTER_HEAD for s in texts.counter]
     layout: list[Column | int] = [*texts.lead, _TS, ',"dur":', _DUR, *texts.middle, _STEP, *texts.tail]
-    slots = (len(layout), len(layout) + 2, len(layout) + 4 + len(texts.close))
-    layout += [_FLOPS_KEY, _FLOPS, _BANDWIDTH_KEY, _MOVED, *texts.close, _COUNTER_HEAD, _END, counter]
+    slots = (len(layout), len(layout) + 2, len(layout) + 5 + len(texts.close))
+    layout += [_FLOPS_KEY, _FLOPS, _BANDWIDTH_KEY, _MOVED, *texts.close, head, _END, counter]
     return _Blocks(layout, slots, samples_ns, flops.astype(np.float64), moved.astype(np.float64),
                    ~flops_known, ~moved_known, no_counter)
 
 
-def _blank(pieces: list[str], width: int, where: np.ndarray, first: int, count: int) -> None:
-    """Empty the ``count`` pieces from ``first`` on of the events ``where`` holds (a part an event lacks)."""
-    slots = range(first, first + count)
-    if not where.any():  # (the usual block: every event has every part)
-        return
+def _masked(values: list[str], where: np.ndarray) -> list[str]:
+    """``values`` with ``""`` at the events ``where`` holds (a part an event lacks)."""
+    if not where.any():  # (the usual column: every event has this part)
+        return values
     if where.all():
-        for slot in slots:
-            pieces[slot::width] = [""] * len(where)
-        return
+        return [""] * len(values)
+    kept = list(values)
     for i in np.flatnonzero(where).tolist():
-        for slot in slots:
-            pieces[i * width + slot] = ""
+        kept[i] = ""
+    return kept
 
 
 def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: float) -> tuple[str, float]:
@@ -155,15 +157,17 @@ def _block_text(b: _Blocks, lo: int, hi: int, k: int, step_index: int, t_us: flo
     texts = float_texts(np.concatenate((ends, durations, b.flops[lo:hi] / divisor, b.moved[lo:hi] / divisor)))
     numbers = (texts[:n], texts[n + 1:2 * n + 1], [str(step_index)] * n, texts[2 * n + 1:3 * n + 1],
                texts[3 * n + 1:], texts[1:n + 1])
+    flops_at, moved_at, counter_at = b.slots
+    blanks = {}  # the events lacking each optional part, by the parts' places in the layout
+    for first, count, where in ((flops_at, 2, b.no_flops[lo:hi] | ~timed),  # rates only at a time above zero
+                                (moved_at, 2, b.no_moved[lo:hi] | ~timed), (counter_at, 1, b.no_counter[lo:hi])):
+        blanks.update(dict.fromkeys(range(first, first + count), where))
     width = len(b.layout)
     pieces = [""] * (n * width)
     for j, column in enumerate(b.layout):
-        pieces[j::width] = (numbers[column] if type(column) is int else [column] * n if type(column) is str
-                            else column[lo:hi])  # type: ignore[index]
-    flops_at, moved_at, counter_at = b.slots
-    _blank(pieces, width, b.no_flops[lo:hi] | ~timed, flops_at, 2)  # rates only at a time above zero
-    _blank(pieces, width, b.no_moved[lo:hi] | ~timed, moved_at, 2)
-    _blank(pieces, width, b.no_counter[lo:hi], counter_at, 3)
+        values = (numbers[column] if type(column) is int else [column] * n if type(column) is str
+                  else column[lo:hi])  # type: ignore[index]
+        pieces[j::width] = values if j not in blanks else _masked(values, blanks[j])  # type: ignore[arg-type]
     return "".join(pieces), float(ends[-1])
 
 
