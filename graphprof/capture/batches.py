@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch.utils._pytree as pytree
@@ -116,16 +117,21 @@ def _opened(value: Any) -> Any:
         template.data = {}
         return _OpenedMapping(tuple(value.data), [_opened(v) for v in value.data.values()], template)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = field_names(value)
-        template = copy.copy(value)
-        for name in names:
-            object.__setattr__(template, name, None)
-        return _OpenedDataclass(names, [_opened(getattr(value, n)) for n in names], template)
+        return _opened_dataclass(value, _opened)
     if type(value) in (list, tuple):
         return type(value)(_opened(v) for v in value)
     if type(value) is dict:
         return {k: _opened(v) for k, v in value.items()}
     return value
+
+
+def _opened_dataclass(value: Any, inner: Callable[[Any], Any]) -> _OpenedDataclass:
+    """A dataclass instance opened: its fields' values (``inner`` of each) and an empty copy."""
+    names = field_names(value)
+    template = copy.copy(value)
+    for name in names:
+        object.__setattr__(template, name, None)
+    return _OpenedDataclass(names, [inner(getattr(value, n)) for n in names], template)
 
 
 def flatten_call(args: tuple, kwargs: dict) -> tuple[list[Any], pytree.TreeSpec]:
@@ -142,3 +148,34 @@ def flatten_call_with_path(args: tuple, kwargs: dict) -> list[tuple[tuple, Any]]
     if any(is_batch_object(leaf) for _, leaf in pairs):
         pairs = pytree.tree_flatten_with_path(_opened((args, kwargs)))[0]
     return pairs
+
+
+def rebuildable_output(value: Any) -> bool:
+    """A dataclass instance a step returns that a replay can rebuild as eager's: one whose state is its
+    fields alone (no other attribute, no ``__post_init__`` that could compute one or act on creation),
+    so that a copy of an empty one, its fields set, is what the class's own ``__init__`` made."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type) or hasattr(value, "__post_init__"):
+        return False
+    names = set(field_names(value))
+    return set(getattr(value, "__dict__", {})) <= names and all(hasattr(value, n) for n in names)
+
+
+def flatten_output(out: Any) -> tuple[list[Any], pytree.TreeSpec]:
+    """A step's result as leaves and spec, its returned dataclasses (``rebuildable_output``) opened: a
+    replay rebuilds each from its fields, as a step returning a dict or a namedtuple is rebuilt."""
+    leaves, spec = pytree.tree_flatten(out)
+    if any(map(rebuildable_output, leaves)):
+        leaves, spec = pytree.tree_flatten(_opened_outputs(out))
+    return leaves, spec
+
+
+def _opened_outputs(value: Any) -> Any:
+    """``value`` with every ``rebuildable_output`` inside (through lists, tuples and dicts) wrapped to open."""
+    if rebuildable_output(value):
+        return _opened_dataclass(value, _opened_outputs)
+    if type(value) in (list, tuple):
+        return type(value)(_opened_outputs(v) for v in value)
+    if type(value) is dict:
+        return {k: _opened_outputs(v) for k, v in value.items()}
+    return value
+

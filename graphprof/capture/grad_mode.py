@@ -87,7 +87,8 @@ def refuse_opaque_outputs(out_flat: list[Any], made_in_step: Callable[[Any], boo
     are not outputs of the graph; the capture failed deep inside make_fx with
     "a number read at run time ... NotImplementedError", naming nothing the
     user wrote. A dict, a tuple, a namedtuple or a ``ModelOutput`` is
-    flattened and replayed; this object is not.
+    flattened and replayed, and so is a dataclass whose fields are all it
+    holds (``batches.rebuildable_output``); this object is not.
     """
     for leaf in out_flat:
         if isinstance(leaf, (torch.Tensor, type)) or made_in_step(leaf):
@@ -99,6 +100,8 @@ def refuse_opaque_outputs(out_flat: list[Any], made_in_step: Callable[[Any], boo
             continue
         held = next((k for k, v in fields.items() if made_in_step(v)), None)
         if held is not None:
+            rebuilt = (" (a dataclass is rebuilt only when its fields are all it holds: no __post_init__, no other "
+                       "attribute)" if dataclasses.is_dataclass(leaf) else "")
             raise DataDependentError(
                 f"the step returns a {type(leaf).__name__} whose {held} is a tensor or a number the step computes: "
-                "a replayed graph cannot rebuild such an object; return a dict, a tuple or a namedtuple")
+                f"a replayed graph cannot rebuild such an object{rebuilt}; return a dict, a tuple or a namedtuple")

@@ -43,7 +43,7 @@ from graphprof.capture.step_warnings import StepWarning
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
-from graphprof.capture.batches import flatten_call, flatten_call_with_path
+from graphprof.capture.batches import flatten_call, flatten_call_with_path, flatten_output
 from graphprof.capture.caught_exceptions import CatchingFrames, refuse_caught_exceptions
 from graphprof.capture.state import StateIndex, candidate_objects, discover_state
 from graphprof.capture.state_names import name_state
@@ -324,7 +324,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
-        out_flat, out_spec = pytree.tree_flatten(out)
+        out_flat, out_spec = flatten_output(out)
         refuse_differentiable_outputs(out_flat, recorder.backwards)
         refuse_opaque_outputs(out_flat, lambda v: isinstance(v, TracedScalar) or (
             isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
@@ -375,7 +375,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         def undo() -> None:
             _undo(holder, flags, modes, hyperparameters=False)  # the capture call already gave them back
 
-        out = pytree.tree_map_only(TracedScalar, lambda s: s.value, holder["out"])
+        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s
+                                     for s in flatten_output(holder["out"])[0]], holder["out_spec"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),

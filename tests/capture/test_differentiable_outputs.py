@@ -6,8 +6,8 @@ still differentiate (``fwd = trace(lambda x: model(x))``, then
 ``loss_fn(fwd(x), y).backward()`` outside) got back a tensor without a
 ``grad_fn`` from the first replay on, and the user's backward raised. Such a
 function is now profiled as segments, with one warning, and trains as eager.
-A step that returns its own dataclass holding its loss is told so, in one
-sentence that names it.
+A step that returns its own dataclass holding its loss, which a replay cannot
+rebuild (one with a ``__post_init__``), is told so, in one sentence that names it.
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ class _StepOutput:
     loss: torch.Tensor
     calls: int
 
+    def __post_init__(self) -> None:  # (what makes it one a replay cannot rebuild: test_returned_dataclasses)
+        self.logged = self.calls
+
 
 def test_a_returned_dataclass_holding_the_loss_refuses_with_a_sentence_that_names_it() -> None:
     """It failed deep in make_fx ("a number read at run time ... NotImplementedError"), naming nothing the
@@ -101,5 +104,7 @@ def test_a_returned_dataclass_holding_the_loss_refuses_with_a_sentence_that_name
         for i in range(3):
             expected, got = eager(torch.ones(2, 3)), traced(torch.ones(2, 3))
             assert torch.equal(expected.loss, got.loss) and expected.calls == got.calls, f"call {i}"
+            assert expected.logged == got.logged, f"call {i}"
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "returns a _StepOutput whose loss is a tensor" in messages[0], messages
+    assert "no __post_init__" in messages[0]
