@@ -43,9 +43,10 @@ def _train(tmp_path: Path, profile: bool):
                              dataloader_num_workers=0, disable_tqdm=True, seed=0)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens())
     profiler = gp_hf.profile_trainer(trainer) if profile else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the masking code branches on a tensor: graphprof says so and uses segments
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         trainer.train()
+    assert not [w for w in caught if "graphprof" in str(w.message)], "the steps replay: no warning"
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return trainer, model, losses, profiler
 
@@ -58,6 +59,7 @@ def test_trainer_steps_profiled_with_results_bitwise_equal(tmp_path: Path) -> No
     assert all(torch.equal(eager_state[k], state[k]) for k in eager_state)
     assert "training_step" not in trainer.__dict__  # the trainer has its own method back after training
 
+    assert profiler.traced.capture_mode == "whole-step" and profiler.traced.captures == 1
     profile = profiler.get_profile()
     assert len(profile.steps) >= 2 and profile.node_count > 100
     calls = eager_calls(profile)
