@@ -33,6 +33,15 @@ before. As a last check, a marker that no output call took by the end of
 the capture refuses it (``whole_step``): a logger whose level drops the
 message never takes it. Python 3.10 has no column positions for its
 instructions: there the text refuses as before.
+
+``%``-formatting (``print("loss: %.4f" % loss.item())``, the older
+tutorials' form) cannot take a marker: ``str % x`` asks ``x`` for a float
+or an int and formats it in C. There the capture call's numbers are given
+as they are, each noted (``PrintedTexts.percent``), and when the string
+reaches the output call it is read back (``_percent_text``): the format's
+constant text, the noted numbers' texts, and what the other operands (not
+traced: constants of this graph) wrote between them. A string that can be
+read back in more than one way refuses.
 """
 
 from __future__ import annotations
@@ -42,8 +51,10 @@ import builtins
 import dis
 import functools
 import inspect
+import itertools
 import linecache
 import logging
+import re
 import secrets
 import string
 import sys
@@ -53,7 +64,7 @@ from typing import Any, Callable
 
 import torch.utils._pytree as pytree
 
-from graphprof.capture.sources import is_library
+from graphprof.capture.sources import file_line, is_library
 
 #: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
 _FORMATTING = frozenset({"FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"})
@@ -101,6 +112,8 @@ class PrintedTexts:
         self.entries: list[Formatted] = []
         self.printed: set[int] = set()
         self.where: list[str] = []
+        #: ``%``-formatted strings whose numbers were noted and that no output call has taken yet.
+        self.percents: list[_Percent] = []
 
     def defer(self, value: Any, op: Callable[..., str], spec: tuple[str, ...], where: str) -> str | None:
         """A marker for ``op(value, *spec)`` when the formatting frame's f-string only goes to ``print``."""
@@ -110,12 +123,41 @@ class PrintedTexts:
         self.where.append(where)
         return f"{self.tag}{len(self.entries) - 1}\x00"
 
+    def percent(self, value: Any, kind: str, named: str) -> bool:
+        """Note ``value`` (``named``: where it was read) when the user's code is ``%``-formatting it
+        (``kind``: what ``%`` asked of it: float, int, index, str or repr) into a string that only
+        ``print`` or a logger takes; the caller then gives the capture call's number as it is. False
+        when it is not."""
+        frame = _user_frame()
+        if frame is None:
+            return False
+        site = _percent_site(frame.f_code, frame.f_lasti)
+        if site is None or not only_printed(frame.f_code, frame.f_lasti, frame):
+            return False
+        key = (id(frame), frame.f_lasti)
+        if not self.percents or self.percents[-1].key != key or self.percents[-1].closed:
+            where = f"{file_line(frame.f_code.co_filename, frame.f_lineno)} ({named})"
+            self.percents.append(_Percent(key, site, where, []))
+        self.percents[-1].values.append((value, kind))
+        return True
+
     def expand(self, value: Any) -> Any:
-        """``value`` (a print's arguments) with each string holding markers as a ``FormattedText``;
-        ``value`` itself when none does."""
-        if not self.holds_markers(value):
+        """``value`` (a print's arguments) with each string holding markers, or made by a noted
+        ``%``-formatting, as a ``FormattedText``; ``value`` itself when none does."""
+        if not self.holds_markers(value) and not self.percents:
             return value
-        return pytree.tree_map_only(str, lambda text: self._text(text) if self.tag in text else text, value)
+        for record in self.percents:
+            record.closed = True  # its string is made: a later evaluation of the same line is another
+
+        def text_of(text: str) -> str | FormattedText:
+            if self.percents:
+                read = _percent_text(self.percents[0], text)
+                if read is not None:
+                    self.percents.pop(0)
+                    return read
+            return self._text(text) if self.tag in text else text
+
+        return pytree.tree_map_only(str, text_of, value)
 
     def holds_markers(self, value: Any) -> bool:
         """Whether ``value`` (a call's arguments) holds a string with one of this capture's markers."""
@@ -132,18 +174,27 @@ class PrintedTexts:
         return FormattedText(tuple(p for p in parts if p != ""))
 
     def unprinted(self) -> str | None:
-        """Where a value was formatted whose marker no ``print`` took (never expected: the capture then
-        refuses, naming it), or None."""
+        """Where a value was formatted whose marker no ``print`` took, or whose ``%``-formatted string
+        no output call took or could be read back (the capture then refuses, naming it), or None."""
+        if self.percents:
+            return self.percents[0].where
         return next((where for i, where in enumerate(self.where) if i not in self.printed), None)
+
+
+def _user_frame() -> FrameType | None:
+    """The innermost frame of the user's code."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 def printed_here() -> bool:
     """Whether the innermost frame of the user's code is formatting a value of an f-string that only
-    ``print`` or a logger takes (``only_printed``)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and is_library(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame is not None and only_printed(frame.f_code, frame.f_lasti, frame)
+    ``print`` or a logger takes (``only_printed``), not ``%``-formatting one (``PrintedTexts.percent``)."""
+    frame = _user_frame()
+    return frame is not None and _percent_site(frame.f_code, frame.f_lasti) is None and only_printed(
+        frame.f_code, frame.f_lasti, frame)
 
 
 def only_printed(code: CodeType, offset: int, frame: FrameType) -> bool:
@@ -219,7 +270,7 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
     message of (``log.info(f"...")``), when its specs are all written out; else None."""
     instruction = _instruction_at(code, offset)
     if instruction is None or instruction.positions is None or (
-            instruction.opname not in _FORMATTING and instruction.opname != "CALL"):
+            instruction.opname not in _FORMATTING and instruction.opname != "CALL" and not _is_percent(instruction)):
         return None
     span = instruction.positions
     line, end_line, column, end_column = span.lineno, span.end_lineno, span.col_offset, span.end_col_offset
@@ -232,13 +283,22 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
         if found is None:
             return None
         fstring, call = found
+    elif _is_percent(instruction):  # ``"loss %.4f" % v``: str's ``%`` asks the value for a number
+        found_percent = _percent_node(tree, (line, column), (end_line, end_column))
+        if found_percent is None:
+            return None
+        fstring, call = found_percent
     else:
         found_fstring = _innermost_fstring(tree, (line, column), (end_line, end_column))
-        if found_fstring is None:
-            return None
-        fstring, call = found_fstring
-        if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
-            return None
+        if found_fstring is not None:
+            fstring, call = found_fstring
+            if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
+                return None
+        else:  # ``"%s=%s" % (k, v)``: Python compiles a tuple's ``%s``, ``%r`` and ``%a`` as an f-string
+            found_operand = _compiled_percent(tree, (line, column), (end_line, end_column))
+            if found_operand is None or "with format" in instruction.argrepr:  # (a width would pad the marker)
+                return None
+            fstring, call = found_operand
     if not isinstance(call, ast.Call):
         return None
     if isinstance(call.func, ast.Name) and call.func.id == "print" and any(arg is fstring for arg in call.args):
@@ -331,3 +391,160 @@ def _holds(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
     first = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
     last = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
     return None not in (*first, *last) and first <= start and end <= last  # type: ignore[operator]
+
+
+# -- ``%``-formatting -----------------------------------------------------------------------------
+
+#: What ``%`` asks of a value for each conversion (``float()``, ``int()``, ``operator.index``, ``str``, ``repr``).
+_PERCENT_KINDS = {**dict.fromkeys("eEfFgG", "float"), **dict.fromkeys("diu", "int"), **dict.fromkeys("oxX", "index"),
+                  "s": "str", "r": "repr", "a": "repr"}
+#: One conversion: flags, width and precision written out (no ``*``, no mapping key), and its type.
+_CONVERSION = re.compile(r"%([-+ #0]*\d*(?:\.\d*)?)([a-zA-Z%])")
+#: Readings of a string tried before it refuses (the traced values' places among the conversions).
+_MOST_READINGS = 64
+
+
+@dataclass
+class _Percent:
+    """One ``%``-formatting of noted numbers: where (frame and instruction), the format, the numbers."""
+
+    key: tuple[int, int]
+    #: The format as constant text and conversions (``"%.4f"``), in order.
+    site: tuple[str | tuple[str, str], ...]
+    where: str
+    #: (TracedScalar, what ``%`` asked of it), in the order ``%`` asked.
+    values: list[tuple[Any, str]]
+    closed: bool = False
+
+
+def percent_text(value: Any, conversion: str) -> str:
+    """The text ``%`` writes for one value: the replay's output node formats its numbers with this."""
+    return conversion % (value,)
+
+
+def _is_percent(instruction: dis.Instruction) -> bool:
+    return instruction.opname == "BINARY_OP" and instruction.argrepr == "%"
+
+
+@functools.lru_cache(maxsize=512)
+def _percent_site(code: CodeType, offset: int) -> tuple[str | tuple[str, str], ...] | None:
+    """The format of the ``"..." % operands`` at ``offset`` when it is an argument of ``print`` or a
+    logging call (``_printing_call``), as constant text and ``(conversion, kind)``; else None."""
+    instruction = _instruction_at(code, offset)
+    if instruction is None or not _is_percent(instruction) or _printing_call(code, offset) is None:
+        return None
+    span = instruction.positions
+    tree = _module_tree(code.co_filename)
+    assert span is not None and tree is not None  # (``_printing_call`` found the node)
+    found = _percent_node(tree, (span.lineno, span.col_offset), (span.end_lineno, span.end_col_offset))  # type: ignore[arg-type]
+    assert found is not None
+    node = found[0]
+    assert isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+    return _parsed_format(node.left.value)
+
+
+def _parsed_format(text: str) -> tuple[str | tuple[str, str], ...] | None:
+    """A ``%`` format as constant text and ``(conversion, kind)``, or None for one this does not read
+    (``*`` widths, mapping keys, ``%c``, a stray ``%``)."""
+    parts: list[str | tuple[str, str]] = []
+    at = 0
+    for match in _CONVERSION.finditer(text):
+        constant = text[at:match.start()]
+        if "%" in constant:
+            return None
+        parts.append(constant)
+        flags, kind = match.group(1), _PERCENT_KINDS.get(match.group(2))
+        if match.group(2) == "%" and not flags:
+            parts.append("%")
+        elif kind is None:
+            return None
+        else:
+            parts.append((match.group(0), kind))
+        at = match.end()
+    if "%" in text[at:]:
+        return None
+    parts.append(text[at:])
+    return tuple(p for p in parts if p != "")
+
+
+def _percent_node(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
+    """The ``"..." % operands`` spanning exactly ``[start, end]`` whose format is written out and read
+    by ``_parsed_format``, and its parent node; else None."""
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
+            continue
+        if (isinstance(node, ast.BinOp) and parent is not None and (node.lineno, node.col_offset) == start
+                and (node.end_lineno, node.end_col_offset) == end):
+            if not (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
+                    and isinstance(node.left.value, str) and _parsed_format(node.left.value) is not None):
+                return None
+            return node, parent
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
+    return None
+
+
+def _compiled_percent(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
+    """The ``"..." % (a, b)`` one of whose operands spans exactly ``[start, end]``, and its parent node."""
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
+            continue
+        if (isinstance(node, ast.BinOp) and parent is not None and isinstance(node.op, ast.Mod)
+                and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+                and isinstance(node.right, ast.Tuple) and any(
+                    (e.lineno, e.col_offset) == start and (e.end_lineno, e.end_col_offset) == end
+                    for e in node.right.elts)):
+            return node, parent
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
+    return None
+
+
+def _percent_text(record: _Percent, text: str) -> FormattedText | None:
+    """``text`` read back as ``record``'s format with its noted numbers formatted in the replay: None
+    unless exactly one placing of the numbers among the conversions (by what ``%`` asked of each) gives
+    ``text``, the other conversions' texts each found in one way only."""
+    conversions = [i for i, part in enumerate(record.site) if not isinstance(part, str)]
+    values = record.values
+    found: FormattedText | None = None
+    readings = 0
+    for places in itertools.combinations(conversions, len(values)):
+        if any(record.site[i][1] != kind for i, (_, kind) in zip(places, values)):  # type: ignore[index]
+            continue
+        readings += 1
+        if readings > _MOST_READINGS:
+            return None
+        texts = {i: percent_text(value.value, record.site[i][0]) for i, (value, _) in zip(places, values)}  # type: ignore[index]
+        lazy, greedy = (_read(record.site, texts, text, quantifier) for quantifier in ("*?", "*"))
+        if lazy is None:
+            continue
+        if greedy != lazy or found is not None:
+            return None  # read in more than one way
+        parts: list[str | Formatted] = []
+        for i, part in enumerate(record.site):
+            if i in texts:
+                value = values[places.index(i)][0]
+                parts.append(Formatted(value, percent_text, (record.site[i][0],), texts[i]))  # type: ignore[index]
+            else:
+                piece = part if isinstance(part, str) else lazy[i]
+                if parts and isinstance(parts[-1], str):
+                    parts[-1] += piece
+                else:
+                    parts.append(piece)
+        found = FormattedText(tuple(p for p in parts if p != ""))
+    return found
+
+
+def _read(site: tuple[str | tuple[str, str], ...], texts: dict[int, str], text: str,
+          quantifier: str) -> dict[int, str] | None:
+    """The text each conversion not in ``texts`` wrote, where ``text`` is ``site`` with ``texts`` at theirs
+    (lazy or greedy readings: both the same means one reading), or None when it is not."""
+    pattern = "".join(re.escape(part) if isinstance(part, str) else re.escape(texts[i]) if i in texts
+                      else f"(?P<c{i}>.{quantifier})" for i, part in enumerate(site))
+    match = re.fullmatch(pattern, text, flags=re.DOTALL)
+    if match is None:
+        return None
+    return {int(name[1:]): piece for name, piece in match.groupdict().items()}
+

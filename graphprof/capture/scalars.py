@@ -292,6 +292,8 @@ class TracedScalar:
         logged value (``print(f"step {self.n}")``), which would change on every call.
         """
         if PRINTED_TEXTS:  # a text only ``print`` or a logger takes: formatted by the replay's output node
+            if PRINTED_TEXTS[-1].percent(self, op.__name__, self._where):
+                return op(self.value, *spec)  # ``"%s" % n``: noted, read back from the string
             marker = PRINTED_TEXTS[-1].defer(self, op, spec, f"{user_source(2)} ({self._where})")
             if marker is not None:
                 return marker
@@ -303,9 +305,21 @@ class TracedScalar:
         return text
 
     def __bool__(self) -> bool: return self._guarded("branching on the value", bool, self)
-    def __float__(self) -> float: return float(self._guarded("float()", float, self))
-    def __int__(self) -> int: return int(self._guarded("int()", int, self))
-    def __index__(self) -> int: return operator.index(self._guarded("using as an index", operator.index, self))
+    def __float__(self) -> float:
+        if PRINTED_TEXTS and PRINTED_TEXTS[-1].percent(self, "float", self._where):
+            return float(self.value)  # ``print("loss %.4f" % loss.item())``: noted, read back from the string
+        return float(self._guarded("float()", float, self))
+
+    def __int__(self) -> int:
+        if PRINTED_TEXTS and PRINTED_TEXTS[-1].percent(self, "int", self._where):
+            return int(self.value)
+        return int(self._guarded("int()", int, self))
+
+    def __index__(self) -> int:
+        if PRINTED_TEXTS and PRINTED_TEXTS[-1].percent(self, "index", self._where):
+            return operator.index(self.value)  # type: ignore[arg-type]  # a float raises, as eager's would
+        return operator.index(self._guarded("using as an index", operator.index, self))
+
     def __str__(self) -> str: return self._text("printing", str)
     def __format__(self, spec: str) -> str: return self._text("formatting", format, spec)
     def __lt__(self, o: Any) -> bool: return self._guarded("comparing", operator.lt, self, o)

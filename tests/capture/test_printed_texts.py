@@ -8,7 +8,10 @@ output node now formats the replay's numbers into the text. A text that
 goes anywhere else (kept in a variable, changed, given to a ``print`` or an
 ``info`` of the user's own, or to a logger behind a property), or that the
 replay could not format as eager did (a computed spec, a conversion with a
-spec), refuses as before: segments, one warning, eager's text.
+spec), refuses as before: segments, one warning, eager's text. A
+``%``-formatted text (``print("loss: %.3f" % loss.item())``) is formatted in
+C, so it is read back from the string; one that reads back in two ways
+refuses.
 """
 
 from __future__ import annotations
@@ -84,8 +87,15 @@ def _str_format(loss: torch.Tensor, state: dict[str, Any]) -> None:
                                                                   100.0 * state["n"] / 10, loss.item()))
 
 
-@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms, _str_format],
-                         ids=["every call", "clipped norm", "forms", "str.format"])
+def _percent(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    # The older tutorials' form (CIFAR-10): ``%``-formatting of a constant string, straight to print.
+    print("[%d, %5d] loss: %.3f" % (state["n"] // 3 + 1, state["n"], loss.item()))
+    print("%s=%s" % ("loss", loss.item()), "%e|%-12g|%r" % (loss.item(), loss.item() * 1e6, loss.item()))
+    print("acc %d%% (%x)" % (100 * loss.item(), state["n"]), "%.2f" % 3.14159)
+
+
+@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms, _str_format, _percent],
+                         ids=["every call", "clipped norm", "forms", "str.format", "percent"])
 def test_a_printed_formatted_loss_replays_one_graph_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(set(text.splitlines())) == len(text.splitlines())  # each call's own numbers
@@ -123,15 +133,42 @@ def _format_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print(line)
 
 
+def _percent_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    line = "loss %.4f" % loss.item()
+    print(line)
+
+
+def _percent_by_name(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    print("%(loss).4f" % {"loss": loss.item()})
+
+
+def _percent_padded(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    print("%-24s|" % (loss.item(),))  # compiled as an f-string's ``!s`` with a width: it would pad the marker
+
+
 @pytest.mark.parametrize("body", [_kept, _changed, _computed_spec, _converted_and_padded, _in_a_list,
-                                  _format_computed_spec, _format_kept],
+                                  _format_computed_spec, _format_kept, _percent_kept, _percent_by_name,
+                                  _percent_padded],
                          ids=["kept", "changed", "computed spec", "converted and padded", "in a list",
-                              "str.format with a computed spec", "str.format kept"])
+                              "str.format with a computed spec", "str.format kept", "percent kept",
+                              "percent by name", "percent padded"])
 def test_a_text_that_is_not_only_printed_refuses_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(text.splitlines()) == CALLS
     assert traced.capture_mode == "segments"
     assert len(messages) == 1 and "of a value read from a tensor" in messages[0], messages
+
+
+def test_a_percent_formatted_text_read_back_in_two_ways_refuses_with_eagers_text() -> None:
+    """``%`` formats in C: the text is read back from the string, and ``"0 0"`` could hold the loss's
+    ``0`` in either place. Which one the replay should format is unknown, so the step refuses."""
+    def body(loss: torch.Tensor, state: dict[str, Any]) -> None:
+        print("%d %d" % (loss.item() * 0, 0))
+
+    traced, messages, text = _compare(body)
+    assert text.splitlines() == ["0 0"] * CALLS
+    assert traced.capture_mode == "segments"
+    assert len(messages) == 1 and "formatting at" in messages[0] and "test_printed_texts.py" in messages[0], messages
 
 
 def test_a_print_of_the_users_own_gets_the_real_text() -> None:
@@ -214,13 +251,17 @@ def _logged(body: Callable[[torch.Tensor, dict[str, Any]], None], traced: bool) 
     return records, fn, messages
 
 
-@pytest.mark.parametrize("form", ["f-string", "str.format"])
+@pytest.mark.parametrize("form", ["f-string", "str.format", "percent", "logging's arguments"])
 def test_a_formatted_loss_logged_by_a_logger_replays_one_graph(form: str) -> None:
     def body(loss: torch.Tensor, state: dict[str, Any]) -> None:
         if form == "f-string":
             _LOG.info(f"step {state['n']} loss {loss.item():.4f}")
-        else:
+        elif form == "str.format":
             _LOG.info("step {} loss {:.4f}".format(state["n"], loss.item()))
+        elif form == "percent":
+            _LOG.info("step %d loss %.4f" % (state["n"], loss.item()))
+        else:
+            _LOG.info("step %d loss %.4f", state["n"], loss.item())
 
     eager, _, _ = _logged(body, traced=False)
     records, traced, messages = _logged(body, traced=True)
