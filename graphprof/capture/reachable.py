@@ -74,6 +74,9 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     for wrapper in wrappers:  # a decorator's wrapper runs in the step too
         walk.follow(wrapper)
     for i, hook in enumerate(hooks):
+        if isinstance(hook, functools.partial):  # ``register_forward_hook(partial(hook, name))``: what it binds
+            yield from walk.bound(f"hook {i}", hook)
+            continue
         hook_self = getattr(hook, "__self__", None)
         hook_func = getattr(hook, "__func__", hook)
         if hook_self is not None and not isinstance(hook_self, types.ModuleType):

@@ -9,6 +9,7 @@ number, which raised when the user compared it.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -33,6 +34,11 @@ class _Stats:
         self.means.append(output.mean().item())
 
 
+def _log_into(kept: dict[str, Any], name: str, module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
+    kept["acts"].append(output.detach().sum(0))
+    kept["items"].append(output.mean().item())
+
+
 def _make(hook: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Any]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
@@ -45,6 +51,9 @@ def _make(hook: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tenso
             kept["acts"].append(output.detach().sum(0))
             kept["items"].append(output.mean().item())
         model[1].register_forward_hook(log)
+    elif hook == "a partial":  # timm's and torchvision's feature extractors: ``partial(hook, name)``
+        kept = {"acts": [], "items": []}
+        model[1].register_forward_hook(functools.partial(_log_into, kept, "relu"))
     else:
         kept = _Stats()
         model[1].register_forward_hook(kept.record)
@@ -65,7 +74,7 @@ def _state(kept: Any) -> Any:
 
 
 def test_what_a_forward_hook_keeps_is_kept_on_every_call() -> None:
-    for hook in ("a closure", "a bound method"):
+    for hook in ("a closure", "a bound method", "a partial"):
         (eager, eager_kept), (step, kept) = _make(hook), _make(hook)
         traced = graphprof.trace(step)
         g = torch.Generator().manual_seed(1)
@@ -104,4 +113,74 @@ def test_what_an_optimizer_step_hook_keeps_is_kept_on_every_call() -> None:
         x = torch.randn(4, 3, generator=torch.Generator().manual_seed(i))
         assert torch.equal(eager(x), traced(x))
         assert got == expected, f"call {i}"
+    assert traced.capture_mode == "whole-step"
+
+
+class _Annealed:
+    """A scale a pre-hook multiplies the input by, annealed by the loop between calls, and what the
+    other hooks log."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.logged: dict[str, list[torch.Tensor]] = {"grad": [], "grad_output": [], "step": [], "accumulated": []}
+
+
+def _scaled(state: _Annealed, module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return (inputs[0] * state.scale,)
+
+
+def _log_grad(state: _Annealed, grad: torch.Tensor) -> None:
+    state.logged["grad"].append(grad.norm())
+
+
+def _log_grad_output(state: _Annealed, module: nn.Module, grad_input: Any, grad_output: Any) -> None:
+    state.logged["grad_output"].append(grad_output[0].sum())
+
+
+def _log_step(state: _Annealed, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    state.logged["step"].append(opt.param_groups[0]["params"][0].detach().sum())
+
+
+def _log_accumulated(state: _Annealed, param: torch.Tensor) -> None:
+    state.logged["accumulated"].append(param.grad.sum())
+
+
+def test_hooks_given_as_partials_read_and_keep_their_state_on_every_call() -> None:
+    """A hook given as a ``functools.partial`` bound its state out of the walk's sight (the step's code
+    never names it): a pre-hook's annealed scale was the capture call's in every replay (other weights,
+    silently), and the lists the other hooks keep stopped growing."""
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], _Annealed]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = _Annealed()
+        model[2].register_forward_pre_hook(functools.partial(_scaled, state))
+        model[2].register_full_backward_hook(functools.partial(_log_grad_output, state))
+        opt.register_step_post_hook(functools.partial(_log_step, state))
+        model[0].bias.register_post_accumulate_grad_hook(functools.partial(_log_accumulated, state))
+        model.grad_hook = functools.partial(_log_grad, state)  # kept by the model, registered by the step
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            hidden = model[1](model[0](x))
+            hidden.register_hook(model.grad_hook)
+            loss = model[2](hidden).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, state
+
+    (eager, eager_state), (step, state) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(CALLS):
+            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x)), f"loss of call {i}"
+            for name, expected in eager_state.logged.items():
+                got = state.logged[name]
+                assert len(got) == len(expected) == i + 1, f"{name} after call {i}"
+                assert all(map(torch.equal, expected, got)), f"{name} after call {i}"
+            eager_state.scale *= 0.5
+            state.scale *= 0.5
     assert traced.capture_mode == "whole-step"
