@@ -114,14 +114,35 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
 
 
 def _user_hooks(dicts: list[Any]) -> list[Any]:
-    """The hooks in ``dicts`` (None: no dict), each once, but torch's and graphprof's own."""
+    """The hooks in ``dicts`` (None: no dict), each once, but torch's and graphprof's own; of torch's,
+    the user's functions they close over (``register_multi_grad_hook(params, fn)`` registers a hook of
+    torch's on each tensor that calls ``fn`` once all their gradients are ready)."""
     found: dict[int, Any] = {}
     for hooks in dicts:
         for hook in (hooks or {}).values():
-            owner = getattr(hook, "__module__", None) or type(hook).__module__ or ""
-            if not owner.startswith(("torch", "graphprof")):
-                found.setdefault(id(hook), hook)
+            for user_hook in [hook] if _users(hook) else _closed_over(hook) if _owner(hook).startswith("torch") else []:
+                found.setdefault(id(user_hook), user_hook)
     return list(found.values())
+
+
+def _owner(value: Any) -> str:
+    return getattr(value, "__module__", None) or type(value).__module__ or ""
+
+
+def _users(value: Any) -> bool:
+    return not _owner(value).startswith(("torch", "graphprof"))
+
+
+def _closed_over(hook: Any) -> list[Any]:
+    """The user's callables in the closure of a hook function of torch's."""
+    cells = getattr(hook, "__closure__", None) or ()
+    values = []
+    for cell in cells:
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return [v for v in values if callable(v) and not isinstance(v, type) and _users(v)]
 
 
 def optimizer_hook_functions(optimizers: Sequence[Any]) -> list[Any]:

@@ -184,3 +184,33 @@ def test_hooks_given_as_partials_read_and_keep_their_state_on_every_call() -> No
             eager_state.scale *= 0.5
             state.scale *= 0.5
     assert traced.capture_mode == "whole-step"
+
+
+def test_a_multi_grad_hook_runs_in_every_replay() -> None:
+    """``register_multi_grad_hook(params, fn)`` puts a hook of torch's on each tensor, which calls ``fn``
+    once all their gradients are ready: ``fn`` ran in the capture call and never in a replay."""
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], list[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        log: list[torch.Tensor] = []
+        torch.autograd.graph.register_multi_grad_hook(
+            list(model[0].parameters()), lambda grads: log.append(sum(g.sum() for g in grads if g is not None)))
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, log
+
+    (eager, expected), (step, got) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(CALLS):
+            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x))
+            assert len(got) == len(expected) == i + 1 and all(map(torch.equal, expected, got)), f"call {i}"
+    assert traced.capture_mode == "whole-step"
