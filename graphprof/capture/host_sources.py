@@ -57,6 +57,7 @@ from graphprof.capture.host_nodes import SILENT_AGAIN, effect_node, filled, inpu
 from graphprof.capture.printed_tensors import autograd_suffix, printed
 from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.environment import ENVIRONMENT_FILES, EnvironmentReads
 from graphprof.capture.step_warnings import StepWarning, wrapped_warn
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
@@ -133,6 +134,8 @@ class HostSources:
         self._filters: tuple[Any, tuple, Any] = (None, (), None)
         #: The warnings the replay issues, in order.
         self.step_warnings: list[StepWarning] = []
+        #: The environment variables the step read, held between calls.
+        self.environment = EnvironmentReads(lambda skip: _from_user(skip, library, depth=3))
 
     def flush(self) -> None:
         """Make the capture call's output, in the order the step made it."""
@@ -157,6 +160,10 @@ class HostSources:
             undo.append(lambda: PRINTED_TEXTS.remove(self.texts))
             self._patch(undo, builtins, "open", self._refuse("opens a file", "read or write again"))
             self._patch(undo, builtins, "next", self._refuse_next)
+            self._patch(undo, os._Environ, "__getitem__", self.environment.reading)
+            for name in ("__setitem__", "__delitem__"):  # (``os.putenv`` alone leaves os.environ as it was)
+                self._patch(undo, os._Environ, name, self._refuse("sets an environment variable", "set again",
+                                                                  ENVIRONMENT_FILES))
             for owner, names in ((torch, _TORCH_FILES), (os, _OS_FILES), (shutil, _SHUTIL_FILES)):
                 for name in names:
                     if hasattr(owner, name):

@@ -382,7 +382,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=_held(python.held(model_state, unread_lists(
                                     python, holder["names"], leaves, params), unnamed)
-                                    + recorder.distribution_checks.held(), optimizer_only),
+                                    + recorder.distribution_checks.held() + recorder.host_sources.environment.held(),
+                                    optimizer_only),
                                 structure=structure,
                                 autocast=autocast,
                                 scalar_positions=holder.get("scalar_positions", {}),

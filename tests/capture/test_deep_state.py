@@ -128,6 +128,40 @@ def test_a_config_module_the_step_names_is_read_as_globals_are(made: str, tmp_pa
     _same_calls(make, change, lambda kept: None)  # both copies read the one module, changed once
 
 
+def test_a_config_module_the_step_imports_in_its_body_is_read_as_globals_are(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import cfg`` (or ``from cfg import SCALE``) inside the step: the module is no global of the
+    step's, and a replay kept the capture call's numbers and branch after ``cfg`` changed."""
+    (tmp_path / "deep_state_local_config.py").write_text("SCALE = 1.0\nFLAG = False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = importlib.import_module("deep_state_local_config")
+    monkeypatch.setitem(sys.modules, "deep_state_local_config", config)
+
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            import deep_state_local_config as cfg
+            from deep_state_local_config import FLAG
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x) * cfg.SCALE, y)
+            if FLAG:
+                loss = loss * 2
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, NS(model=model)
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            config.SCALE, config.FLAG = 3.0, True
+
+    _same_calls(make, change, lambda kept: None)
+
+
 def test_the_keywords_of_a_partial_kept_in_a_dict_are_watched() -> None:
     def make() -> tuple[Callable[..., Any], Any]:
         torch.manual_seed(0)
