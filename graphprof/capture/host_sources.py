@@ -67,6 +67,10 @@ _OS_FILES = ("rename", "replace", "remove", "unlink", "mkdir", "makedirs", "rmdi
 _SHUTIL_FILES = ("copy", "copy2", "copyfile", "copytree", "move", "rmtree")
 _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
            "process_time_ns")
+#: Why a step under autograd's anomaly detection refuses: its backward reads every gradient's values.
+_ANOMALY_CHECKS = ("autograd's anomaly detection checks every gradient for NaN on the host, which a static "
+                   "graph cannot replay")
+_ANOMALY_FILE = torch.autograd.anomaly_mode.__file__
 #: random.Random methods every other drawing method goes through.
 _RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
 
@@ -146,6 +150,8 @@ class HostSources:
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
         undo: list[Callable[[], None]] = []
+        if torch.is_anomaly_enabled() and torch.is_anomaly_check_nan_enabled():
+            raise DataDependentError(_ANOMALY_CHECKS)
         try:
             for name in _CLOCKS:
                 self._patch(undo, time, name, self._clock)
@@ -161,6 +167,7 @@ class HostSources:
             self._patch(undo, builtins, "open", self._refuse("opens a file", "read or write again"))
             self._patch(undo, builtins, "next", self._refuse_next)
             self._patch(undo, os._Environ, "__getitem__", self.environment.reading)
+            self._patch(undo, torch, "set_anomaly_enabled", self._anomaly_switch)
             for name in ("__setitem__", "__delitem__"):  # (``os.putenv`` alone leaves os.environ as it was)
                 self._patch(undo, os._Environ, name, self._refuse("sets an environment variable", "set again",
                                                                   ENVIRONMENT_FILES))
@@ -302,6 +309,20 @@ class HostSources:
 
     def _refuse_draw(self, what: str) -> Callable[[Any], Any]:
         return self._refuse(f"draws a Python random number ({what})", "draw again", (random.__file__,))
+
+    def _anomaly_switch(self, original: Callable[..., None]) -> Callable[..., None]:
+        """``torch.set_anomaly_enabled`` refusing the capture when the step's code turns the NaN checks
+        on (``with torch.autograd.detect_anomaly():``), before its backward runs: otherwise the refusal
+        comes from inside that backward, where anomaly mode adds a warning of its own that eager has not."""
+        sources = self
+
+        @functools.wraps(original)
+        def switch(mode: bool, check_nan: bool = True) -> None:
+            if mode and check_nan and _from_user((_ANOMALY_FILE,), sources.library):
+                raise DataDependentError(f"{_ANOMALY_CHECKS} (turned on at {sources.source()})")
+            original(mode, check_nan)
+
+        return switch
 
     def _refuse(self, doing: str, undone: str, skip_files: tuple[str, ...] = ()) -> Callable[[Any], Any]:
         """A wrapper that refuses the capture when the user's code calls the function: ``the step
