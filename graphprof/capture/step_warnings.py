@@ -69,6 +69,9 @@ _CAPTURE_FILE = os.path.join(_PACKAGE_DIR, "capture", "whole_step.py")
 _ENTRY_FILE = os.path.join(_PACKAGE_DIR, "tracing.py")
 #: graphprof's frames that run while an op of the traced step is dispatched (its modes' handlers).
 _DISPATCH_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
+#: graphprof's stand-ins that call what eager calls from the same place (``Function.apply`` while a step
+#: is captured): left out of eager's stack, as if the caller had called torch's own.
+_STAND_INS = frozenset({(os.path.join(_PACKAGE_DIR, "capture", "custom_functions.py"), "apply")})
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,9 @@ def eager_stack(frame: FrameType | None) -> list[FrameType] | None:
         filename = frame.f_code.co_filename
         if filename == _CAPTURE_FILE:  # the step's caller: what lies above is eager's caller's
             return stack + _callers_of_graphprof(frame)
-        if filename.startswith(_PACKAGE_DIR) and not filename.startswith(_PACKAGE_DIR + os.sep + "demo"):
+        if (filename, frame.f_code.co_name) in _STAND_INS:
+            pass  # a custom autograd Function's forward (checkpoint's input check), as eager's stack has it
+        elif filename.startswith(_PACKAGE_DIR) and not filename.startswith(_PACKAGE_DIR + os.sep + "demo"):
             if frame.f_code.co_name not in _DISPATCH_HANDLERS:
                 return None  # graphprof's own code, or what it runs outside the trace
             dispatched = True

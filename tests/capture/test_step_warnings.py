@@ -311,3 +311,49 @@ def test_an_error_filter_for_a_warning_after_the_update_runs_the_call_eagerly() 
     eager = run(False)
     assert "after the update" in eager
     assert run(True) == eager
+
+
+class _Clamped(torch.autograd.Function):
+    """A custom Function whose forward warns, as torch's reentrant checkpoint does of its inputs."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        warnings.warn("clamping in a custom Function's forward", stacklevel=2)
+        return x.clamp(-1, 1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def _function_warnings(traced: bool, action: str) -> list[tuple]:
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(seq.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        # reentrant checkpointing warns "None of the inputs have requires_grad=True" from its Function
+        out = torch.utils.checkpoint.checkpoint_sequential(seq, 2, x, use_reentrant=True)
+        loss = F.mse_loss(_Clamped.apply(out), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    fn = graphprof.trace(step) if traced else step
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter(action)
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            fn(torch.randn(6, 4, generator=g), torch.randn(6, 1, generator=g))
+    return [(w.category, str(w.message), w.filename, w.lineno) for w in issued
+            if not str(w.message).startswith("graphprof")]
+
+
+@pytest.mark.parametrize("action", ["always", "default"])
+def test_a_warning_in_a_custom_functions_forward_is_replayed_where_eager_issues_it(action: str) -> None:
+    """graphprof's stand-in for ``Function.apply`` stood between the forward and the step, so the
+    warning was taken for graphprof's own: issued by the capture call only, never by a replay."""
+    eager = _function_warnings(False, action)
+    assert len(eager) == (8 if action == "always" else 2)
+    assert _function_warnings(True, action) == eager
