@@ -37,8 +37,7 @@ Not covered: warnings issued by C code (``TORCH_WARN`` of an op's
 arguments), which do not call ``warnings.warn``; those of an op's kernel
 are issued again by the replay, which runs the kernel, blamed on the
 replay's line. ``warn_explicit`` called directly, and a ``warn`` bound
-before the capture (``from warnings import warn``). A warning in a custom
-``autograd.Function``'s forward. A ``stacklevel`` reaching into
+before the capture (``from warnings import warn``). A ``stacklevel`` reaching into
 ``nn.Module.__call__``, which the capture's hooks send down torch's other
 path (another line). Python the capture runs outside the trace (a
 scheduler's ``step``, run again as a host call; graphprof's own probes)
