@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from torch import nn
 
+from graphprof.capture.locations import called_function
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.sources import file_line, is_library
 
@@ -44,10 +45,12 @@ def refuse_caught_exceptions(fn: Callable[..., Any]) -> None:
 
 
 def _step_code(fn: Callable[..., Any]) -> CodeType | None:
-    """The code object of the function the user traced (a module's ``forward``, a partial's function)."""
+    """The code object of the function the user traced (a module's ``forward``, a partial's function, a
+    callable object's ``__call__``)."""
     target: Any = type(fn).forward if isinstance(fn, nn.Module) else inspect.unwrap(fn)
     if isinstance(target, functools.partial):
         target = inspect.unwrap(target.func)
+    target = called_function(target)
     target = getattr(target, "__func__", target)
     return getattr(target, "__code__", None)
 

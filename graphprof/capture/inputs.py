@@ -40,8 +40,8 @@ from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
-from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
-                                         object_keys, plain_object, within_location)
+from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
+                                         item_location, object_keys, plain_object, within_location)
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, read_after, real_values, refusal,
                                           template_of)
@@ -540,9 +540,11 @@ def _changed_dict(now: dict, snapshot: dict) -> bool:
 
 def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
     """`` at file:line`` of the line in ``fn``'s source that assigns to a name (best effort)."""
+    function = inspect.unwrap(getattr(fn, "__func__", fn))
+    function = getattr(called_function(function), "__func__", function)  # a callable object's ``__call__``
     try:
-        lines, first = inspect.getsourcelines(inspect.unwrap(getattr(fn, "__func__", fn)))
-        filename = inspect.getsourcefile(inspect.unwrap(getattr(fn, "__func__", fn))) or ""
+        lines, first = inspect.getsourcelines(function)
+        filename = inspect.getsourcefile(function) or ""
     except (OSError, TypeError):
         return lambda what: ""
 

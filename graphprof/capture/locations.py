@@ -11,6 +11,7 @@ finds the places is capture/reachable.py.
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import sys
 import types
@@ -169,6 +170,24 @@ def data_fields(owner: Any, label: str) -> Iterator[tuple[Location, Any, bool]]:
     for name, value in list(vars(owner).items()):
         if isinstance(name, str) and not name.startswith("_") and type(value) in DATA_TYPES:
             yield attribute_location(owner, name, label), value, True
+
+
+def called_function(target: Any) -> Any:
+    """What runs when ``target`` is called: a callable object's ``__call__``, bound to it (a trainer
+    written as a class, ``Trainer(...)`` traced itself); any other callable as it is.
+
+    Why: such an object has no ``__code__``, ``__self__`` or closure. Its
+    fields (``self.n += 1``), model and optimizer were reached by no name, so
+    they were not watched: a refused capture left the counter counted and the
+    fallback counted it again; and no frame was the step's own, so the walk
+    for code that catches exceptions went on into the caller's ``try``. Bound,
+    it is the method of an object, which the step's analysis already knows.
+    """
+    if isinstance(target, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial,
+                           type, nn.Module)):
+        return target
+    call = inspect.getattr_static(type(target), "__call__", None)  # the class's own, or one it inherits
+    return types.MethodType(call, target) if isinstance(call, types.FunctionType) else target
 
 
 def wrapper_chain(fn: Any) -> list[types.FunctionType]:

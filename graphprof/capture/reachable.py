@@ -32,8 +32,8 @@ from torch import nn
 
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES
 from graphprof.capture.locations import (
-    DATA_TYPES, Location, attribute_location, cell_location, data_fields, default_locations, fields_of, first_visit,
-    item_location, tuple_slot, user_class, user_module, watched_object, wrapper_chain,
+    DATA_TYPES, Location, attribute_location, called_function, cell_location, data_fields, default_locations,
+    fields_of, first_visit, item_location, tuple_slot, user_class, user_module, watched_object, wrapper_chain,
 )
 from graphprof.capture.state import held_in_container, partial_bindings
 
@@ -60,6 +60,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
         target = inspect.unwrap(target.func)
     if isinstance(target, nn.Module):
         roots.append(("self", target))
+    target = called_function(target)  # a trainer object: its ``__call__``, whose ``self`` it is
     self_obj = getattr(target, "__self__", None)
     func = getattr(target, "__func__", target)
     code = getattr(func, "__code__", None)

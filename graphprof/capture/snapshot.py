@@ -141,9 +141,16 @@ def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: 
     by running the op on them once more: an in-place op on such a tensor from
     before the step (Adam's step count, a one-unit bias) would be applied
     twice during the capture call, and a foreach op with it to its whole list.
+
+    Never those of a random op (``uniform_``, ``normal_``, ``bernoulli_``:
+    torch tags them ``nondeterministic_seeded``): make_fx does not propagate
+    constants through them, so they ran once, and running one again to undo
+    a second run that never happened drew from the generator a second time. A
+    one-unit bias re-initialized in the step (``Linear(8, 1).reset_parameters()``)
+    got another value than eager's, and every later draw was shifted.
     """
     schema = getattr(func, "_schema", None)
-    if schema is None or not schema.is_mutable:
+    if schema is None or not schema.is_mutable or torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
         return []
     found: list[torch.Tensor] = []
     for i, argument in enumerate(schema.arguments):

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.dtensor import local_shard
+from graphprof.capture.locations import called_function
 from graphprof.passes.records import StateRecord, StateRole
 
 
@@ -96,6 +97,7 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
     if isinstance(target, functools.partial):  # functools.partial(step, model=model, opt=opt)
         found.extend(partial_bindings(target))
         target = inspect.unwrap(target.func)
+    target = called_function(target)  # a trainer object: its ``__call__``, whose ``self`` it is
     self_obj = getattr(target, "__self__", None)
     func = getattr(target, "__func__", target)
     code = getattr(func, "__code__", None)

@@ -4,6 +4,10 @@
 ``running_var`` as written, yet in training mode it updates them in place; a
 capture that fails after the forward pass must put them back, or
 ``capture="auto"``'s fallback applies the update a second time.
+
+The capture call's own writes to a tensor of one element, which it undoes
+and runs again where make_fx ran them twice, must not draw from the
+generator again when the op is random (the tests at the end).
 """
 
 from __future__ import annotations
@@ -202,3 +206,75 @@ def test_an_argument_written_in_place_is_put_back_when_the_capture_fails() -> No
                 outcomes.append(type(exc))
         assert torch.equal(xs[0], xs[1]), f"call {i}"
         assert outcomes[0] is IndexError if bad else torch.equal(outcomes[0], outcomes[1])
+
+
+def _reinitializing_step(every: int) -> tuple[Any, nn.Module]:
+    """``model[2].reset_parameters()`` every ``every`` calls: a ``Linear(8, 1)``, whose bias has one element."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = {"n": 0}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] % every == 0:
+            model[2].reset_parameters()  # "reset dead units", a head re-initialized in continual learning
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, model
+
+
+def _drawing_step(draw: str, shape: tuple[int, ...]) -> tuple[Any, nn.Module]:
+    """A random op in place on a parameter of one element (``bias.uniform_(...)`` under no_grad)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    extra = nn.Parameter(torch.zeros(shape))
+    model.register_parameter("extra", extra)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            getattr(extra, draw)(*{"uniform_": (-0.3, 0.3), "normal_": (), "bernoulli_": (0.5,)}[draw])
+        loss = torch.nn.functional.mse_loss(model(x) + extra.sum(), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step, model
+
+
+def _compare_draws(eager: Any, eager_model: nn.Module, step: Any, model: nn.Module, calls: int) -> Any:
+    """Each call from the same global seed: loss, parameters and the global generator's state as eager's."""
+    traced = graphprof.trace(step, profiling=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing here is refused: it replays whole-step
+        for i in range(calls):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(6, 4, generator=g), torch.randn(6, 1, generator=g)
+            torch.manual_seed(100 + i)
+            expected, expected_rng = eager(x, y), torch.get_rng_state()
+            torch.manual_seed(100 + i)
+            got, got_rng = traced(x, y), torch.get_rng_state()
+            assert torch.equal(expected, got), f"call {i}"
+            assert torch.equal(expected_rng, got_rng), f"call {i}: the global generator's state"
+            for (name, p), q in zip(eager_model.named_parameters(), model.parameters()):
+                assert torch.equal(p, q), f"call {i}: {name}"
+    return traced
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_a_layer_of_one_output_reinitialized_in_the_step_draws_as_eager(every: int) -> None:
+    """The capture ran ``uniform_`` on the one-element bias again, to undo a constant propagation make_fx
+    does not do for random ops: a second draw, another bias and a shifted generator from then on."""
+    traced = _compare_draws(*_reinitializing_step(every), *_reinitializing_step(every), calls=7)
+    assert traced.capture_mode == "whole-step"
+
+
+@pytest.mark.parametrize("draw", ["uniform_", "normal_", "bernoulli_"])
+@pytest.mark.parametrize("shape", [(1,), ()])
+def test_a_random_op_in_place_on_a_one_element_parameter_draws_once(draw: str, shape: tuple[int, ...]) -> None:
+    traced = _compare_draws(*_drawing_step(draw, shape), *_drawing_step(draw, shape), calls=4)
+    assert traced.capture_mode == "whole-step"
