@@ -69,6 +69,20 @@ _OUTER = _Outer()
 class TracedFunction:
     """A user function replaced by its captured, optionally instrumented, graph."""
 
+    def __getattr__(self, name: str) -> Any:
+        """An attribute of the traced callable (``trainer.n`` of a traced trainer object, a module's
+        ``training``), read from it now.
+
+        Why not ``update_wrapper``'s copy of its ``__dict__``: the copy kept the
+        values of the moment it was traced, so ``traced.n`` stayed 0 while the
+        object's counter counted, and ``traced.training`` stayed True after
+        ``model.eval()``.
+        """
+        fn = self.__dict__.get("_fn")
+        if fn is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(fn, name)
+
     def __init__(self, fn: Callable[..., Any], *, profiling: bool = True, capture: str = "auto",
                  cache_size: int = 8, clock: Clock = time.perf_counter_ns,
                  schedule: Schedule | None = None,
@@ -92,7 +106,9 @@ class TracedFunction:
             raise ValueError("cache_size must be at least 1")
         if eager_calls < 1:
             raise ValueError("eager_calls must be at least 1 (the first call always runs eagerly)")
-        functools.update_wrapper(self, fn)
+        # The name, docstring and ``__wrapped__``; not a copy of ``fn``'s ``__dict__``: its attributes are
+        # read from ``fn`` itself (``__getattr__``), as they are now, not as they were when it was traced.
+        functools.update_wrapper(self, fn, updated=())
         if not hasattr(self, "__name__"):  # a module or other callable object
             self.__name__ = type(fn).__name__
         self._fn = fn

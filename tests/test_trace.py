@@ -140,3 +140,38 @@ def test_step_without_tensor_arguments() -> None:
 
     assert [step().item() for _ in range(5)] == [1.5, 0.75, 0.375, 0.1875, 0.09375]
     assert len(step.get_profile().steps) == 3  # calls 3, 4 and 5 are recorded
+
+
+class _Trainer:
+    """A trainer written as a class and traced itself: ``graphprof.trace(Trainer(...))``."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(3, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.n = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.opt.zero_grad()
+        loss = self.model(x).pow(2).mean()
+        loss.backward()
+        self.opt.step()
+        self.n += 1
+        return loss.detach()
+
+
+def test_a_traced_objects_attributes_are_read_from_it_as_they_are_now() -> None:
+    """The wrapper kept a copy of the object's ``__dict__`` from when it was traced: ``traced.n`` stayed
+    0 while the trainer counted, and a traced module's ``training`` stayed True after ``eval()``."""
+    trainer = _Trainer()
+    traced = graphprof.trace(trainer, profiling=False)
+    for i in range(3):
+        traced(torch.randn(4, 3))
+        assert traced.n == trainer.n == i + 1
+    assert traced.model is trainer.model and traced.__name__ == "_Trainer"
+    model = torch.nn.Linear(3, 1)
+    forward = graphprof.trace(model, profiling=False)
+    model.eval()
+    assert forward.training is False
+    with pytest.raises(AttributeError):
+        assert forward.no_such_attribute is None
