@@ -148,16 +148,18 @@ class PrintedTexts:
             return value
         for record in self.percents:
             record.closed = True  # its string is made: a later evaluation of the same line is another
-
-        def text_of(text: str) -> str | FormattedText:
-            if self.percents:
-                read = _percent_text(self.percents[0], text)
-                if read is not None:
-                    self.percents.pop(0)
-                    return read
-            return self._text(text) if self.tag in text else text
-
-        return pytree.tree_map_only(str, text_of, value)
+        leaves, spec = pytree.tree_flatten(value)
+        read: dict[int, FormattedText] = {}
+        while self.percents:  # each noted string, in order, where exactly one of the texts reads back as it
+            found = {i: text for i, leaf in enumerate(leaves) if isinstance(leaf, str) and i not in read
+                     and (text := _percent_text(self.percents[0], leaf)) is not None}
+            if len(found) != 1:  # (two: ``print("5", "%d" % n)`` with n 5; which is n's is unknown)
+                break
+            read.update(found)
+            self.percents.pop(0)
+        leaves = [read[i] if i in read else self._text(leaf) if isinstance(leaf, str) and self.tag in leaf else leaf
+                  for i, leaf in enumerate(leaves)]
+        return pytree.tree_unflatten(leaves, spec)
 
     def holds_markers(self, value: Any) -> bool:
         """Whether ``value`` (a call's arguments) holds a string with one of this capture's markers."""

@@ -171,6 +171,17 @@ def test_a_percent_formatted_text_read_back_in_two_ways_refuses_with_eagers_text
     assert len(messages) == 1 and "formatting at" in messages[0] and "test_printed_texts.py" in messages[0], messages
 
 
+def test_a_percent_formatted_text_that_another_argument_also_reads_as_refuses() -> None:
+    """``print("2", "%d" % n)`` captured with n 2: the constant "2" reads back as n's text too; taking it
+    for n's printed "3 2" where eager printed "2 3" on the next call."""
+    def body(loss: torch.Tensor, state: dict[str, Any]) -> None:
+        print("2", "%d" % state["n"])
+
+    traced, messages, text = _compare(body)
+    assert text.splitlines() == [f"2 {n}" for n in range(1, CALLS + 1)]
+    assert traced.capture_mode == "segments" and len(messages) == 1, messages
+
+
 def test_a_print_of_the_users_own_gets_the_real_text() -> None:
     """A ``print`` the step's code names itself (``from rich import print``) is not Python's: it would
     be handed the replay's marker. The text refuses, and that print sees eager's text every call."""
