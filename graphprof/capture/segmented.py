@@ -216,6 +216,8 @@ class SegmentedCapture:
         #: Per optimizer, the step it has while the step is not running (its class's, or one set on it,
         #: a scheduler's wrapper): what torch.compile'd code of the user's traces (``_user_compiles_see``).
         self._user_steps: list[Callable[..., Any]] = []
+        self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
+        self._forwards = [self._own_frame(forward) for _, forward in self.modules]  # as installed
         self._class_steps: list[Callable[..., Any]] = []
         if optimizer_step is not None:
             for slot, opt in enumerate(state.optimizers):
@@ -378,14 +380,30 @@ class SegmentedCapture:
         optimizer, so that the user's compiled code keeps the one extra entry
         its guards on ``opt.step`` compile.
         """
-        user_steps = self._user_steps
+        user_steps, own = self._user_steps, self._own_frames
 
         def step(*args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() and not own[0]:
                 return user_steps[slot](*args, **kwargs)
             return routed(*args, **kwargs)
 
         return step
+
+    def _own_frame(self, forward: Callable[..., Any]) -> Callable[..., Any]:
+        """``forward`` (a module's compiled forward), telling ``_user_compiles_see`` while it runs that
+        what dynamo traces is graphprof's: an ``opt.step()`` in a forward (a module that is the whole
+        training step) stays routed, as dynamo traced Adam otherwise (see the module's docstring).
+        Dynamo reads the flag as a constant of the frame it traces, and guards on it."""
+        own = self._own_frames
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            was, own[0] = own[0], True
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                own[0] = was
+
+        return run
 
     def _optimizer_event(self, slot: int, traced: Any, captures: int, start: int, end: int) -> Any:
         if traced.captures != captures:
@@ -403,7 +421,7 @@ class SegmentedCapture:
     # -- calling ----------------------------------------------------------------------
     def _install(self) -> list[tuple[Any, str, Any]]:
         saved: list[tuple[Any, str, Any]] = []
-        for obj, replacement in self.modules:
+        for (obj, _), replacement in zip(self.modules, self._forwards):
             saved.append((obj, "forward", obj.__dict__.get("forward", _MISSING)))
             obj.__dict__["forward"] = replacement
         for slot, (opt, replacement) in enumerate(self.optimizers):
