@@ -48,6 +48,7 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts
 from graphprof.capture.host_reads import HostReadTimer
@@ -207,10 +208,20 @@ class SegmentedCapture:
         weakref.finalize(self, host_reads.uninstall)
         keep_distribution_checks()
         state = discover_state(fn)
+        roots = list(dict.fromkeys(_compile_target(r) for r in state.roots))
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
-        for root in dict.fromkeys(_compile_target(r) for r in state.roots):
-            self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
-        self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
+        twice = double_backward_site(fn)
+        if twice is not None:  # AOTAutograd's graphs cannot be differentiated twice (capture/double_backward.py)
+            names = [type(root).__name__ for root in roots]
+            what = (f"the forward{'s' if len(names) > 1 else ''} of {' and '.join(names)}" if names
+                    else "the step")
+            self._warn_uncompiled(what, f"the step differentiates a gradient again, with create_graph at {twice}, "
+                                  "and AOTAutograd supports no double backward", plural=len(names) > 1)
+            self.compiled = fn
+        else:
+            for root in roots:
+                self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
+            self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
         primary = state.roots[0] if state.roots else None
         self.optimizers: list[tuple[torch.optim.Optimizer, Callable[..., Any]]] = []
         #: Per optimizer, the step it has while the step is not running (its class's, or one set on it,
@@ -225,8 +236,8 @@ class SegmentedCapture:
                                                recursive=True)
                 self._class_steps.append(types.MethodType(type(opt).step, opt))
                 self._user_steps.append(self._class_steps[-1])
-                # Without modules graphprof compiles the step itself: its ``opt.step`` must stay routed.
-                self.optimizers.append((opt, self._user_compiles_see(slot, routed) if self.modules else routed))
+                # Where graphprof compiles the step itself (no module), its ``opt.step`` must stay routed.
+                self.optimizers.append((opt, self._user_compiles_see(slot, routed) if self.compiled is fn else routed))
 
     # -- compiling ------------------------------------------------------------------
     def _backend(self, root_type: str) -> Any:
@@ -260,8 +271,13 @@ class SegmentedCapture:
         """
         what = f"the forward of {root_type}" if root_type else "a part of the step"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        message = (f"graphprof: {self._name}: torch.compile could not compile {what} ({type(exc).__name__}: "
-                   f"{first}); it runs eagerly, and its ops are missing from the profile")
+        self._warn_uncompiled(what, f"{type(exc).__name__}: {first}")
+
+    def _warn_uncompiled(self, what: str, why: str, plural: bool = False) -> None:
+        """The step's one warning that ``what`` runs eagerly (later ones are logged)."""
+        message = (f"graphprof: {self._name}: torch.compile could not compile {what} ({why}); "
+                   f"{'they run' if plural else 'it runs'} eagerly, and {'their' if plural else 'its'} ops are "
+                   "missing from the profile")
         if self._uncompiled_warned:
             log.info(message)
         else:
