@@ -39,10 +39,13 @@ from graphprof.capture.state import held_in_container, partial_bindings
 
 
 def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = (),
-                        hooks: Sequence[Any] = ()) -> Iterator[tuple[Location, Any, bool]]:
+                        hooks: Sequence[Any] = (),
+                        walked: list[types.FunctionType] | None = None) -> Iterator[tuple[Location, Any, bool]]:
     """Every (location, value, is_user_state) the step can reach by name or is given as an object
     (``arguments``, capture/arguments.py), one level into plain objects, and what the hooks on its
     modules reach the same way (``hooks``, capture/module_structure.py: they run inside the step).
+    ``walked``, when given, receives every function whose names the walk reads: the code the step
+    may run (capture/double_backward.py reads it).
 
     Modules' attributes are watched for changes but are not user state: their
     numbers (``in_features``, a dropout ``p``) are configuration that library
@@ -70,7 +73,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     # the real step: ``def call(batch): return step(**batch)``), one level down; the hooks' too;
     # and those of every function of the user's code these name, through a library's decorator too,
     # and of the methods of the user's classes whose objects they reach (a module's ``forward``).
-    walk = _Walk(func, roots)
+    walk = _Walk(func, roots, walked)
     if code is not None:
         walk.functions.append(func)
         walk.followed.add(id(func))
@@ -130,8 +133,9 @@ class _Walk:
     """The walk of ``reachable_locations``: functions give names (cells, defaults, globals), names give
     objects, objects give fields and, through their classes' methods, functions again."""
 
-    def __init__(self, step: Any, roots: list[tuple[str, Any]]) -> None:
+    def __init__(self, step: Any, roots: list[tuple[str, Any]], walked: list[types.FunctionType] | None = None) -> None:
         self.step = step
+        self.walked = walked  # every function read, in order, when the caller asked for them
         self.roots = roots
         self.functions: list[types.FunctionType] = []
         self.followed: set[int] = set()
@@ -243,6 +247,8 @@ class _Walk:
         functions, roots, named = self.functions, self.roots, self.named
         while functions or self.methods_named():
             f = functions.pop(0)
+            if self.walked is not None:
+                self.walked.append(f)
             f_code = f.__code__
             self.code_names.update(f_code.co_names)
             for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import types
 import weakref
 import warnings
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts
 from graphprof.capture.host_reads import HostReadTimer
@@ -206,16 +208,36 @@ class SegmentedCapture:
         weakref.finalize(self, host_reads.uninstall)
         keep_distribution_checks()
         state = discover_state(fn)
+        roots = list(dict.fromkeys(_compile_target(r) for r in state.roots))
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
-        for root in dict.fromkeys(_compile_target(r) for r in state.roots):
-            self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
-        self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
+        twice = double_backward_site(fn)
+        if twice is not None:  # AOTAutograd's graphs cannot be differentiated twice (capture/double_backward.py)
+            names = [type(root).__name__ for root in roots]
+            what = (f"the forward{'s' if len(names) > 1 else ''} of {' and '.join(names)}" if names
+                    else "the step")
+            self._warn_uncompiled(what, f"the step differentiates a gradient again, with create_graph at {twice}, "
+                                  "and AOTAutograd supports no double backward", plural=len(names) > 1)
+            self.compiled = fn
+        else:
+            for root in roots:
+                self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
+            self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
         primary = state.roots[0] if state.roots else None
         self.optimizers: list[tuple[torch.optim.Optimizer, Callable[..., Any]]] = []
+        #: Per optimizer, the step it has while the step is not running (its class's, or one set on it,
+        #: a scheduler's wrapper): what torch.compile'd code of the user's traces (``_user_compiles_see``).
+        self._user_steps: list[Callable[..., Any]] = []
+        self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
+        self._forwards = [self._own_frame(forward) for _, forward in self.modules]  # as installed
+        self._class_steps: list[Callable[..., Any]] = []
         if optimizer_step is not None:
             for slot, opt in enumerate(state.optimizers):
-                self.optimizers.append((opt, torch._dynamo.disable(self._optimizer_runner(
-                    slot, optimizer_step(opt, primary)), recursive=True)))
+                routed = torch._dynamo.disable(self._optimizer_runner(slot, optimizer_step(opt, primary)),
+                                               recursive=True)
+                self._class_steps.append(types.MethodType(type(opt).step, opt))
+                self._user_steps.append(self._class_steps[-1])
+                # Where graphprof compiles the step itself (no module), its ``opt.step`` must stay routed.
+                self.optimizers.append((opt, self._user_compiles_see(slot, routed) if self.compiled is fn else routed))
 
     # -- compiling ------------------------------------------------------------------
     def _backend(self, root_type: str) -> Any:
@@ -249,8 +271,13 @@ class SegmentedCapture:
         """
         what = f"the forward of {root_type}" if root_type else "a part of the step"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        message = (f"graphprof: {self._name}: torch.compile could not compile {what} ({type(exc).__name__}: "
-                   f"{first}); it runs eagerly, and its ops are missing from the profile")
+        self._warn_uncompiled(what, f"{type(exc).__name__}: {first}")
+
+    def _warn_uncompiled(self, what: str, why: str, plural: bool = False) -> None:
+        """The step's one warning that ``what`` runs eagerly (later ones are logged)."""
+        message = (f"graphprof: {self._name}: torch.compile could not compile {what} ({why}); "
+                   f"{'they run' if plural else 'it runs'} eagerly, and {'their' if plural else 'its'} ops are "
+                   "missing from the profile")
         if self._uncompiled_warned:
             log.info(message)
         else:
@@ -354,6 +381,46 @@ class SegmentedCapture:
 
         return step
 
+    def _user_compiles_see(self, slot: int, routed: Callable[..., Any]) -> Callable[..., Any]:
+        """``opt.step`` as installed: the routed step, and to torch.compile tracing the user's own
+        compiled code the optimizer's step as it is without graphprof.
+
+        Why: a step that calls a function the user compiled (``opt_step =
+        torch.compile(opt_step)``, PyTorch's "compiling the optimizer" recipe)
+        runs the optimizer as inductor code in eager. Seen through the routed
+        step, which dynamo cannot trace, that function recompiled with a graph
+        break at ``opt.step()`` and ran graphprof's graph of eager's Adam:
+        parameters 3.7e-8 away from eager's from the first segmented call.
+        Dynamo reads ``is_compiling()`` as True and traces the user's step,
+        as it did without graphprof; run as Python, it is False. Made once per
+        optimizer, so that the user's compiled code keeps the one extra entry
+        its guards on ``opt.step`` compile.
+        """
+        user_steps, own = self._user_steps, self._own_frames
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling() and not own[0]:
+                return user_steps[slot](*args, **kwargs)
+            return routed(*args, **kwargs)
+
+        return step
+
+    def _own_frame(self, forward: Callable[..., Any]) -> Callable[..., Any]:
+        """``forward`` (a module's compiled forward), telling ``_user_compiles_see`` while it runs that
+        what dynamo traces is graphprof's: an ``opt.step()`` in a forward (a module that is the whole
+        training step) stays routed, as dynamo traced Adam otherwise (see the module's docstring).
+        Dynamo reads the flag as a constant of the frame it traces, and guards on it."""
+        own = self._own_frames
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            was, own[0] = own[0], True
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                own[0] = was
+
+        return run
+
     def _optimizer_event(self, slot: int, traced: Any, captures: int, start: int, end: int) -> Any:
         if traced.captures != captures:
             reason = "its settings changed" if captures else "it is captured once, as a whole-step graph"
@@ -370,10 +437,14 @@ class SegmentedCapture:
     # -- calling ----------------------------------------------------------------------
     def _install(self) -> list[tuple[Any, str, Any]]:
         saved: list[tuple[Any, str, Any]] = []
-        for obj, replacement in [*self.modules, *self.optimizers]:
-            attr = "forward" if isinstance(obj, nn.Module) else "step"
-            saved.append((obj, attr, obj.__dict__.get(attr, _MISSING)))
-            obj.__dict__[attr] = replacement
+        for (obj, _), replacement in zip(self.modules, self._forwards):
+            saved.append((obj, "forward", obj.__dict__.get("forward", _MISSING)))
+            obj.__dict__["forward"] = replacement
+        for slot, (opt, replacement) in enumerate(self.optimizers):
+            own = opt.__dict__.get("step", _MISSING)
+            saved.append((opt, "step", own))
+            self._user_steps[slot] = self._class_steps[slot] if own is _MISSING else own
+            opt.__dict__["step"] = replacement
         return saved
 
     @staticmethod

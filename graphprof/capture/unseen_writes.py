@@ -50,16 +50,28 @@ def storages_of(state: Any) -> dict[int, tuple[Any, int, Any]]:
     return found
 
 
+def restore_data_assignments(before: dict[int, tuple[Any, int, Any]]) -> list[tuple[Any, Any]]:
+    """Give every parameter and buffer that got new data (``p.data = ...``) since ``before`` its own
+    data back; returns them, with that data.
+
+    Why: the write log undoes in-place writes only, and an assignment is no op. A capture refused
+    after one (MoCo's momentum update ``pk.data = pk.data * m + pq.data * (1 - m)``, then
+    ``int(queue_ptr)``) left the new data in place, and the fallback applied the update again.
+    Run before the write log's undo: that writes the originals into the data put back here."""
+    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
+    for t, data in changed:
+        t.data = data
+    return changed
+
+
 def refuse_data_assignments(state: Any, before: dict[int, tuple[Any, int, Any]]) -> None:
     """Refuse a step that gave a parameter or buffer new data (``p.data = ...``,
     ``nn.utils.vector_to_parameters``): the assignment is no op of the trace, so a replay would
     compute the new values and drop them. In-place updates (an optimizer's) keep the address.
     Every tensor given new data gets its own back first: the write log undoes in-place writes only."""
-    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
+    changed = restore_data_assignments(before)
     if not changed:
         return
-    for t, data in changed:
-        t.data = data
     record = state.describe(changed[0][0])
     name = record.name if record is not None else f"a {tuple(changed[0][0].shape)} tensor"
     raise DataDependentError(f"the step assigns new data to {name} (.data = ...), which a replayed graph "

@@ -58,8 +58,8 @@ from graphprof.capture.fake_values import one_fake_mode
 from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
 from graphprof.capture.numpy_draws import NumpyDraws
 from graphprof.capture.torch_objects import TorchObjects
-from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants, storages_of,
-                                             tensors_in_argument_objects)
+from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants,
+                                             restore_data_assignments, storages_of, tensors_in_argument_objects)
 from graphprof.passes.graph_modules import code_when_asked
 from graphprof.passes.records import CAPTURE
 
@@ -403,6 +403,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything
         # up to the finished CapturedStep is in here: a failure anywhere after the step must undo it.
+        restore_data_assignments(storages)  # first: the write log's undo writes into the data put back
         _undo(holder, flags, modes, hyperparameters=True)
         if isinstance(exc, DataDependentError) and "recorder" in holder:  # the path it refused on
             exc.refused_path = refused_path(holder["recorder"].guards, holder.get("scalar_positions", {}))
