@@ -10,6 +10,9 @@ the graph that calls it again on every replay: timed and shown like any other
 node. Its arguments (a metric for ``ReduceLROnPlateau``) are graph values.
 ``get_last_lr()`` returns input scalars, so a logged learning rate is read
 when the replay reaches it, as eager reads it.
+The tensors that step writes in place (a tensor ``lr`` torch fills in)
+pass none of the capture's modes: ``HostWrites`` copies them to the write
+log first, so that a capture refused after it puts them back.
 
 A rate read after a scheduler step of the same call is known only once the
 replay has made that step, so no guard may be taken on it (the checks run
@@ -33,6 +36,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, read_after, real_values, template_of
 from graphprof.capture.scalars import DataDependentError, contains_traced_scalar
+from graphprof.capture.snapshot import HostWrites, WriteLog
 
 #: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
 _TORCH_SCHEDULERS = LRScheduler.__module__
@@ -87,8 +91,11 @@ class SchedulerCalls:
     """Patches schedulers' ``step`` and ``get_last_lr`` for the length of one capture."""
 
     def __init__(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
-                 record: Callable[[], Any], source: Callable[[], str]) -> None:
+                 record: Callable[[], Any], source: Callable[[], str], write_log: WriteLog | None = None) -> None:
         self.graph = graph
+        #: Where the tensors a scheduler's step writes are copied first (capture/snapshot.py): a refused
+        #: capture puts them back with the rest (None: nothing is put back).
+        self.write_log = write_log
         self.node_of = node_of
         self.record = record
         self.source = source
@@ -135,7 +142,7 @@ class SchedulerCalls:
             calls.before_step(sched)
             calls.depth += 1
             try:
-                with _disable_current_modes(), torch._C.DisableTorchFunction():
+                with _disable_current_modes(), torch._C.DisableTorchFunction(), calls._writes_logged():
                     real_args, real_kwargs = real_values((args, kwargs))
                     result = original(sched, *real_args, **real_kwargs)
             finally:
@@ -155,6 +162,10 @@ class SchedulerCalls:
             return result
 
         return step
+
+    def _writes_logged(self) -> contextlib.AbstractContextManager[Any]:
+        """The tensors written under it are copied to the write log first (a tensor ``lr`` filled in)."""
+        return HostWrites(self.write_log) if self.write_log is not None else contextlib.nullcontext()
 
     def _get_last_lr(self, original: Callable[..., Any]) -> Callable[..., Any]:
         calls = self
