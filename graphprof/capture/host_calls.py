@@ -13,6 +13,9 @@ when the replay reaches it, as eager reads it.
 The tensors that step writes in place (a tensor ``lr`` torch fills in)
 pass none of the capture's modes: ``HostWrites`` copies them to the write
 log first, so that a capture refused after it puts them back.
+A warning it issues (``StepLR.step(epoch)``'s deprecation) is blamed where
+eager blames it, by the capture call and by every replay
+(capture/step_warnings.py ``call_blamed``), not on this module's lines.
 
 A rate read after a scheduler step of the same call is known only once the
 replay has made that step, so no guard may be taken on it (the checks run
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -37,6 +41,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, read_after, real_values, template_of
 from graphprof.capture.scalars import DataDependentError, contains_traced_scalar
 from graphprof.capture.snapshot import HostWrites, WriteLog
+from graphprof.capture.step_warnings import StepWarning, call_blamed, step_frames
 
 #: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
 _TORCH_SCHEDULERS = LRScheduler.__module__
@@ -103,6 +108,9 @@ class SchedulerCalls:
         #: Called before and after each scheduler step of the capture call (capture/optimizer_groups.py).
         self.before_step: Callable[[Any], None] = lambda sched: None
         self.on_step: Callable[[], None] = lambda: None
+        #: Given each warning a scheduler step of the capture call issues, blamed where eager blames it
+        #: (capture/step_warnings.py ``call_blamed``); its replays issue theirs themselves.
+        self.on_warning: Callable[[StepWarning], None] = StepWarning.issue
         #: The scheduler steps of the capture call so far, in order.
         self.steps: list[SchedulerWrite] = []
 
@@ -139,12 +147,16 @@ class SchedulerCalls:
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"
             template, slots = template_of((args, kwargs), calls.node_of, what, lambda _: "")
+            outer = step_frames(sys._getframe(1))  # the step's frames above the call, at their lines now
             calls.before_step(sched)
             calls.depth += 1
             try:
                 with _disable_current_modes(), torch._C.DisableTorchFunction(), calls._writes_logged():
                     real_args, real_kwargs = real_values((args, kwargs))
-                    result = original(sched, *real_args, **real_kwargs)
+                    if outer is None:  # not called by the step's code: warnings blamed as they fall
+                        result = original(sched, *real_args, **real_kwargs)
+                    else:
+                        result = call_blamed(outer, calls.on_warning, original, sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
             if _computed_from_traced(sched):
@@ -154,7 +166,10 @@ class SchedulerCalls:
 
             def replay(values: tuple) -> None:
                 call_args, call_kwargs = filled(template, values)
-                original(sched, *call_args, **call_kwargs)
+                if outer is None:
+                    original(sched, *call_args, **call_kwargs)
+                else:
+                    call_blamed(outer, StepWarning.issue, original, sched, *call_args, **call_kwargs)
 
             effect_node(calls.graph, what, replay, slots, calls.record())
             calls.steps.append(_writes(sched, what))
