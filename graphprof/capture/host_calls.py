@@ -57,6 +57,15 @@ def _scheduler_classes() -> list[type]:
     return found
 
 
+def _with_inner(sched: Any) -> list[Any]:
+    """``sched`` and the schedulers it drives (``SequentialLR``, ``ChainedScheduler``), nested ones too: its
+    step may move theirs without their ``step`` (``SequentialLR`` calls ``_update_lr`` at a milestone)."""
+    found = [sched]
+    for inner in getattr(sched, "_schedulers", None) or ():
+        found += _with_inner(inner)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerWrite:
     """What one scheduler step of the capture call may have written."""
@@ -113,6 +122,8 @@ class SchedulerCalls:
         self.on_warning: Callable[[StepWarning], None] = StepWarning.issue
         #: The scheduler steps of the capture call so far, in order.
         self.steps: list[SchedulerWrite] = []
+        #: ids of the schedulers a patched ``step`` stepped (inner ones of a ``SequentialLR`` too).
+        self.stepped: set[int] = set()
 
     def written(self, optimizer: Any, key: str) -> str | None:
         """The last scheduler step of this call that may have written ``key`` in ``optimizer``'s
@@ -143,6 +154,7 @@ class SchedulerCalls:
 
         @functools.wraps(original)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.stepped.update(map(id, _with_inner(sched)))
             if calls.depth:  # a scheduler inside SequentialLR / ChainedScheduler: the outer call replays it
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"

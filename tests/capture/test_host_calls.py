@@ -114,3 +114,40 @@ def test_a_refused_capture_puts_back_the_tensors_a_scheduler_wrote(case: str) ->
             assert torch.equal(a, b), f"parameters differ after call {i}"
         assert eager.observed() == copy.observed(), f"rates or scheduler differ after call {i}"
     assert len(messages) == 1 and "restored to before the call" in messages[0]
+
+
+def test_a_scheduler_stepped_through_a_method_bound_before_the_capture_is_not_replayed_silently() -> None:
+    """``advance = sched.step`` made before the capture holds the class's function of then, not the patched
+    one: the capture call stepped the scheduler inside the trace, unseen, and the replays never stepped it
+    again (the rate stuck at the capture call's). It is refused now: segments, one warning."""
+    def make() -> tuple[nn.Module, Any, Callable[[torch.Tensor], torch.Tensor]]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+        advance = sched.step
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            advance()
+            return loss.detach()
+        return model, sched, step
+
+    (eager_model, eager_sched, eager), (model, sched, step) = make(), make()
+    traced = graphprof.trace(step)
+    messages: list[str] = []
+    for i in range(CALLS):
+        x = torch.full((2, 4), float(i))
+        expected = eager(x)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = traced(x)
+        messages += [str(w.message) for w in caught if str(w.message).startswith("graphprof")]
+        assert torch.equal(expected, got), f"loss differs after call {i}"
+        for a, b in zip(eager_model.parameters(), model.parameters()):
+            assert torch.equal(a, b), f"parameters differ after call {i}"
+        assert eager_sched.state_dict() == sched.state_dict(), f"scheduler differs after call {i}"
+    assert len(messages) == 1 and "bound before the capture" in messages[0]
