@@ -132,6 +132,9 @@ class TracedFunction:
         #: Whole-step captures so far (each path of each signature counts once).
         self.captures = 0
         self._captures_in_a_row = 0
+        #: Of the captures in a row, how many last ones stopped at an error the step raises itself (as
+        #: eager does), and the last such error: the storm's warning names that, not a capture's reason.
+        self._own_errors_in_a_row: tuple[int, str] = (0, "")
         self._storm: str | None = None  # why re-capturing stopped
         self._segmented: SegmentedRunner | None = None
         #: Why every call runs as segments (a refused capture with no other path to tell it from).
@@ -140,6 +143,9 @@ class TracedFunction:
         #: that would take one runs as segments, the others replay (capture/refused_paths.py).
         self._refused: dict[Hashable, list[RefusedPath]] = {}
         self._runner: Runner | None = None  # the runner of the last call
+        #: The last runner before ``_runner`` that held recorded steps: what ``get_profile`` shows when the
+        #: last call captured a new path (a capture call records no step).
+        self._profiled: Runner | None = None
         self._cycles: list[Profile] = []
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
         self.eager_calls = eager_calls
@@ -216,8 +222,7 @@ class TracedFunction:
             self._storm = (f"prints or formats a number that changed between calls ({broken.describe()}), whose "
                            "text a static graph would keep")
         elif self._captures_in_a_row > STORM_LIMIT:
-            self._storm = (f"captured {self._captures_in_a_row - 1} times in a row, the last time because "
-                           f"{reason}")
+            self._storm = self._storm_reason(reason)
         if self._storm is not None:
             message = f"graphprof: {self.__name__} {self._storm}; no longer capturing it"
             if self.capture != "auto":
@@ -233,9 +238,28 @@ class TracedFunction:
                 return self._after_refused_capture(exc, key, call, start, args, kwargs, leaves)
             stopped = exc
         else:
-            self._runner = captured
+            self._switch_runner(captured)
+            self._own_errors_in_a_row = (0, "")
             return captured.captured.result
         return self._after_failed_capture(stopped, args, kwargs)  # outside the handler: no chained error
+
+    def _storm_reason(self, reason: str) -> str:
+        """Why capturing stops after ``_captures_in_a_row`` tries, ``reason`` being the last one's. When every
+        try stopped at the step's own error (``Adam(capturable=True)`` on CPU raises on every call, as in
+        eager), that error: the step never captured, and "because it runs for the first time" misled."""
+        tries = self._captures_in_a_row - 1
+        errors, error = self._own_errors_in_a_row
+        if errors >= tries:
+            return (f"could not be captured {tries} times in a row: each try stopped at an error the step raises "
+                    f"itself, as it does eagerly ({error})")
+        return f"captured {tries} times in a row, the last time because {reason}"
+
+    def _switch_runner(self, runner: Runner) -> None:
+        """Make ``runner`` the last call's, keeping the one before when it holds recorded steps."""
+        previous = self._runner
+        if previous is not None and previous.recorded():
+            self._profiled = previous
+        self._runner = runner
 
     def _after_refused_capture(self, exc: CaptureError, key: Hashable, call: int, start: int, args: tuple,
                                kwargs: dict, leaves: list[Any]) -> Any:
@@ -334,7 +358,8 @@ class TracedFunction:
 
     def _run(self, runner: Runner, call: int, start: int, args: tuple, kwargs: dict, leaves: list[Any],
              key: Hashable) -> Any:
-        self._runner = runner
+        if runner is not self._runner:
+            self._switch_runner(runner)
         action = self._action(call)
         if isinstance(runner, SegmentedRunner):
             result = runner.run(call, start, action, args, kwargs, leaves, key)
@@ -359,7 +384,12 @@ class TracedFunction:
         capture put back. Should eager raise too, the error is the step's own (a bad batch, met by
         the call that captures): it reaches the caller as eager raised it, and the next call captures.
         Else the capture failed where eager does not: eager's result, and segments from now on."""
-        result = self._fn(*args, **kwargs)
+        try:
+            result = self._fn(*args, **kwargs)
+        except BaseException as error:
+            errors, _ = self._own_errors_in_a_row
+            self._own_errors_in_a_row = (errors + 1, f"{type(error).__name__}: {error}".splitlines()[0])
+            raise
         self._segments_only = str(exc)
         warnings.warn(f"graphprof: {exc}; this call ran eagerly, and later calls of {self.__name__} run as "
                       "torch.compile segments", stacklevel=4)
@@ -455,7 +485,9 @@ class TracedFunction:
 
         With a schedule, the latest profile is that of the last completed
         cycle. Without one, it covers the steps recorded on the graph run
-        last (at most ``max_steps``, newest kept).
+        last (at most ``max_steps``, newest kept); when the last call captured
+        a new path or compiled its segments, which records no step, on the
+        graph run last before it that recorded any.
         """
         if self.schedule is not None:
             if not self._cycles:
@@ -465,6 +497,8 @@ class TracedFunction:
                 )
             return list(self._cycles) if all else self._cycles[-1]
         runner = self._runner
+        if (runner is None or not runner.recorded()) and self._profiled is not None and self._profiled.recorded():
+            runner = self._profiled
         if isinstance(runner, SegmentedRunner) and not runner.recorded():
             raise RuntimeError(f"no profiled step yet for {self.__name__} (segmented capture: the first call "
                                "after the eager one compiles, later calls are profiled)")
@@ -481,7 +515,7 @@ class TracedFunction:
     def reset(self) -> None:
         """Forget captured graphs and samples; the next call runs eagerly again."""
         self._graphs.clear()
-        self._runner = None
+        self._runner = self._profiled = None
         self._calls = 0
         self._cycles.clear()
         self._eager_s.clear()
@@ -490,6 +524,7 @@ class TracedFunction:
         self._refused.clear()
         self.captures = 0
         self._captures_in_a_row = 0
+        self._own_errors_in_a_row = (0, "")
         self._storm = None
         self._last_signature = None
 

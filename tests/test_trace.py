@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import Callable
+
 import pytest
 import torch
 from torch import nn
@@ -175,3 +178,74 @@ def test_a_traced_objects_attributes_are_read_from_it_as_they_are_now() -> None:
     assert forward.training is False
     with pytest.raises(AttributeError):
         assert forward.no_such_attribute is None
+
+
+def _warm_up_step() -> tuple[nn.Module, torch.optim.Optimizer, Callable[[torch.Tensor, int], torch.Tensor]]:
+    """nanoGPT's loop: the rate from the iteration number, a branch on it (a new path when warm-up ends)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, it: int) -> torch.Tensor:
+        for group in opt.param_groups:
+            group["lr"] = 0.1 * (it + 1) / 4 if it < 3 else 0.1
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return model, opt, step
+
+
+def test_get_profile_after_a_call_that_captured_a_new_path_shows_the_last_recorded_graph() -> None:
+    """The capture call of the new path records no step: ``get_profile`` raised "no profiled step yet"
+    although the earlier path had recorded two."""
+    eager_model, _, eager = _warm_up_step()
+    model, _, step = _warm_up_step()
+    fn = graphprof.trace(step, profiling=True)
+    # eager; capture, replay, replay (warm-up path); capture (the path after warm-up)
+    for call, it in enumerate([0, 1, 2, 2, 3]):
+        x = torch.full((2, 4), float(call))
+        assert torch.equal(eager(x, it), fn(x, it)), f"call {call}"
+        assert all(torch.equal(a, b) for a, b in zip(eager_model.parameters(), model.parameters())), f"call {call}"
+    assert fn.captures == 2 and len(fn.get_profile().steps) == 2  # calls 3 and 4, on the warm-up path
+
+
+def test_a_step_that_raises_on_every_call_is_given_up_naming_its_error() -> None:
+    """``Adam(capturable=True)`` on CPU raises on every call, eagerly too: no call ever captured, yet the
+    warning said the step "captured 5 times in a row, the last time because it runs for the first time"."""
+    def make() -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        opt = torch.optim.Adam(model.parameters(), capturable=True)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    fn = graphprof.trace(step)
+    messages: list[str] = []
+    for call in range(8):
+        x = torch.full((2, 4), float(call))
+        raised = []
+        for run in (eager, fn):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    run(x)
+                except AssertionError as exc:
+                    raised.append(str(exc))
+            messages += [str(w.message) for w in caught if str(w.message).startswith("graphprof")]
+        assert len(raised) == 2 and raised[0] == raised[1], f"call {call}"
+        assert all(torch.equal(a, b) for a, b in zip(eager_model.parameters(), model.parameters())), f"call {call}"
+        for a, b in zip(eager_model.parameters(), model.parameters()):
+            assert (a.grad is None) == (b.grad is None) and (a.grad is None or torch.equal(a.grad, b.grad))
+    assert len(messages) == 1, messages
+    assert "could not be captured 5 times in a row" in messages[0] and "AssertionError: If capturable" in messages[0]
+    assert "first time" not in messages[0]

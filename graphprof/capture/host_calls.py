@@ -10,6 +10,12 @@ the graph that calls it again on every replay: timed and shown like any other
 node. Its arguments (a metric for ``ReduceLROnPlateau``) are graph values.
 ``get_last_lr()`` returns input scalars, so a logged learning rate is read
 when the replay reaches it, as eager reads it.
+The tensors that step writes in place (a tensor ``lr`` torch fills in)
+pass none of the capture's modes: ``HostWrites`` copies them to the write
+log first, so that a capture refused after it puts them back.
+A warning it issues (``StepLR.step(epoch)``'s deprecation) is blamed where
+eager blames it, by the capture call and by every replay
+(capture/step_warnings.py ``call_blamed``), not on this module's lines.
 
 A rate read after a scheduler step of the same call is known only once the
 replay has made that step, so no guard may be taken on it (the checks run
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -33,6 +40,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, read_after, real_values, template_of
 from graphprof.capture.scalars import DataDependentError, contains_traced_scalar
+from graphprof.capture.snapshot import HostWrites, WriteLog
+from graphprof.capture.step_warnings import StepWarning, call_blamed, step_frames
 
 #: Where torch's own schedulers are defined: what their steps write is known (``_writes``).
 _TORCH_SCHEDULERS = LRScheduler.__module__
@@ -45,6 +54,15 @@ def _scheduler_classes() -> list[type]:
         cls = todo.pop()
         found.append(cls)
         todo.extend(cls.__subclasses__())
+    return found
+
+
+def _with_inner(sched: Any) -> list[Any]:
+    """``sched`` and the schedulers it drives (``SequentialLR``, ``ChainedScheduler``), nested ones too: its
+    step may move theirs without their ``step`` (``SequentialLR`` calls ``_update_lr`` at a milestone)."""
+    found = [sched]
+    for inner in getattr(sched, "_schedulers", None) or ():
+        found += _with_inner(inner)
     return found
 
 
@@ -87,8 +105,11 @@ class SchedulerCalls:
     """Patches schedulers' ``step`` and ``get_last_lr`` for the length of one capture."""
 
     def __init__(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
-                 record: Callable[[], Any], source: Callable[[], str]) -> None:
+                 record: Callable[[], Any], source: Callable[[], str], write_log: WriteLog | None = None) -> None:
         self.graph = graph
+        #: Where the tensors a scheduler's step writes are copied first (capture/snapshot.py): a refused
+        #: capture puts them back with the rest (None: nothing is put back).
+        self.write_log = write_log
         self.node_of = node_of
         self.record = record
         self.source = source
@@ -96,8 +117,13 @@ class SchedulerCalls:
         #: Called before and after each scheduler step of the capture call (capture/optimizer_groups.py).
         self.before_step: Callable[[Any], None] = lambda sched: None
         self.on_step: Callable[[], None] = lambda: None
+        #: Given each warning a scheduler step of the capture call issues, blamed where eager blames it
+        #: (capture/step_warnings.py ``call_blamed``); its replays issue theirs themselves.
+        self.on_warning: Callable[[StepWarning], None] = StepWarning.issue
         #: The scheduler steps of the capture call so far, in order.
         self.steps: list[SchedulerWrite] = []
+        #: ids of the schedulers a patched ``step`` stepped (inner ones of a ``SequentialLR`` too).
+        self.stepped: set[int] = set()
 
     def written(self, optimizer: Any, key: str) -> str | None:
         """The last scheduler step of this call that may have written ``key`` in ``optimizer``'s
@@ -128,16 +154,21 @@ class SchedulerCalls:
 
         @functools.wraps(original)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.stepped.update(map(id, _with_inner(sched)))
             if calls.depth:  # a scheduler inside SequentialLR / ChainedScheduler: the outer call replays it
                 return original(sched, *args, **kwargs)
             what = f"{type(sched).__name__}.step"
             template, slots = template_of((args, kwargs), calls.node_of, what, lambda _: "")
+            outer = step_frames(sys._getframe(1))  # the step's frames above the call, at their lines now
             calls.before_step(sched)
             calls.depth += 1
             try:
-                with _disable_current_modes(), torch._C.DisableTorchFunction():
+                with _disable_current_modes(), torch._C.DisableTorchFunction(), calls._writes_logged():
                     real_args, real_kwargs = real_values((args, kwargs))
-                    result = original(sched, *real_args, **real_kwargs)
+                    if outer is None:  # not called by the step's code: warnings blamed as they fall
+                        result = original(sched, *real_args, **real_kwargs)
+                    else:
+                        result = call_blamed(outer, calls.on_warning, original, sched, *real_args, **real_kwargs)
             finally:
                 calls.depth -= 1
             if _computed_from_traced(sched):
@@ -147,7 +178,10 @@ class SchedulerCalls:
 
             def replay(values: tuple) -> None:
                 call_args, call_kwargs = filled(template, values)
-                original(sched, *call_args, **call_kwargs)
+                if outer is None:
+                    original(sched, *call_args, **call_kwargs)
+                else:
+                    call_blamed(outer, StepWarning.issue, original, sched, *call_args, **call_kwargs)
 
             effect_node(calls.graph, what, replay, slots, calls.record())
             calls.steps.append(_writes(sched, what))
@@ -155,6 +189,10 @@ class SchedulerCalls:
             return result
 
         return step
+
+    def _writes_logged(self) -> contextlib.AbstractContextManager[Any]:
+        """The tensors written under it are copied to the write log first (a tensor ``lr`` filled in)."""
+        return HostWrites(self.write_log) if self.write_log is not None else contextlib.nullcontext()
 
     def _get_last_lr(self, original: Callable[..., Any]) -> Callable[..., Any]:
         calls = self

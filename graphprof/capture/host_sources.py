@@ -273,7 +273,12 @@ class HostSources:
         return (f"the step changes the warning filters at {self.filters_changed}, which a replayed graph would "
                 "not change again")
 
-    def _warned(self, warning: StepWarning) -> None:
+    def host_call_warned(self, warning: StepWarning) -> None:
+        """A warning of a host call the capture call made (a scheduler's ``step``): as ``_warned``, but
+        with no node of its own, since each replay's call of it issues what it warns."""
+        self._warned(warning, node=False)
+
+    def _warned(self, warning: StepWarning, node: bool = True) -> None:
         """A warning of the step's: an error now, as in eager; else issued when the capture is committed,
         and by a host node on every replay (``step_warnings``). One issued under filters the step
         changed (inside its ``catch_warnings``) is not replayed: ignored there, it is dropped, as eager
@@ -289,8 +294,9 @@ class HostSources:
             warning.issue()
         self.pending.append(warning.issue)
         self.step_warnings.append(warning)
-        node = effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
-        node.meta[SILENT_AGAIN] = warning.silent_again
+        if node:
+            issuing = effect_node(self.graph, "warnings.warn", lambda values: warning.issue(), [], self.record())
+            issuing.meta[SILENT_AGAIN] = warning.silent_again
 
     def _refuse_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
         sources = self

@@ -167,11 +167,12 @@ class CaptureRecorder:
         self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
-                                         lambda: user_source(3))
+                                         lambda: user_source(3), self.write_log)
         self.hyperparameters = HyperparameterInputs(self.graph, lambda: self.context(()), self.schedulers.written)
         self.scheduler_fields = SchedulerFields(self.graph, lambda: self.context(()), self.schedulers.written)
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
                                         self.tensor_node)
+        self.schedulers.on_warning = self.host_sources.host_call_warned
         self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
         self.distribution_checks = DistributionChecks(self.graph, self.tensor_node, lambda: self.context(()),
                                                       lambda: user_source(3))

@@ -7,6 +7,14 @@ to a tensor that existed before the capture, that tensor is copied once; the
 ``.grad`` of every parameter the step touches, the CPU RNG state and the
 state of every ``torch.Generator`` an op draws from are remembered too. ``restore`` puts all of it back. Only state the step really
 writes is copied, once per capture, never per step.
+
+Python the capture runs for real outside the trace (an LR scheduler's
+``step``, capture/host_calls.py) writes tensors too: torch's schedulers
+``fill_`` a tensor learning rate in the optimizer's groups, a user's
+scheduler may count in a tensor. Its ops pass no mode of the capture's, so
+``HostWrites`` gives them to the log: without it, a capture refused after
+the scheduler stepped left those tensors advanced, and the step run again
+another way stepped them twice.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 
 #: Ops that write arguments their schema does not mark as written (no ``Tensor(a!)``), by
@@ -123,15 +131,35 @@ class WriteLog:
         return self._by_storage.get(tensor.untyped_storage().data_ptr())
 
     def restore(self) -> None:
-        """Write every original back, in place."""
+        """Write every original back, in place; the first copied last, so that where two targets share
+        memory (a tensor and a view of it, each written) the older copy wins."""
         with torch.no_grad():
-            for target, original in self._tensors.values():
+            for target, original in reversed(self._tensors.values()):
                 target.copy_(original)
         for param, grad in self._grads.values():
             param.grad = grad
         torch.set_rng_state(self._rng_state)
         for generator, state in self._generators.values():
             generator.set_state(state)
+
+
+class HostWrites(TorchDispatchMode):
+    """Gives ``log`` every tensor written by the Python run under it: code the capture runs for real
+    with its own modes off (see the module's docstring). Every written tensor is copied, those made
+    under it too: which tensor the user keeps cannot be told here, and such code writes few."""
+
+    def __init__(self, log: WriteLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        self.log.before_write(func, args, kwargs, _every_tensor)
+        return func(*args, **kwargs)
+
+
+def _every_tensor(tensor: torch.Tensor) -> bool:
+    return True
 
 
 def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> list[torch.Tensor]:

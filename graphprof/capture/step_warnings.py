@@ -39,9 +39,18 @@ are issued again by the replay, which runs the kernel, blamed on the
 replay's line. ``warn_explicit`` called directly, and a ``warn`` bound
 before the capture (``from warnings import warn``). A ``stacklevel`` reaching into
 ``nn.Module.__call__``, which the capture's hooks send down torch's other
-path (another line). Python the capture runs outside the trace (a
-scheduler's ``step``, run again as a host call; graphprof's own probes)
-issues its warnings as it always did.
+path (another line). graphprof's own probes issue no warning (``quiet``).
+
+A host call (an LR scheduler's ``step``, capture/host_calls.py) is Python
+the capture runs for real and each replay calls again, from graphprof's
+frames: a warning in it (``StepLR.step(epoch)``'s deprecation, torch's
+``stacklevel=2``) was blamed on host_calls.py. ``call_blamed`` runs such a
+call with ``warn`` wrapped: the frames the call itself runs are the stack's
+inner part, as in eager; above them come the step's own frames as they were
+when the capture call made the host call (``step_frames``), then the live
+callers of graphprof. The capture call hands its warning over as above
+(issued at the commit), with no node of its own: every replay's call issues
+what it warns, at once, through the same registry.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -129,9 +138,34 @@ def _matches(pattern: Any, text: str) -> bool:
     return pattern.match(text) is not None
 
 
-def eager_stack(frame: FrameType | None) -> list[FrameType] | None:
+#: One frame of eager's stack as ``warn`` blames it: file, line, the module's globals.
+Blamed = tuple[str, int, dict[str, Any]]
+
+
+def _blamed(frame: FrameType) -> Blamed:
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+
+
+def eager_stack(frame: FrameType | None) -> list[Blamed] | None:
     """The frames from ``frame`` outwards that eager's stack has, innermost first; None when ``frame``
     is not code of the traced step (graphprof's own, or Python the capture runs outside the trace)."""
+    found = _step_part(frame)
+    if found is None:
+        return None
+    stack, capture = found
+    return [*map(_blamed, stack), *map(_blamed, _callers_of_graphprof(capture))]
+
+
+def step_frames(frame: FrameType | None) -> list[Blamed] | None:
+    """The traced step's own frames from ``frame`` outwards, at their lines now, without the callers of
+    graphprof (a replay has its own); None when ``frame`` is not code of the traced step."""
+    found = _step_part(frame)
+    return None if found is None else [_blamed(f) for f in found[0]]
+
+
+def _step_part(frame: FrameType | None) -> tuple[list[FrameType], FrameType] | None:
+    """Eager's frames from ``frame`` out to the step's caller, and the capture's frame that calls the
+    step; None when ``frame`` is not code of the traced step."""
     if frame is None or frame.f_code.co_filename.startswith(_TRACER_FILES):
         return None  # torch's tracer's own warning: eager has none
     stack: list[FrameType] = []
@@ -139,10 +173,10 @@ def eager_stack(frame: FrameType | None) -> list[FrameType] | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename == _CAPTURE_FILE:  # the step's caller: what lies above is eager's caller's
-            return stack + _callers_of_graphprof(frame)
+            return stack, frame
         if (filename, frame.f_code.co_name) in _STAND_INS:
             pass  # a custom autograd Function's forward (checkpoint's input check), as eager's stack has it
-        elif filename.startswith(_PACKAGE_DIR) and not filename.startswith(_PACKAGE_DIR + os.sep + "demo"):
+        elif _is_graphprofs(filename):
             if frame.f_code.co_name not in _DISPATCH_HANDLERS:
                 return None  # graphprof's own code, or what it runs outside the trace
             dispatched = True
@@ -155,6 +189,11 @@ def eager_stack(frame: FrameType | None) -> list[FrameType] | None:
             stack.append(frame)
         frame = frame.f_back
     return None  # not under a capture
+
+
+def _is_graphprofs(filename: str) -> bool:
+    """Whether a frame of ``filename`` is graphprof's own code (its demo models are the user's)."""
+    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_PACKAGE_DIR + os.sep + "demo")
 
 
 def _callers_of_graphprof(frame: FrameType | None) -> list[FrameType]:
@@ -177,8 +216,13 @@ def step_warning(message: Any, category: type[Warning] | None, stacklevel: int, 
     """What eager's ``warnings.warn(message, category, stacklevel, source)`` called from ``caller`` would
     pass to ``warn_explicit``; None when ``caller`` is not the traced step's code."""
     stack = eager_stack(caller)
-    if stack is None:
-        return None
+    return None if stack is None else _warning_at(message, category, stacklevel, source, stack)
+
+
+def _warning_at(message: Any, category: type[Warning] | None, stacklevel: int, source: Any,
+                stack: Sequence[Blamed]) -> StepWarning | None:
+    """What ``warnings.warn`` would pass to ``warn_explicit`` with ``stack`` (innermost first) above it;
+    None where ``warn`` itself raises (a category that is no warning)."""
     if isinstance(message, Warning):
         category = message.__class__
     if category is None:
@@ -186,14 +230,49 @@ def step_warning(message: Any, category: type[Warning] | None, stacklevel: int, 
     if not (isinstance(category, type) and issubclass(category, Warning)):
         return None  # warn's own TypeError, raised by the real call
     if 0 < stacklevel <= len(stack):
-        frame = stack[stacklevel - 1]
-        module_globals: dict[str, Any] = frame.f_globals
-        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        filename, lineno, module_globals = stack[stacklevel - 1]
     else:
         module_globals, filename, lineno = sys.__dict__, "sys", 1  # warn's answer past the stack's end
     registry = module_globals.setdefault("__warningregistry__", {})
     return StepWarning(message, category, filename, lineno, module_globals.get("__name__", "<string>"), registry,
                        module_globals, source)
+
+
+def call_blamed(outer: Sequence[Blamed], on_warning: Callable[[StepWarning], None], fn: Callable[..., Any],
+                *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a host call, with each ``warnings.warn`` it makes blamed where eager blames
+    it: on its own frames, then ``outer`` (the step's frames when the capture made the call), then the
+    live callers of graphprof; the warning goes to ``on_warning`` (see the module's docstring)."""
+    previous = warnings.warn
+
+    def warn(message: Any, category: type[Warning] | None = None, stacklevel: int = 1, source: Any = None,
+             **later: Any) -> None:
+        stack = None if later else _host_call_stack(sys._getframe(1), outer)
+        found = None if stack is None else _warning_at(message, category, stacklevel, source, stack)
+        if found is None:  # another thread's, or an argument of a later Python's (``skip_file_prefixes``)
+            previous(message, category, stacklevel + 1, source, **later)
+            return
+        on_warning(found)
+
+    warnings.warn = warn
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        warnings.warn = previous
+
+
+def _host_call_stack(frame: FrameType | None, outer: Sequence[Blamed]) -> list[Blamed] | None:
+    """Eager's stack of a warning ``call_blamed``'s call makes from ``frame`` (see ``call_blamed``); None
+    when ``frame`` is not inside that call. graphprof's frames in it (a scheduler the capture call's
+    patched ``step`` steps inside a ``SequentialLR``) are not eager's."""
+    inner: list[Blamed] = []
+    while frame is not None and frame.f_code is not call_blamed.__code__:
+        if not _is_graphprofs(frame.f_code.co_filename):
+            inner.append(_blamed(frame))
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return [*inner, *outer, *map(_blamed, _callers_of_graphprof(frame))]
 
 
 def wrapped_warn(original: Callable[..., None], on_warning: Callable[[StepWarning], None]

@@ -18,6 +18,7 @@ the same objects with the same items. Tensors inside are the write log's.
 
 from __future__ import annotations
 
+import types
 from typing import Any, Iterable
 
 import torch
@@ -73,12 +74,29 @@ class TorchObjects:
         Called again when a scheduler steps (capture/host_calls.py): one the step reaches
         only through another object (``self.trainer.sched``) was not found before the
         step, and a refused capture left it stepped, so that it stepped twice."""
+        if isinstance(obj, types.MethodType):  # ``advance = sched.step``: the scheduler it steps
+            obj = obj.__self__
         if not isinstance(obj, KINDS) or id(obj) in self._seen or not hasattr(obj, "__dict__"):
             return
         self._seen.add(id(obj))
         self._saved.append((obj, [(k, v, _items(v)) for k, v in vars(obj).items()]))
         for inner in getattr(obj, "_schedulers", None) or ():
             self.add(inner)
+
+    def stepped_unseen(self, seen: set[int]) -> str | None:
+        """The type of the first scheduler whose step count moved during the step although no patched
+        ``step`` of graphprof's stepped it (``seen``: their ids); None when none did.
+
+        A method bound before the capture (``advance = sched.step``, called in the step) holds the class's
+        function of then: it ran inside the trace, unseen, and no replay would step it again."""
+        for obj, attributes in self._saved:
+            if id(obj) in seen or not isinstance(obj, (torch.optim.lr_scheduler.LRScheduler,
+                                                       torch.optim.lr_scheduler.ReduceLROnPlateau)):
+                continue
+            state = vars(obj)
+            if any(k in ("_step_count", "last_epoch") and state.get(k) != v for k, v, _ in attributes):
+                return type(obj).__name__
+        return None
 
     def restore(self) -> None:
         for obj, attributes in self._saved:

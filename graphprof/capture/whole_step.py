@@ -318,6 +318,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         hyperparameters.restore()  # the user's optimizer keeps its real numbers
         scheduler_fields.unwrap()  # and its schedulers theirs
+        unseen = holder["torch_objects"].stepped_unseen(recorder.schedulers.stepped)
+        if unseen is not None:
+            raise DataDependentError(f"the step steps a {unseen} through a method bound before the capture "
+                                     "(advance = sched.step), which a replayed graph would not step again")
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
                                  recorder.context(()))
         params = list(state.params.values())
