@@ -91,8 +91,8 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
     optimizer are the step's too.
     """
     found: list[tuple[str, Any]] = []
-    if isinstance(fn, nn.Module):  # tracing a module directly: it is the model
-        return [("self", fn)]
+    if isinstance(fn, nn.Module):  # tracing a module directly: it is the model (and may keep its optimizer)
+        return [("self", fn), *kept_optimizers(fn, "self")]
     target = inspect.unwrap(fn)
     if isinstance(target, functools.partial):  # functools.partial(step, model=model, opt=opt)
         found.extend(partial_bindings(target))
@@ -134,7 +134,20 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
                 nested.append((k, v))
             else:
                 nested.extend(held_in_container(v, k))
-    return found + nested
+    found += nested
+    return found + [kept for name, obj in found if isinstance(obj, nn.Module) for kept in kept_optimizers(obj, name)]
+
+
+def kept_optimizers(module: nn.Module, label: str) -> list[tuple[str, torch.optim.Optimizer]]:
+    """The optimizers ``module`` and its submodules keep as attributes (``self.opt`` of a module whose
+    forward is a whole training step): the step's optimizers, as one it names is.
+
+    Why: one found by no name was not routed when the step ran as segments, so
+    torch.compile traced Adam's step inside the module's compiled forward, and
+    the parameters differed from eager's from the first call, silently."""
+    return [(f"{label}.{name}" if path == "" else f"{label}.{path}.{name}", value)
+            for path, m in module.named_modules() for name, value in vars(m).items()
+            if isinstance(value, torch.optim.Optimizer)]
 
 
 def partial_bindings(step: functools.partial) -> list[tuple[str, Any]]:

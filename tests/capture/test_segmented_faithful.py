@@ -564,3 +564,30 @@ def test_an_optimizer_step_in_a_forward_graphprof_compiles_stays_routed() -> Non
         assert torch.equal(eager(x, y), traced(x, y)), f"loss differs on call {i}"
         for a, b in zip(eager_model.parameters(), model.parameters()):
             assert torch.equal(a, b), f"parameters differ after call {i}"
+
+
+@pytest.mark.parametrize("capture", ["auto", "dynamo"])
+@pytest.mark.parametrize("traced_as", ["the module", "a step naming the module"])
+def test_an_optimizer_a_module_keeps_is_found_without_being_named(capture: str, traced_as: str) -> None:
+    """A module whose forward is a whole training step, with its optimizer at ``self.opt``: the step never
+    names the optimizer, so it was not routed, dynamo traced Adam inside the compiled forward, and the
+    parameters left eager's from the first segmented call, silently."""
+    def make() -> tuple[Any, nn.Module]:
+        torch.manual_seed(0)
+        model = _TrainingModule()
+        if traced_as == "the module":
+            return model, model
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return model(x, y)
+
+        return step, model
+
+    (eager, eager_model), (step, model) = make(), make()
+    traced = graphprof.trace(step, capture=capture)
+    for i in range(5):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+        assert torch.equal(eager(x, y), traced(x, y)), f"loss differs on call {i}"
+        for a, b in zip(eager_model.parameters(), model.parameters()):
+            assert torch.equal(a, b), f"parameters differ after call {i}"
