@@ -444,6 +444,8 @@ class SegmentedCapture:
             own = opt.__dict__.get("step", _MISSING)
             saved.append((opt, "step", own))
             self._user_steps[slot] = self._class_steps[slot] if own is _MISSING else own
+            if hasattr(own, "_wrapped_by_lr_sched"):  # an LR scheduler's first step checks for its wrapper,
+                replacement._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # warning if it is gone
             opt.__dict__["step"] = replacement
         return saved
 

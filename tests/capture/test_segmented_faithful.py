@@ -591,3 +591,34 @@ def test_an_optimizer_a_module_keeps_is_found_without_being_named(capture: str, 
         assert torch.equal(eager(x, y), traced(x, y)), f"loss differs on call {i}"
         for a, b in zip(eager_model.parameters(), model.parameters()):
             assert torch.equal(a, b), f"parameters differ after call {i}"
+
+
+def _sequential_scheduler_warnings(traced: bool) -> list[tuple[str, int]]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.SequentialLR(
+        opt, [torch.optim.lr_scheduler.ConstantLR(opt), torch.optim.lr_scheduler.StepLR(opt, 2)], milestones=[2])
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+
+    fn = graphprof.trace(step, capture="dynamo") if traced else step
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            fn(torch.full((2, 4), float(i)))
+    return [(str(w.message), w.lineno) for w in caught if "graphprof" not in str(w.message)]
+
+
+def test_a_scheduler_first_stepped_in_a_segmented_call_finds_its_wrapper_on_the_optimizer() -> None:
+    """An LR scheduler's first step warns when ``opt.step`` lacks the wrapper it put there; the routed
+    step graphprof installs for segments lacked it, so ``SequentialLR``'s second scheduler, first
+    stepped at its milestone, warned "Seems like optimizer.step() has been overridden", where eager
+    did not."""
+    assert _sequential_scheduler_warnings(True) == _sequential_scheduler_warnings(False)
