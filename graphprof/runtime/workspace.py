@@ -215,7 +215,15 @@ class _PureRead:
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
-    """A copy with the same sizes, strides, dtype and device (the same kernels run on it)."""
+    """A copy with the same sizes, strides, dtype and device (the same kernels run on it).
+
+    An expanded view (``torch.arange(S).expand(B, -1)``: position or token type ids, stride 0) has
+    elements sharing memory, which ``copy_`` refuses to write into: its storage is copied whole and
+    viewed with the same layout. (Copying into a tensor of those strides raised into the step.)
+    """
+    if torch._debug_has_internal_overlap(t) != 0:
+        storage = t.untyped_storage().clone()
+        return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.size(), t.stride())
     out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
     with torch.no_grad():
         out.copy_(t)

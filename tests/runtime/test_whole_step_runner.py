@@ -126,3 +126,31 @@ def test_replacement_constants_need_a_flat_graph() -> None:
     gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))  # call_module nodes: not flat
     with pytest.raises(ValueError):
         compile_graph(gm, {"x": torch.zeros(1)})
+
+
+def test_an_expanded_input_is_measured_on_a_copy_of_the_same_layout() -> None:
+    """``position_ids = torch.arange(S).expand(B, -1)`` (a collator's, or HF models' own token type ids):
+    elements share memory (stride 0), and copying it for the measurement raised "more than one element
+    of the written-to tensor refers to a single memory location" into the capture call."""
+    def make() -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = nn.ModuleDict({"pos": nn.Embedding(6, 8), "out": nn.Linear(8, 1)})
+        return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step_of(model: nn.Module, opt: torch.optim.Optimizer):
+        def step(x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model["out"](x + model["pos"](position_ids)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    (eager_model, eager_opt), (model, opt) = make(), make()
+    eager, traced = step_of(eager_model, eager_opt), graphprof.trace(step_of(model, opt), profiling=True)
+    position_ids = torch.arange(6).unsqueeze(0).expand(4, -1)
+    for i in range(4):
+        x = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(eager(x, position_ids), traced(x, position_ids)), f"call {i}"
+        assert all(map(torch.equal, eager_model.parameters(), model.parameters())), f"call {i}"
+    assert traced.capture_mode == "whole-step" and traced.get_profile().meta.extra["workspace"] == "measured"
