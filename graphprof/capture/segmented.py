@@ -51,6 +51,7 @@ from graphprof.capture import host_reads
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts
+from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
@@ -251,7 +252,8 @@ class SegmentedCapture:
             drop_skipped_dropouts(gm)  # no copies eager does not make (capture/identity_dropout.py)
             made = len(self.segments)
             try:
-                return aot(gm, example_inputs)
+                with quiet():  # what torch warns while graphprof compiles is not the step's: eager never compiles
+                    return aot(gm, example_inputs)
             except Exception as exc:
                 del self.segments[made:]  # a forward compiled before its backward failed: never run
                 self._not_compiled(root_type, exc)

@@ -622,3 +622,48 @@ def test_a_scheduler_first_stepped_in_a_segmented_call_finds_its_wrapper_on_the_
     stepped at its milestone, warned "Seems like optimizer.step() has been overridden", where eager
     did not."""
     assert _sequential_scheduler_warnings(True) == _sequential_scheduler_warnings(False)
+
+
+class _MaskedWrite(nn.Module):
+    """A forward writing through a boolean mask: index_put's backward has a data-dependent shape, so
+    AOTAutograd cannot compile it, and the frame runs eagerly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.fill = nn.Parameter(torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        h[h[:, 0] > 0] = self.fill
+        return h.sum()
+
+
+def test_what_torch_warns_while_graphprof_compiles_is_not_shown_as_the_steps() -> None:
+    """AOTAutograd traces a backward under anomaly mode; the compile that failed left two "Error detected
+    in IndexPutBackward0" warnings of torch's beside graphprof's, where eager warns of nothing."""
+    def make() -> tuple[Any, nn.Module]:
+        torch.manual_seed(0)
+        model = _MaskedWrite()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        rng = random.Random(0)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x) * rng.random()  # Python's random: segments
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step, model
+
+    (eager, eager_model), (step, model) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x)), f"call {i}"
+    assert all(map(torch.equal, eager_model.parameters(), model.parameters()))
+    assert [w for w in caught if "graphprof" not in str(w.message)] == []
+    assert traced.capture_mode == "segments"
