@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from graphprof.capture.printed_texts import FormattedText
+from graphprof.capture.formatted_text import FormattedText
 from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 
 _SCALAR = "graphprof_scalar"

@@ -34,70 +34,33 @@ the capture refuses it (``whole_step``): a logger whose level drops the
 message never takes it. Python 3.10 has no column positions for its
 instructions: there the text refuses as before.
 
-``%``-formatting (``print("loss: %.4f" % loss.item())``, the older
-tutorials' form) cannot take a marker: ``str % x`` asks ``x`` for a float
-or an int and formats it in C. There the capture call's numbers are given
-as they are, each noted (``PrintedTexts.percent``), and when the string
-reaches the output call it is read back (``_percent_text``): the format's
-constant text, the noted numbers' texts, and what the other operands (not
-traced: constants of this graph) wrote between them. A string that can be
-read back in more than one way refuses.
+``%``-formatting (``print("loss: %.4f" % loss.item())``) formats in C and
+cannot take a marker: capture/percent_texts.py reads its string back.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import dis
 import functools
 import inspect
-import itertools
-import linecache
 import logging
-import re
 import secrets
 import string
 import sys
-from dataclasses import dataclass, replace
 from types import CodeType, FrameType
 from typing import Any, Callable
 
 import torch.utils._pytree as pytree
 
+from graphprof.capture.formatted_text import Formatted, FormattedText
+from graphprof.capture.percent_texts import (Percent, compiled_percent, is_percent, percent_node, percent_site,
+                                             read_back)
+from graphprof.capture.source_ast import holds, instruction_at, module_tree
 from graphprof.capture.sources import file_line, is_library
 
 #: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
 _FORMATTING = frozenset({"FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"})
-
-
-@dataclass(frozen=True)
-class Formatted:
-    """One value's text in a printed string: ``op(value, *spec)``, and the capture call's text."""
-
-    #: A TracedScalar in the capture; a slot of the output node's template after ``template_of``.
-    value: Any
-    op: Callable[..., str]
-    spec: tuple[str, ...]
-    text: str
-
-
-@dataclass(frozen=True)
-class FormattedText:
-    """A string passed to ``print`` whose parts are constant text and values formatted in the replay."""
-
-    parts: tuple[str | Formatted, ...]
-
-    def real(self) -> str:
-        """The capture call's text."""
-        return "".join(p if isinstance(p, str) else p.text for p in self.parts)
-
-    def mapped(self, fn: Callable[[Any], Any]) -> FormattedText:
-        """The same text with each formatted value replaced by ``fn(value)``."""
-        return FormattedText(tuple(p if isinstance(p, str) else replace(p, value=fn(p.value)) for p in self.parts))
-
-    def filled(self, value_of: Callable[[Any], Any]) -> str:
-        """The text with each value (``value_of`` of its slot) formatted as the capture call formatted it."""
-        return "".join(p if isinstance(p, str) else p.op(value_of(p.value), *p.spec) for p in self.parts)
 
 
 #: The capture's ``PrintedTexts`` while ``print`` is patched (one per nested capture).
@@ -113,7 +76,7 @@ class PrintedTexts:
         self.printed: set[int] = set()
         self.where: list[str] = []
         #: ``%``-formatted strings whose numbers were noted and that no output call has taken yet.
-        self.percents: list[_Percent] = []
+        self.percents: list[Percent] = []
 
     def defer(self, value: Any, op: Callable[..., str], spec: tuple[str, ...], where: str) -> str | None:
         """A marker for ``op(value, *spec)`` when the formatting frame's f-string only goes to ``print``."""
@@ -131,13 +94,13 @@ class PrintedTexts:
         frame = _user_frame()
         if frame is None:
             return False
-        site = _percent_site(frame.f_code, frame.f_lasti)
+        site = percent_site(frame.f_code, frame.f_lasti)
         if site is None or not only_printed(frame.f_code, frame.f_lasti, frame):
             return False
         key = (id(frame), frame.f_lasti)
         if not self.percents or self.percents[-1].key != key or self.percents[-1].closed:
             where = f"{file_line(frame.f_code.co_filename, frame.f_lineno)} ({named})"
-            self.percents.append(_Percent(key, site, where, []))
+            self.percents.append(Percent(key, site, where, []))
         self.percents[-1].values.append((value, kind))
         return True
 
@@ -152,7 +115,7 @@ class PrintedTexts:
         read: dict[int, FormattedText] = {}
         while self.percents:  # each noted string, in order, where exactly one of the texts reads back as it
             found = {i: text for i, leaf in enumerate(leaves) if isinstance(leaf, str) and i not in read
-                     and (text := _percent_text(self.percents[0], leaf)) is not None}
+                     and (text := read_back(self.percents[0], leaf)) is not None}
             if len(found) != 1:  # (two: ``print("5", "%d" % n)`` with n 5; which is n's is unknown)
                 break
             read.update(found)
@@ -195,7 +158,7 @@ def printed_here() -> bool:
     """Whether the innermost frame of the user's code is formatting a value of an f-string that only
     ``print`` or a logger takes (``only_printed``), not ``%``-formatting one (``PrintedTexts.percent``)."""
     frame = _user_frame()
-    return frame is not None and _percent_site(frame.f_code, frame.f_lasti) is None and only_printed(
+    return frame is not None and percent_site(frame.f_code, frame.f_lasti) is None and only_printed(
         frame.f_code, frame.f_lasti, frame)
 
 
@@ -270,13 +233,13 @@ def _namespaces(frame: FrameType) -> list[dict[str, Any]]:
 def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
     """The call the f-string formatted at ``offset`` is a direct argument of (``print(f"...")``), or the
     message of (``log.info(f"...")``), when its specs are all written out; else None."""
-    instruction = _instruction_at(code, offset)
+    instruction = instruction_at(code, offset)
     if instruction is None or instruction.positions is None or (
-            instruction.opname not in _FORMATTING and instruction.opname != "CALL" and not _is_percent(instruction)):
+            instruction.opname not in _FORMATTING and instruction.opname != "CALL" and not is_percent(instruction)):
         return None
     span = instruction.positions
     line, end_line, column, end_column = span.lineno, span.end_lineno, span.col_offset, span.end_col_offset
-    tree = _module_tree(code.co_filename)
+    tree = module_tree(code.co_filename)
     if tree is None or line is None or end_line is None or column is None or end_column is None:
         return None
     fstring: ast.expr
@@ -285,8 +248,8 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
         if found is None:
             return None
         fstring, call = found
-    elif _is_percent(instruction):  # ``"loss %.4f" % v``: str's ``%`` asks the value for a number
-        found_percent = _percent_node(tree, (line, column), (end_line, end_column))
+    elif is_percent(instruction):  # ``"loss %.4f" % v``: str's ``%`` asks the value for a number
+        found_percent = percent_node(tree, (line, column), (end_line, end_column))
         if found_percent is None:
             return None
         fstring, call = found_percent
@@ -297,7 +260,7 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
             if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
                 return None
         else:  # ``"%s=%s" % (k, v)``: Python compiles a tuple's ``%s``, ``%r`` and ``%a`` as an f-string
-            found_operand = _compiled_percent(tree, (line, column), (end_line, end_column))
+            found_operand = compiled_percent(tree, (line, column), (end_line, end_column))
             if found_operand is None or "with format" in instruction.argrepr:  # (a width would pad the marker)
                 return None
             fstring, call = found_operand
@@ -308,13 +271,6 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
     if (isinstance(call.func, ast.Attribute) and call.func.attr in _LOG_METHODS and call.args
             and call.args[0] is fstring):
         return call
-    return None
-
-
-def _instruction_at(code: CodeType, offset: int) -> dis.Instruction | None:
-    for instruction in dis.get_instructions(code):
-        if instruction.offset == offset:
-            return instruction
     return None
 
 
@@ -329,22 +285,6 @@ def _constant_spec(value: ast.FormattedValue) -> bool:
     return isinstance(spec, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in spec.values)
 
 
-def _module_tree(filename: str) -> ast.Module | None:
-    """The parsed source of ``filename`` as ``linecache`` holds it (None where it has none)."""
-    lines = linecache.getlines(filename)
-    if not lines:
-        return None
-    return _parsed("".join(lines))
-
-
-@functools.lru_cache(maxsize=64)
-def _parsed(source: str) -> ast.Module | None:
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _innermost_fstring(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]
                        ) -> tuple[ast.JoinedStr, ast.AST] | None:
     """The innermost f-string whose source span holds ``[start, end]``, and its parent node."""
@@ -353,7 +293,7 @@ def _innermost_fstring(tree: ast.AST, start: tuple[int, int], end: tuple[int, in
     while stack:
         node, parent = stack.pop()
         if isinstance(node, ast.expr) or isinstance(node, ast.stmt):
-            if not _holds(node, start, end):
+            if not holds(node, start, end):
                 continue
             if isinstance(node, ast.JoinedStr) and parent is not None:
                 best = (node, parent)  # a deeper one, found later, is inside this one
@@ -370,7 +310,7 @@ def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) ->
     stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
     while stack:
         node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
+        if isinstance(node, (ast.expr, ast.stmt)) and not holds(node, start, end):
             continue
         if (isinstance(node, ast.Call) and parent is not None and (node.lineno, node.col_offset) == start
                 and (node.end_lineno, node.end_col_offset) == end):
@@ -388,165 +328,4 @@ def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) ->
         stack.extend((child, node) for child in ast.iter_child_nodes(node))
     return None
 
-
-def _holds(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
-    first = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-    last = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
-    return None not in (*first, *last) and first <= start and end <= last  # type: ignore[operator]
-
-
-# -- ``%``-formatting -----------------------------------------------------------------------------
-
-#: What ``%`` asks of a value for each conversion (``float()``, ``int()``, ``operator.index``, ``str``, ``repr``).
-_PERCENT_KINDS = {**dict.fromkeys("eEfFgG", "float"), **dict.fromkeys("diu", "int"), **dict.fromkeys("oxX", "index"),
-                  "s": "str", "r": "repr", "a": "repr"}
-#: One conversion: flags, width and precision written out (no ``*``, no mapping key), and its type.
-_CONVERSION = re.compile(r"%([-+ #0]*\d*(?:\.\d*)?)([a-zA-Z%])")
-#: Readings of a string tried before it refuses (the traced values' places among the conversions).
-_MOST_READINGS = 64
-
-
-@dataclass
-class _Percent:
-    """One ``%``-formatting of noted numbers: where (frame and instruction), the format, the numbers."""
-
-    key: tuple[int, int]
-    #: The format as constant text and conversions (``"%.4f"``), in order.
-    site: tuple[str | tuple[str, str], ...]
-    where: str
-    #: (TracedScalar, what ``%`` asked of it), in the order ``%`` asked.
-    values: list[tuple[Any, str]]
-    closed: bool = False
-
-
-def percent_text(value: Any, conversion: str) -> str:
-    """The text ``%`` writes for one value: the replay's output node formats its numbers with this."""
-    return conversion % (value,)
-
-
-def _is_percent(instruction: dis.Instruction) -> bool:
-    return instruction.opname == "BINARY_OP" and instruction.argrepr == "%"
-
-
-@functools.lru_cache(maxsize=512)
-def _percent_site(code: CodeType, offset: int) -> tuple[str | tuple[str, str], ...] | None:
-    """The format of the ``"..." % operands`` at ``offset`` when it is an argument of ``print`` or a
-    logging call (``_printing_call``), as constant text and ``(conversion, kind)``; else None."""
-    instruction = _instruction_at(code, offset)
-    if instruction is None or not _is_percent(instruction) or _printing_call(code, offset) is None:
-        return None
-    span = instruction.positions
-    tree = _module_tree(code.co_filename)
-    assert span is not None and tree is not None  # (``_printing_call`` found the node)
-    found = _percent_node(tree, (span.lineno, span.col_offset), (span.end_lineno, span.end_col_offset))  # type: ignore[arg-type]
-    assert found is not None
-    node = found[0]
-    assert isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
-    return _parsed_format(node.left.value)
-
-
-def _parsed_format(text: str) -> tuple[str | tuple[str, str], ...] | None:
-    """A ``%`` format as constant text and ``(conversion, kind)``, or None for one this does not read
-    (``*`` widths, mapping keys, ``%c``, a stray ``%``)."""
-    parts: list[str | tuple[str, str]] = []
-    at = 0
-    for match in _CONVERSION.finditer(text):
-        constant = text[at:match.start()]
-        if "%" in constant:
-            return None
-        parts.append(constant)
-        flags, kind = match.group(1), _PERCENT_KINDS.get(match.group(2))
-        if match.group(2) == "%" and not flags:
-            parts.append("%")
-        elif kind is None:
-            return None
-        else:
-            parts.append((match.group(0), kind))
-        at = match.end()
-    if "%" in text[at:]:
-        return None
-    parts.append(text[at:])
-    return tuple(p for p in parts if p != "")
-
-
-def _percent_node(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
-    """The ``"..." % operands`` spanning exactly ``[start, end]`` whose format is written out and read
-    by ``_parsed_format``, and its parent node; else None."""
-    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
-    while stack:
-        node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
-            continue
-        if (isinstance(node, ast.BinOp) and parent is not None and (node.lineno, node.col_offset) == start
-                and (node.end_lineno, node.end_col_offset) == end):
-            if not (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
-                    and isinstance(node.left.value, str) and _parsed_format(node.left.value) is not None):
-                return None
-            return node, parent
-        stack.extend((child, node) for child in ast.iter_child_nodes(node))
-    return None
-
-
-def _compiled_percent(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
-    """The ``"..." % (a, b)`` one of whose operands spans exactly ``[start, end]``, and its parent node."""
-    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
-    while stack:
-        node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not _holds(node, start, end):
-            continue
-        if (isinstance(node, ast.BinOp) and parent is not None and isinstance(node.op, ast.Mod)
-                and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
-                and isinstance(node.right, ast.Tuple) and any(
-                    (e.lineno, e.col_offset) == start and (e.end_lineno, e.end_col_offset) == end
-                    for e in node.right.elts)):
-            return node, parent
-        stack.extend((child, node) for child in ast.iter_child_nodes(node))
-    return None
-
-
-def _percent_text(record: _Percent, text: str) -> FormattedText | None:
-    """``text`` read back as ``record``'s format with its noted numbers formatted in the replay: None
-    unless exactly one placing of the numbers among the conversions (by what ``%`` asked of each) gives
-    ``text``, the other conversions' texts each found in one way only."""
-    conversions = [i for i, part in enumerate(record.site) if not isinstance(part, str)]
-    values = record.values
-    found: FormattedText | None = None
-    readings = 0
-    for places in itertools.combinations(conversions, len(values)):
-        if any(record.site[i][1] != kind for i, (_, kind) in zip(places, values)):  # type: ignore[index]
-            continue
-        readings += 1
-        if readings > _MOST_READINGS:
-            return None
-        texts = {i: percent_text(value.value, record.site[i][0]) for i, (value, _) in zip(places, values)}  # type: ignore[index]
-        lazy, greedy = (_read(record.site, texts, text, quantifier) for quantifier in ("*?", "*"))
-        if lazy is None:
-            continue
-        if greedy != lazy or found is not None:
-            return None  # read in more than one way
-        parts: list[str | Formatted] = []
-        for i, part in enumerate(record.site):
-            if i in texts:
-                value = values[places.index(i)][0]
-                parts.append(Formatted(value, percent_text, (record.site[i][0],), texts[i]))  # type: ignore[index]
-            else:
-                piece = part if isinstance(part, str) else lazy[i]
-                if parts and isinstance(parts[-1], str):
-                    parts[-1] += piece
-                else:
-                    parts.append(piece)
-        found = FormattedText(tuple(p for p in parts if p != ""))
-    return found
-
-
-def _read(site: tuple[str | tuple[str, str], ...], texts: dict[int, str], text: str,
-          quantifier: str) -> dict[int, str] | None:
-    """The text each conversion not in ``texts`` wrote, where ``text`` is ``site`` with ``texts`` at theirs
-    (lazy or greedy readings: both the same means one reading), or None when it is not."""
-    pattern = "".join(re.escape(part) if isinstance(part, str) else re.escape(texts[i]) if i in texts
-                      else f"(?P<c{i}>.{quantifier})" for i, part in enumerate(site))
-    match = re.fullmatch(pattern, text, flags=re.DOTALL)
-    if match is None:
-        return None
-    return {int(name[1:]): piece for name, piece in match.groupdict().items()}
 
