@@ -23,7 +23,7 @@ from types import CodeType
 from typing import Any
 
 from graphprof.capture.formatted_text import Formatted, FormattedText
-from graphprof.capture.source_ast import holds, instruction_at, module_tree
+from graphprof.capture.source_ast import instruction_at, module_tree, spanning, spans
 
 
 #: What ``%`` asks of a value for each conversion (``float()``, ``int()``, ``operator.index``, ``str``, ``repr``).
@@ -105,36 +105,25 @@ def _parsed_format(text: str) -> tuple[str | tuple[str, str], ...] | None:
 def percent_node(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
     """The ``"..." % operands`` spanning exactly ``[start, end]`` whose format is written out and read
     by ``_parsed_format``, and its parent node; else None."""
-    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
-    while stack:
-        node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not holds(node, start, end):
-            continue
-        if (isinstance(node, ast.BinOp) and parent is not None and (node.lineno, node.col_offset) == start
-                and (node.end_lineno, node.end_col_offset) == end):
-            if not (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
-                    and isinstance(node.left.value, str) and _parsed_format(node.left.value) is not None):
-                return None
-            return node, parent
-        stack.extend((child, node) for child in ast.iter_child_nodes(node))
-    return None
+    found = spanning(tree, start, end, lambda node: isinstance(node, ast.BinOp) and spans(node, start, end))
+    if found is None:
+        return None
+    node, parent = found
+    assert isinstance(node, ast.BinOp)
+    if not (isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+            and _parsed_format(node.left.value) is not None):
+        return None
+    return node, parent
 
 
 def compiled_percent(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.BinOp, ast.AST] | None:
     """The ``"..." % (a, b)`` one of whose operands spans exactly ``[start, end]``, and its parent node."""
-    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
-    while stack:
-        node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not holds(node, start, end):
-            continue
-        if (isinstance(node, ast.BinOp) and parent is not None and isinstance(node.op, ast.Mod)
-                and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
-                and isinstance(node.right, ast.Tuple) and any(
-                    (e.lineno, e.col_offset) == start and (e.end_lineno, e.end_col_offset) == end
-                    for e in node.right.elts)):
-            return node, parent
-        stack.extend((child, node) for child in ast.iter_child_nodes(node))
-    return None
+    def takes(node: ast.AST) -> bool:
+        return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, str) and isinstance(node.right, ast.Tuple)
+                and any(spans(e, start, end) for e in node.right.elts))
+
+    return spanning(tree, start, end, takes)  # type: ignore[return-value]  # a BinOp, as ``takes`` asks
 
 
 def read_back(record: Percent, text: str) -> FormattedText | None:

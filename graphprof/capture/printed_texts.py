@@ -56,7 +56,7 @@ import torch.utils._pytree as pytree
 from graphprof.capture.formatted_text import Formatted, FormattedText
 from graphprof.capture.percent_texts import (Percent, compiled_percent, is_percent, percent_node, percent_site,
                                              read_back)
-from graphprof.capture.source_ast import holds, instruction_at, module_tree
+from graphprof.capture.source_ast import holds, instruction_at, module_tree, spanning, spans
 from graphprof.capture.sources import file_line, is_library
 
 #: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
@@ -307,25 +307,21 @@ def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) ->
     """The ``"...".format(...)`` call spanning exactly ``[start, end]``, and its parent node, when the
     format string is written out and its specs are constant (no ``{:{width}}``, no conversion beside a
     spec, as for an f-string), else None."""
-    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
-    while stack:
-        node, parent = stack.pop()
-        if isinstance(node, (ast.expr, ast.stmt)) and not holds(node, start, end):
-            continue
-        if (isinstance(node, ast.Call) and parent is not None and (node.lineno, node.col_offset) == start
-                and (node.end_lineno, node.end_col_offset) == end):
-            func = node.func
-            if not (isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant)
-                    and isinstance(func.value.value, str)):
-                return None
-            try:
-                fields = list(string.Formatter().parse(func.value.value))
-            except ValueError:
-                return None
-            if any(spec and ("{" in spec or conversion) for _, _, spec, conversion in fields):
-                return None
-            return node, parent
-        stack.extend((child, node) for child in ast.iter_child_nodes(node))
-    return None
+    found = spanning(tree, start, end, lambda node: isinstance(node, ast.Call) and spans(node, start, end))
+    if found is None:
+        return None
+    node, parent = found
+    assert isinstance(node, ast.Call)
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant)
+            and isinstance(func.value.value, str)):
+        return None
+    try:
+        fields = list(string.Formatter().parse(func.value.value))
+    except ValueError:
+        return None
+    if any(spec and ("{" in spec or conversion) for _, _, spec, conversion in fields):
+        return None
+    return node, parent
 
 

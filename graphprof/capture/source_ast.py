@@ -12,6 +12,7 @@ import dis
 import functools
 import linecache
 from types import CodeType
+from typing import Callable
 
 
 def instruction_at(code: CodeType, offset: int) -> dis.Instruction | None:
@@ -43,3 +44,25 @@ def holds(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
     first = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
     last = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
     return None not in (*first, *last) and first <= start and end <= last  # type: ignore[operator]
+
+
+def spans(node: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    """Whether ``node``'s source span is exactly ``[start, end]``."""
+    return ((getattr(node, "lineno", None), getattr(node, "col_offset", None)) == start
+            and (getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)) == end)
+
+
+def spanning(tree: ast.AST, start: tuple[int, int], end: tuple[int, int],
+             accept: Callable[[ast.AST], bool]) -> tuple[ast.AST, ast.AST] | None:
+    """The first node ``accept`` takes, outermost first, among the nodes whose span holds ``[start,
+    end]``, and its parent (the tree itself is never taken); None when there is none."""
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
+        if isinstance(node, (ast.expr, ast.stmt)) and not holds(node, start, end):
+            continue
+        if parent is not None and accept(node):
+            return node, parent
+        stack.extend((child, node) for child in ast.iter_child_nodes(node))
+    return None
+
