@@ -116,6 +116,28 @@ def test_what_an_optimizer_step_hook_keeps_is_kept_on_every_call() -> None:
     assert traced.capture_mode == "whole-step"
 
 
+def _logged_alike(make: Callable[[], tuple[Callable[[torch.Tensor], torch.Tensor], Any]],
+                  logs: Callable[[Any], dict[str, list[torch.Tensor]]],
+                  between: Callable[[Any], None] = lambda kept: None) -> None:
+    """Run an eager and a traced copy of ``make()``'s step (no warning allowed: whole-step) and compare,
+    after every call, the loss and each list of tensors ``logs`` finds in what the copy keeps, one item
+    more per call; ``between`` changes what each copy keeps after every call."""
+    (eager, eager_kept), (step, kept) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(CALLS):
+            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x)), f"loss of call {i}"
+            for name, expected in logs(eager_kept).items():
+                got = logs(kept)[name]
+                assert len(got) == len(expected) == i + 1, f"{name} after call {i}"
+                assert all(map(torch.equal, expected, got)), f"{name} after call {i}"
+            between(eager_kept)
+            between(kept)
+    assert traced.capture_mode == "whole-step"
+
+
 class _Annealed:
     """A scale a pre-hook multiplies the input by, annealed by the loop between calls, and what the
     other hooks log."""
@@ -170,20 +192,10 @@ def test_hooks_given_as_partials_read_and_keep_their_state_on_every_call() -> No
             return loss.detach()
         return step, state
 
-    (eager, eager_state), (step, state) = make(), make()
-    traced = graphprof.trace(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for i in range(CALLS):
-            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(i))
-            assert torch.equal(eager(x), traced(x)), f"loss of call {i}"
-            for name, expected in eager_state.logged.items():
-                got = state.logged[name]
-                assert len(got) == len(expected) == i + 1, f"{name} after call {i}"
-                assert all(map(torch.equal, expected, got)), f"{name} after call {i}"
-            eager_state.scale *= 0.5
-            state.scale *= 0.5
-    assert traced.capture_mode == "whole-step"
+    def anneal(state: _Annealed) -> None:
+        state.scale *= 0.5
+
+    _logged_alike(make, lambda state: state.logged, anneal)
 
 
 def test_a_multi_grad_hook_runs_in_every_replay() -> None:
@@ -205,12 +217,4 @@ def test_a_multi_grad_hook_runs_in_every_replay() -> None:
             return loss.detach()
         return step, log
 
-    (eager, expected), (step, got) = make(), make()
-    traced = graphprof.trace(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for i in range(CALLS):
-            x = torch.randn(6, 4, generator=torch.Generator().manual_seed(i))
-            assert torch.equal(eager(x), traced(x))
-            assert len(got) == len(expected) == i + 1 and all(map(torch.equal, expected, got)), f"call {i}"
-    assert traced.capture_mode == "whole-step"
+    _logged_alike(make, lambda log: {"log": log})
