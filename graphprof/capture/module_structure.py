@@ -159,8 +159,9 @@ def optimizer_hook_functions(optimizers: Sequence[Any]) -> list[Any]:
 
 
 def _members(module: nn.Module) -> tuple:
-    """A module's parameters, buffers and submodules: (names, objects) of each dict."""
-    return tuple((tuple(d), tuple(d.values())) for d in (module._parameters, module._buffers, module._modules))
+    """A module's parameters, buffers and submodules: (names, objects) of each dict (by ``keys()``: a
+    scripted module's dicts are wrappers that cannot be iterated)."""
+    return tuple((tuple(d.keys()), tuple(d.values())) for d in (module._parameters, module._buffers, module._modules))
 
 
 def _same_members(now: tuple, then: tuple | None) -> bool:

@@ -179,3 +179,41 @@ def test_a_compiled_forward_that_replaces_a_buffer_compiles_once() -> None:
         for _ in range(5):
             traced(torch.randn(5, 4), torch.randn(5, 1))
     assert not [w for w in caught if "after the first call" in str(w.message)]
+
+
+class _QuickGELU(nn.Module):
+    """CLIP's activation, scripted as CLIP's code scripts it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+def test_a_scripted_submodule_is_captured_and_replayed() -> None:
+    """The check of a module's members iterated each member dict; a scripted module's are wrappers that
+    cannot be iterated, and the capture call raised a TypeError into the step, where eager runs."""
+    optimize = torch._C._get_graph_executor_optimize()
+    torch._C._set_graph_executor_optimize(False)  # the JIT's own profiling runs alike in both copies
+    try:
+        def make() -> tuple[nn.Module, Any]:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(8, 16), torch.jit.script(_QuickGELU()), nn.Linear(16, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+            def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                return loss.detach()
+            return model, step
+
+        (eager_model, eager), (model, step) = make(), make()
+        traced = graphprof.trace(step)
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+            assert torch.equal(eager(x, y), traced(x, y)), f"call {i}"
+            assert all(map(torch.equal, eager_model.parameters(), model.parameters())), f"call {i}"
+        assert traced.capture_mode == "whole-step"
+    finally:
+        torch._C._set_graph_executor_optimize(optimize)
