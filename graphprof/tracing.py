@@ -32,7 +32,7 @@ from graphprof.capture.errors import CaptureError
 from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import DataDependentError, Guard
-from graphprof.capture.signature import LastSignature, signature, signature_change
+from graphprof.capture.signature import LastSignature, foreign_context, signature, signature_change
 from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
@@ -139,6 +139,7 @@ class TracedFunction:
         self._segmented: SegmentedRunner | None = None
         #: Why every call runs as segments (a refused capture with no other path to tell it from).
         self._segments_only: str | None = None
+        self._foreign_warned = False  # whether a call inside a mode of the caller's was warned about
         #: Per input signature, the paths that refused capture after another path was captured: a call
         #: that would take one runs as segments, the others replay (capture/refused_paths.py).
         self._refused: dict[Hashable, list[RefusedPath]] = {}
@@ -191,6 +192,14 @@ class TracedFunction:
             result = self._fn(*args, **kwargs)
             self._eager_s.append((self._clock() - start) * 1e-9)
             return result
+        foreign = foreign_context()
+        if foreign is not None:  # the caller's mode sees every op eager runs: only eager runs them all
+            if not self._foreign_warned:
+                self._foreign_warned = True
+                warnings.warn(f"graphprof: {self.__name__} is called inside {foreign}, which sees every op the step "
+                              "runs and which a replayed graph would not pass its ops through; such calls run "
+                              "eagerly, unprofiled", stacklevel=3)
+            return self._fn(*args, **kwargs)
         last = self._last_signature
         if last is not None:
             path = last.replay

@@ -30,7 +30,7 @@ from torch.utils.hooks import RemovableHandle
 
 from graphprof.capture.baked_values import BakedValues
 from graphprof.capture.module_structure import REGISTRATIONS
-from graphprof.capture.signature import LastSignature, autocast_state
+from graphprof.capture.signature import LastSignature, ambient_state, autocast_state
 from graphprof.capture.whole_step import CapturedStep
 
 #: ``check(args, kwargs)``: True when the call would replay the path the check was written for.
@@ -70,7 +70,8 @@ class _Code:
                                         "_is": operator.is_, "_dict_get": dict.get,
                                         "_requires_grad": operator.attrgetter("requires_grad"),
                                         "_any_autocast": torch._C._is_any_autocast_enabled,
-                                        "_autocast_state": autocast_state, "_default_dtype": torch.get_default_dtype}
+                                        "_autocast_state": autocast_state, "_default_dtype": torch.get_default_dtype,
+                                        "_ambient_state": ambient_state}
         self.lines = ["def check(args, kwargs):"]
 
     def bind(self, value: Any, hint: str) -> str:
@@ -111,6 +112,7 @@ def _signature(code: _Code, last: LastSignature) -> None:
     autocast = ("_any_autocast()" if last.autocast is None
                 else f"_autocast_state() != {code.bind(last.autocast, 'autocast')}")
     code.fail_if(f"_default_dtype() is not {code.bind(last.default_dtype, 'dtype')} or {autocast}")
+    code.fail_if(f"_ambient_state() != {code.bind(last.ambient, 'ambient')}")
     if not last.count:
         return
     names = [f"a{i}" for i in range(last.count)]

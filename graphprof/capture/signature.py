@@ -34,7 +34,8 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
     else:
         leaves, spec = flatten_call(args, kwargs)
     # TreeSpec hashes by structure; factory ops without a dtype were traced with the default one.
-    parts: list[Hashable] = [spec, torch.is_grad_enabled(), (torch.get_default_dtype(), autocast_state())]
+    parts: list[Hashable] = [spec, torch.is_grad_enabled(), (torch.get_default_dtype(), autocast_state(),
+                                                            ambient_state())]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             # Strides too: a graph traced on a contiguous tensor may view it where eager would copy.
@@ -72,6 +73,41 @@ def autocast_state() -> tuple[tuple[str, torch.dtype], ...] | None:
                  if torch.is_autocast_enabled(device))
 
 
+_inference_mode = torch.is_inference_mode_enabled
+_SDPA_FLAGS = (torch._C._get_flash_sdp_enabled, torch._C._get_mem_efficient_sdp_enabled, torch._C._get_math_sdp_enabled,
+               torch._C._get_cudnn_sdp_enabled)
+
+
+def ambient_state() -> tuple[bool, tuple[bool, ...]]:
+    """Whether the call is made under ``torch.inference_mode()``, and which scaled-dot-product attention
+    backends are enabled (``sdpa_kernel(SDPBackend.MATH)`` around the call).
+
+    Why in the key: a graph captured under inference mode returns inference
+    tensors, which a call under ``no_grad`` would get from it where eager gives
+    plain ones (an in-place update of one then raised); and the attention
+    kernel the graph was captured with is the one it replays, where eager
+    picks by the flags of the call (other last bits).
+    """
+    return _inference_mode(), tuple(flag() for flag in _SDPA_FLAGS)
+
+
+def foreign_context() -> str | None:
+    """What the caller runs the call inside that a replayed graph would not pass the step's ops through:
+    a torch function or dispatch mode (``FlopCounterMode``, a ``TorchFunctionMode`` of the user's, ``with
+    torch.device(...)``) or ``saved_tensors_hooks``, named; None for none.
+
+    Why not a key: such a context runs Python of its own on every op (counting,
+    swapping, packing what autograd saves), which a graph runs none of.
+    """
+    if torch._C._len_torch_function_stack():
+        return type(torch.overrides._get_current_function_mode_stack()[-1]).__name__
+    if torch._C._len_torch_dispatch_stack():
+        return type(torch.utils._python_dispatch._get_current_dispatch_mode_stack()[-1]).__name__
+    if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+        return "saved_tensors_hooks"
+    return None
+
+
 #: Argument types pytree treats as leaves, for which flattening a flat call is the identity.
 FLAT_LEAVES = frozenset({torch.Tensor, torch.nn.Parameter, int, float, bool, str})
 _TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -88,7 +124,7 @@ class LastSignature:
     the call finds the same graphs the key would.
     """
 
-    __slots__ = ("key", "paths", "replay", "count", "grad_enabled", "default_dtype", "autocast", "tensors")
+    __slots__ = ("key", "paths", "replay", "count", "grad_enabled", "default_dtype", "autocast", "ambient", "tensors")
 
     def __init__(self, key: tuple, count: int) -> None:
         self.key = key
@@ -101,7 +137,7 @@ class LastSignature:
         #: The key's parts: how many positional tensors, the grad mode, each tensor's fields.
         self.count = count
         self.grad_enabled = key[1]
-        self.default_dtype, self.autocast = key[2]
+        self.default_dtype, self.autocast, self.ambient = key[2]
         self.tensors = key[3:]
 
     @classmethod
@@ -119,6 +155,8 @@ class LastSignature:
         if torch.get_default_dtype() is not self.default_dtype:
             return False
         if (_any_autocast() if self.autocast is None else autocast_state() != self.autocast):
+            return False
+        if ambient_state() != self.ambient:
             return False
         for arg, (shape, stride, dtype, device, requires_grad) in zip(args, self.tensors):
             kind = type(arg)
@@ -141,7 +179,8 @@ def signature_change(old: Hashable, new: Hashable) -> str:
             if i == 1:
                 return f"grad mode changed to {'enabled' if b else 'disabled'}"
             if i == 2:
-                return f"the default dtype or the autocast regions changed from {_short(a)} to {_short(b)}"
+                return (f"the default dtype, the autocast regions, inference mode or the attention backends changed "
+                        f"from {_short(a)} to {_short(b)}")
             if i > 2:
                 return f"argument {i - 3} (flattened) changed from {_short(a)} to {_short(b)}"
             break
