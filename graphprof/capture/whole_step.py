@@ -49,6 +49,7 @@ from graphprof.capture.state import StateIndex, candidate_objects, discover_stat
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
+from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
@@ -296,8 +297,10 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         names.grown = grown_lists(python.watched)
         foreign = ForeignCalls()
         names.on_library_call = foreign.on_call
+        settings = torch_settings()
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
+        refuse_changed_settings(settings)
         holder["numpy"].refuse_drawn()
         if recorder.catching is not None:
             recorder.catching.refuse()

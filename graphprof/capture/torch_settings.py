@@ -1,0 +1,50 @@
+"""torch's global settings a step leaves changed: a replay would not change them again, so it refuses.
+
+Why: ``torch.set_default_dtype(...)``, ``torch.set_grad_enabled(train)``
+called as a function (not a ``with``), ``torch.set_printoptions``,
+``torch.use_deterministic_algorithms`` or ``torch.set_num_threads`` inside
+a step run once, in the capture call; every replay left the setting as the
+last capture left it. A step that alternates them (an evaluation call that
+turns grad off and leaves it off) then printed with other options, made
+its tensors in another dtype, or left grad mode as eager does not. A step
+that sets one and puts it back before it returns leaves nothing to repeat,
+and is captured as before: the graph holds the ops as they ran.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from graphprof.capture.scalars import DataDependentError
+
+
+def _print_options() -> tuple[Any, ...]:
+    options = torch._tensor_str.PRINT_OPTS
+    return (options.precision, options.threshold, options.edgeitems, options.linewidth, options.sci_mode)
+
+
+#: Each setting: what a sentence calls it, and how to read it.
+_SETTINGS: tuple[tuple[str, Callable[[], Any]], ...] = (
+    ("grad mode (torch.set_grad_enabled outside a with)", torch.is_grad_enabled),
+    ("default dtype (torch.set_default_dtype)", torch.get_default_dtype),
+    ("print options (torch.set_printoptions)", _print_options),
+    ("deterministic algorithms (torch.use_deterministic_algorithms)",
+     lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())),
+    ("thread count (torch.set_num_threads)", torch.get_num_threads),
+    ("float32 matmul precision (torch.set_float32_matmul_precision)", torch.get_float32_matmul_precision),
+)
+
+
+def torch_settings() -> tuple[Any, ...]:
+    """The settings' values now."""
+    return tuple(read() for _, read in _SETTINGS)
+
+
+def refuse_changed_settings(before: tuple[Any, ...]) -> None:
+    """Refuse a step that returns with one of the settings other than ``before`` (its values when it was called)."""
+    for (what, read), then in zip(_SETTINGS, before):
+        if read() != then:
+            raise DataDependentError(f"the step leaves torch's {what} changed when it returns, which a replayed "
+                                     "graph would not change again")

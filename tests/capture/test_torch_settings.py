@@ -1,0 +1,116 @@
+"""A step that leaves one of torch's global settings changed runs as segments, which change it as eager does.
+
+``torch.set_default_dtype``, ``torch.set_grad_enabled(flag)`` as a function,
+``torch.set_printoptions``, ``torch.use_deterministic_algorithms`` or
+``torch.set_num_threads`` in a step ran in the capture call only: every
+replay left the setting as the last capture left it, so the step's tensors
+came out in another dtype, its prints with other options, and the setting
+after the call was not eager's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+import graphprof
+
+CALLS = 5
+_OPTIONS = torch._tensor_str.PRINT_OPTS
+
+#: Each setting: the setter the step calls with its flag, and how to read the setting.
+SETTINGS: dict[str, tuple[Callable[[bool], Any], Callable[[], Any]]] = {
+    "default dtype": (lambda flag: torch.set_default_dtype(torch.float64 if flag else torch.float32),
+                      torch.get_default_dtype),
+    "print options": (lambda flag: torch.set_printoptions(precision=2 if flag else 4), lambda: _OPTIONS.precision),
+    "grad mode": (lambda flag: torch.set_grad_enabled(flag), torch.is_grad_enabled),
+    "deterministic algorithms": (lambda flag: torch.use_deterministic_algorithms(flag),
+                                 torch.are_deterministic_algorithms_enabled),
+    "thread count": (lambda flag: torch.set_num_threads(1 if flag else 2), torch.get_num_threads),
+}
+
+
+def _make(setter: Callable[[bool], Any]) -> tuple[Callable[[torch.Tensor, bool], Any], nn.Module]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, flag: bool) -> Any:
+        setter(flag)
+        opt.zero_grad()
+        with torch.enable_grad():
+            out = model(x.float())
+            out.pow(2).mean().backward()
+        opt.step()
+        print(out.detach())
+        return out.detach(), torch.zeros(2)
+    return step, model
+
+
+def _calls(step: Callable[[torch.Tensor, bool], Any], read: Callable[[], Any]) -> list[tuple[Any, ...]]:
+    """What each call returns and prints, and the setting it leaves, from the same start every run."""
+    seen = []
+    for i in range(CALLS):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            result, made = step(torch.randn(2, 4, generator=torch.Generator().manual_seed(i)), i % 2 == 0)
+        seen.append((result.tolist(), made.dtype, out.getvalue(), read()))
+    return seen
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_a_step_that_leaves_a_setting_changed_refuses_and_leaves_what_eager_leaves(name: str) -> None:
+    setter, read = SETTINGS[name]
+    start = (torch.get_default_dtype(), _OPTIONS.precision, torch.is_grad_enabled(),
+             torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+
+    def put_back() -> None:
+        torch.set_default_dtype(start[0])
+        torch.set_printoptions(precision=start[1])
+        torch.set_grad_enabled(start[2])
+        torch.use_deterministic_algorithms(start[3])
+        torch.set_num_threads(start[4])
+
+    try:
+        eager, _ = _make(setter)
+        expected = _calls(eager, read)
+        put_back()
+        step, _ = _make(setter)
+        traced = graphprof.trace(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = _calls(traced, read)
+    finally:
+        put_back()
+    assert got == expected
+    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(messages) == 1 and name in messages[0], messages
+    assert traced.capture_mode == "segments"
+
+
+def test_a_setting_the_step_puts_back_before_it_returns_is_captured() -> None:
+    """``with torch.set_grad_enabled(train):`` and a dtype set and put back leave nothing to repeat."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+
+    def evaluate(x: torch.Tensor) -> torch.Tensor:
+        with torch.set_grad_enabled(False):
+            out = model(x)
+        torch.set_default_dtype(torch.float64)
+        scale = torch.ones(())
+        torch.set_default_dtype(torch.float32)
+        return out * scale.float()
+
+    traced = graphprof.trace(evaluate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(3):
+            x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(traced(x), evaluate(x))
+    assert traced.capture_mode == "whole-step"
