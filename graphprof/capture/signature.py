@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Hashable
 
 import torch
+from torch.utils._device import DeviceContext
 
 from graphprof.capture.batches import flatten_call
 from graphprof.capture.whole_step import is_number_input
@@ -78,9 +79,11 @@ _SDPA_FLAGS = (torch._C._get_flash_sdp_enabled, torch._C._get_mem_efficient_sdp_
                torch._C._get_cudnn_sdp_enabled)
 
 
-def ambient_state() -> tuple[bool, tuple[bool, ...]]:
-    """Whether the call is made under ``torch.inference_mode()``, and which scaled-dot-product attention
-    backends are enabled (``sdpa_kernel(SDPBackend.MATH)`` around the call).
+def ambient_state() -> tuple[bool, tuple[bool, ...], tuple[Any, ...]]:
+    """Whether the call is made under ``torch.inference_mode()``, which scaled-dot-product attention
+    backends are enabled (``sdpa_kernel(SDPBackend.MATH)`` around the call), and the default devices
+    set around it (``torch.set_default_device``, ``with torch.device(...)``: the device its factories
+    make tensors on, which the graph holds).
 
     Why in the key: a graph captured under inference mode returns inference
     tensors, which a call under ``no_grad`` would get from it where eager gives
@@ -88,19 +91,31 @@ def ambient_state() -> tuple[bool, tuple[bool, ...]]:
     kernel the graph was captured with is the one it replays, where eager
     picks by the flags of the call (other last bits).
     """
-    return _inference_mode(), tuple(flag() for flag in _SDPA_FLAGS)
+    return _inference_mode(), tuple(flag() for flag in _SDPA_FLAGS), _default_devices()
+
+
+def _function_modes() -> list[Any]:
+    return torch.overrides._get_current_function_mode_stack() if torch._C._len_torch_function_stack() else []
+
+
+def _default_devices() -> tuple[Any, ...]:
+    """The devices of the default-device modes around the call, innermost last (none: empty, no lookup)."""
+    return tuple(mode.device for mode in _function_modes() if isinstance(mode, DeviceContext))
 
 
 def foreign_context() -> str | None:
     """What the caller runs the call inside that a replayed graph would not pass the step's ops through:
-    a torch function or dispatch mode (``FlopCounterMode``, a ``TorchFunctionMode`` of the user's, ``with
-    torch.device(...)``) or ``saved_tensors_hooks``, named; None for none.
+    a torch function or dispatch mode (``FlopCounterMode``, a ``TorchFunctionMode`` of the user's) or
+    ``saved_tensors_hooks``, named; None for none. A default device (``torch.set_default_device``,
+    itself such a mode) only decides where factories make tensors, which the graph holds: it is part
+    of the key (``ambient_state``) instead.
 
     Why not a key: such a context runs Python of its own on every op (counting,
     swapping, packing what autograd saves), which a graph runs none of.
     """
-    if torch._C._len_torch_function_stack():
-        return type(torch.overrides._get_current_function_mode_stack()[-1]).__name__
+    others = [mode for mode in _function_modes() if not isinstance(mode, DeviceContext)]  # (that one: a key)
+    if others:
+        return type(others[-1]).__name__
     if torch._C._len_torch_dispatch_stack():
         return type(torch.utils._python_dispatch._get_current_dispatch_mode_stack()[-1]).__name__
     if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:

@@ -125,3 +125,23 @@ def test_an_eval_step_under_inference_mode_and_no_grad_returns_what_eager_return
         if not got.is_inference():
             got.add_(1)  # the caller's own use of a plain tensor
     assert evaluate.capture_mode == "whole-step"
+
+
+def test_a_default_device_set_around_the_calls_keys_a_graph_and_is_replayed() -> None:
+    """``torch.set_default_device`` is a torch function mode of its own: it only decides where the
+    step's factories make tensors, which the graph holds, so those calls still replay."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+
+    def evaluate(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return model(x) + torch.ones(2)
+
+    traced = graphprof.trace(evaluate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(4):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            with torch.device("cpu"):
+                assert torch.equal(traced(x), evaluate(x)), f"call {i}"
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
