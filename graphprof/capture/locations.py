@@ -125,7 +125,8 @@ def watched_object(value: Any) -> bool:
     module = type(value).__module__ or ""
     # graphprof's own objects: a global named like an attribute the step uses (``opt.step`` puts
     # ``step`` in co_names) can be the traced function itself, whose counters are not the step's.
-    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and fields_of(value) is not None
+    return not module.startswith(("torch", "builtins", "transformers", "graphprof")) and (
+        fields_of(value) is not None or bool(object_fields(value)))
 
 
 #: The attributes watched on a class the step names or a function it runs: data, not methods or descriptors.
@@ -231,6 +232,21 @@ def first_visit(obj: Any, seen: set[int]) -> bool:
         return False
     seen.update(keys)
     return True
+
+
+def object_fields(value: Any) -> dict[str, Any]:
+    """``value``'s fields: its ``__dict__`` and the ``__slots__`` of its classes that are set (a trainer
+    class with ``__slots__``, traced itself, has no ``__dict__`` for ``vars`` to read)."""
+    fields = dict(fields_of(value) or {})
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__"):
+                try:
+                    fields.setdefault(name, object.__getattribute__(value, name))
+                except AttributeError:  # a slot not set
+                    continue
+    return fields
 
 
 def fields_of(value: Any) -> dict[str, Any] | None:

@@ -33,7 +33,8 @@ from torch import nn
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES
 from graphprof.capture.locations import (
     DATA_TYPES, Location, attribute_location, called_function, cell_location, data_fields, default_locations,
-    fields_of, first_visit, item_location, tuple_slot, user_class, user_module, watched_object, wrapper_chain,
+    fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, watched_object,
+    wrapper_chain,
 )
 from graphprof.capture.state import held_in_container, partial_bindings
 
@@ -302,12 +303,13 @@ class _Walk:
                 continue
             objects = [(label, obj)]
             if not isinstance(obj, nn.Module):
-                objects += [(f"{label}.{k}", v) for k, v in vars(obj).items() if watched_object(v)]
-                for k, v in vars(obj).items():
+                fields = object_fields(obj)
+                objects += [(f"{label}.{k}", v) for k, v in fields.items() if watched_object(v)]
+                for k, v in fields.items():
                     if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                         seen.add(id(v))
                         yield from optimizer_fields(v, f"{label}.{k}", seen)
-                objects += [held for k, v in vars(obj).items() for held in held_in_container(v, f"{label}.{k}")]
+                objects += [held for k, v in fields.items() for held in held_in_container(v, f"{label}.{k}")]
             for olabel, o in objects:
                 if isinstance(o, nn.Module):
                     members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
@@ -318,7 +320,7 @@ class _Walk:
                         continue
                     self.follow_methods(type(m))
                     torch_layer = isinstance(m, nn.Module) and (type(m).__module__ or "").startswith("torch.")
-                    for k, v in list(vars(m).items()):
+                    for k, v in list((vars(m) if isinstance(m, nn.Module) else object_fields(m)).items()):
                         if isinstance(m, nn.Module) and (k in _MODULE_INTERNALS or torch_layer and k.startswith("_")):
                             continue  # torch's machinery (a Conv's ``_reversed_padding_repeated_twice``)
                         # A module's numbers are configuration (never inputs); its lists and dicts (a

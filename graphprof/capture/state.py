@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from graphprof.capture.dtensor import local_shard
-from graphprof.capture.locations import called_function
+from graphprof.capture.locations import called_function, object_fields
 from graphprof.passes.records import StateRecord, StateRole
 
 
@@ -103,7 +103,8 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
     code = getattr(func, "__code__", None)
     if self_obj is not None:
         found.append(("self", self_obj))
-        found.extend((k, v) for k, v in vars(self_obj).items() if isinstance(v, (nn.Module, torch.optim.Optimizer)))
+        found.extend((k, v) for k, v in object_fields(self_obj).items()
+                     if isinstance(v, (nn.Module, torch.optim.Optimizer)))
     if code is not None:
         for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
             try:

@@ -120,3 +120,38 @@ def test_a_try_in_the_objects_own_call_refuses_the_capture() -> None:
             assert eager.n == stepper.n, f"call {i}"
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "catches exceptions at" in messages[0], messages
+
+
+class _SlottedTrainer:
+    """A trainer class with ``__slots__``: no ``__dict__`` for its fields."""
+
+    __slots__ = ("model", "opt", "n")
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.n = 0
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.n += 1
+        self.opt.zero_grad()
+        loss = F.mse_loss(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
+def test_a_trainer_with_slots_counts_as_eager_counts() -> None:
+    """Its fields were read with ``vars()``, which a slotted object refuses: the second call raised a
+    TypeError; and a counter in a slot was not watched, so replays did not count."""
+    eager, trainer = _SlottedTrainer(), _SlottedTrainer()
+    traced = graphprof.trace(trainer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            assert torch.equal(eager(x, y), traced(x, y)), f"call {i}"
+            assert trainer.n == eager.n == i + 1, f"call {i}"
+    assert traced.capture_mode == "whole-step"
