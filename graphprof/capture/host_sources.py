@@ -71,6 +71,11 @@ _CLOCKS = ("time", "time_ns", "perf_counter", "perf_counter_ns", "monotonic", "m
 _ANOMALY_CHECKS = ("autograd's anomaly detection checks every gradient for NaN on the host, which a static "
                    "graph cannot replay")
 _ANOMALY_FILE = torch.autograd.anomaly_mode.__file__
+#: torch's global setters a step may call and put back before it returns: the graph holds what the ops
+#: did while set (a tensor made float64), but a replay would not set it again around them (the dtype of
+#: what it makes, the digits its prints show, the kernels chosen), so a call of one refuses.
+_TORCH_SETTERS = ("set_default_dtype", "set_printoptions", "use_deterministic_algorithms", "set_num_threads",
+                  "set_float32_matmul_precision", "set_default_tensor_type")
 #: random.Random methods every other drawing method goes through.
 _RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
 
@@ -168,6 +173,11 @@ class HostSources:
             self._patch(undo, builtins, "next", self._refuse_next)
             self._patch(undo, os._Environ, "__getitem__", self.environment.reading)
             self._patch(undo, torch, "set_anomaly_enabled", self._anomaly_switch)
+            for name in _TORCH_SETTERS:
+                if hasattr(torch, name):
+                    self._patch(undo, torch, name, self._refuse(f"calls torch.{name}", "set again around its ops"))
+            for name in ("putenv", "unsetenv"):
+                self._patch(undo, os, name, self._refuse(f"calls os.{name}", "call again"))
             for name in ("__setitem__", "__delitem__"):  # (``os.putenv`` alone leaves os.environ as it was)
                 self._patch(undo, os._Environ, name, self._refuse("sets an environment variable", "set again",
                                                                   ENVIRONMENT_FILES))

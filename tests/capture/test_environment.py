@@ -92,3 +92,18 @@ def test_a_step_that_sets_an_environment_variable_refuses_with_eagers_environmen
     assert len(messages) == 1 and "sets an environment variable" in messages[0], messages
     assert traced.capture_mode == "segments"
     monkeypatch.delenv(SCALE)
+
+
+def test_a_step_that_calls_putenv_refuses() -> None:
+    """``os.putenv`` changes the process's environment (what a child process inherits), which a replay
+    would not change again."""
+    step, _ = _make(lambda loss, model: (os.putenv(SCALE, "2"), loss)[1])
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            traced(torch.randn(5, 4), torch.randn(5, 1))
+    os.unsetenv(SCALE)
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "os.putenv" in messages[0], messages
+    assert traced.capture_mode == "segments"

@@ -36,6 +36,13 @@ SETTINGS: dict[str, tuple[Callable[[bool], Any], Callable[[], Any]]] = {
 }
 
 
+#: What the warning names: the setter the step calls, or the setting it leaves changed (grad mode's setter
+#: is also a ``with``, which is captured, so only the mode left changed refuses).
+NAMED = {"default dtype": "torch.set_default_dtype", "print options": "torch.set_printoptions",
+         "grad mode": "grad mode", "deterministic algorithms": "torch.use_deterministic_algorithms",
+         "thread count": "torch.set_num_threads"}
+
+
 def _make(setter: Callable[[bool], Any]) -> tuple[Callable[[torch.Tensor, bool], Any], nn.Module]:
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
@@ -90,22 +97,18 @@ def test_a_step_that_leaves_a_setting_changed_refuses_and_leaves_what_eager_leav
         put_back()
     assert got == expected
     messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
-    assert len(messages) == 1 and name in messages[0], messages
+    assert len(messages) == 1 and NAMED[name] in messages[0], messages
     assert traced.capture_mode == "segments"
 
 
-def test_a_setting_the_step_puts_back_before_it_returns_is_captured() -> None:
-    """``with torch.set_grad_enabled(train):`` and a dtype set and put back leave nothing to repeat."""
+def test_grad_mode_set_in_a_with_is_captured() -> None:
+    """``with torch.set_grad_enabled(train):`` leaves nothing to repeat: the graph holds what ran."""
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
 
     def evaluate(x: torch.Tensor) -> torch.Tensor:
         with torch.set_grad_enabled(False):
-            out = model(x)
-        torch.set_default_dtype(torch.float64)
-        scale = torch.ones(())
-        torch.set_default_dtype(torch.float32)
-        return out * scale.float()
+            return model(x) * 2
 
     traced = graphprof.trace(evaluate)
     with warnings.catch_warnings():
@@ -114,3 +117,29 @@ def test_a_setting_the_step_puts_back_before_it_returns_is_captured() -> None:
             x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
             assert torch.equal(traced(x), evaluate(x))
     assert traced.capture_mode == "whole-step"
+
+
+def test_a_dtype_set_and_put_back_in_the_step_refuses_and_makes_eagers_tensors() -> None:
+    """A replay would not set the dtype again around the factory between: it made float32 where eager
+    made float64."""
+    def make() -> Callable[[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Linear(3, 1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            torch.set_default_dtype(torch.float64)
+            made = torch.zeros(2)
+            torch.set_default_dtype(torch.float32)
+            with torch.no_grad():
+                return made + model(x).sum()
+        return step
+
+    eager, traced = make(), graphprof.trace(make())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            x = torch.randn(3, generator=torch.Generator().manual_seed(i))
+            expected, got = eager(x), traced(x)
+            assert got.dtype == expected.dtype == torch.float64 and torch.equal(got, expected), f"call {i}"
+    messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(messages) == 1 and "set_default_dtype" in messages[0], messages
