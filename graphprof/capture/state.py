@@ -146,9 +146,15 @@ def kept_optimizers(module: nn.Module, label: str) -> list[tuple[str, torch.opti
     Why: one found by no name was not routed when the step ran as segments, so
     torch.compile traced Adam's step inside the module's compiled forward, and
     the parameters differed from eager's from the first call, silently."""
-    return [(f"{label}.{name}" if path == "" else f"{label}.{path}.{name}", value)
-            for path, m in module.named_modules() for name, value in vars(m).items()
-            if isinstance(value, torch.optim.Optimizer)]
+    found = []
+    for path, m in module.named_modules():
+        for name, value in vars(m).items():
+            where = f"{label}.{name}" if path == "" else f"{label}.{path}.{name}"
+            items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
+                value, (list, tuple)) else [(None, value)]
+            found += [(where if key is None else f"{where}[{key!r}]", item) for key, item in items
+                      if isinstance(item, torch.optim.Optimizer)]  # (one kept in a list or dict too)
+    return found
 
 
 def partial_bindings(step: functools.partial) -> list[tuple[str, Any]]:
