@@ -372,7 +372,10 @@ class _EchoStream:
 
     def _echo(self, method: str, *args: Any) -> Any:
         # Frames: _from_user, this one, write/flush, the caller (print's own echo is graphprof's).
-        if not (self.capturing and _from_user((), self._sources.library, depth=3)):
+        if not self.capturing:  # kept by a replayed ``print(..., file=sys.stderr)``: eager's reads ``sys`` anew
+            current = getattr(sys, self._name)
+            return getattr(self._stream if current is self else current, method)(*args)
+        if not _from_user((), self._sources.library, depth=3):
             return getattr(self._stream, method)(*args)
         name, stream = self._name, self._stream
         self._sources.pending.append(lambda: getattr(stream, method)(*args))

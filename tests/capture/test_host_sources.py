@@ -9,6 +9,8 @@ one per call, silently.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import warnings
@@ -177,3 +179,34 @@ def test_a_branch_on_elapsed_time_is_refused_at_once_with_one_warning() -> None:
     assert len(messages) == 1 and "depends on the time (time.perf_counter)" in messages[0]
     assert fn.captures == 0 and fn.capture_mode == "segments"
     assert slow == [False] * 6
+
+
+def test_a_print_to_sys_stderr_goes_to_the_stream_sys_has_at_each_replay() -> None:
+    """``print(..., file=sys.stderr)`` keeps graphprof's stand-in for the stream as its argument; once the
+    capture was over it wrote to the stream of the capture call, and a caller redirecting stderr per call
+    (``contextlib.redirect_stderr``, as a notebook cell or a test does) got nothing."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            print("loss %.4f" % loss.item(), file=sys.stderr)
+            return loss.detach()
+        return step
+
+    eager, traced = make(), graphprof.trace(make())
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+        expected, got = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(expected):
+            eager(x, y)
+        with contextlib.redirect_stderr(got):
+            traced(x, y)
+        assert got.getvalue() == expected.getvalue() != "", f"call {i}"
+    assert traced.capture_mode == "whole-step"
