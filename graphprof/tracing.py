@@ -83,6 +83,15 @@ class TracedFunction:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(fn, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An attribute of the traced callable (``traced.scale = 0.5``), written on it, where its step reads
+        it: the wrapper's own attributes (those it sets up, and private names) stay the wrapper's."""
+        own = self.__dict__.get("_own")
+        if own is None or name in own or name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._fn, name, value)
+
     def __init__(self, fn: Callable[..., Any], *, profiling: bool = True, capture: str = "auto",
                  cache_size: int = 8, clock: Clock = time.perf_counter_ns,
                  schedule: Schedule | None = None,
@@ -150,6 +159,7 @@ class TracedFunction:
         self._cycles: list[Profile] = []
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
         self.eager_calls = eager_calls
+        self._own = frozenset(self.__dict__)  # the wrapper's own attributes; others are the traced callable's
         self._eager_s: list[float] = []
         #: The key of the last call of positional tensors: a call with equal ones reuses it.
         self._last_signature: LastSignature | None = None

@@ -249,3 +249,25 @@ def test_a_step_that_raises_on_every_call_is_given_up_naming_its_error() -> None
     assert len(messages) == 1, messages
     assert "could not be captured 5 times in a row" in messages[0] and "AssertionError: If capturable" in messages[0]
     assert "first time" not in messages[0]
+
+
+def test_an_attribute_written_through_the_wrapper_reaches_the_traced_object() -> None:
+    """Reads went to the object and writes stayed on the wrapper, so ``traced.scale = 0.5`` never
+    reached the step, which kept multiplying by the old scale."""
+    class Scaled(_Trainer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = 1.0
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return super().__call__(x * self.scale)
+
+    eager, trainer = Scaled(), Scaled()
+    traced = graphprof.trace(trainer, profiling=False)
+    for i in range(4):
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(i))
+        assert torch.equal(eager(x), traced(x)), f"call {i}"
+        eager.scale = traced.scale = 0.5 ** (i + 1)
+        assert trainer.scale == eager.scale and "scale" not in vars(traced)
+    traced.profiling = True  # the wrapper's own settings stay the wrapper's
+    assert "profiling" not in vars(trainer)
