@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import dis
 import functools
+import importlib.util
 import inspect
 import itertools
 import sys
@@ -102,18 +103,31 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
 
 
-def local_imports(code: types.CodeType) -> list[tuple[str, types.ModuleType]]:
-    """The modules of the user's own code that a function imports in its body (``import cfg`` inside
-    the step, then ``cfg.SCALE``): their data is the step's to watch, as a global module's is.
-    (A quick look at the bytecode first: most functions import nothing.)"""
+def local_imports(f: types.FunctionType) -> list[tuple[str, types.ModuleType]]:
+    """The modules of the user's own code that a function imports in its body (``import cfg``, ``from
+    . import cfg``, ``from .cfg import SCALE`` inside the step, then ``cfg.SCALE``): their data is the
+    step's to watch, as a global module's is. (A quick look at the bytecode first: most functions
+    import nothing.)"""
+    code = f.__code__
     if bytes([_IMPORT_NAME]) not in code.co_code[::2]:
         return []
+    package = getattr(f, "__globals__", {}).get("__package__") or ""
+    instructions = list(dis.get_instructions(code))
     found = []
-    for instruction in dis.get_instructions(code):
-        if instruction.opname == "IMPORT_NAME":
-            module = sys.modules.get(instruction.argval)
+    for i, instruction in enumerate(instructions):
+        if instruction.opname != "IMPORT_NAME" or i < 2:
+            continue
+        level, names = instructions[i - 2].argval, instructions[i - 1].argval  # IMPORT_NAME's two operands
+        try:
+            base = importlib.util.resolve_name("." * level + instruction.argval, package) if level else \
+                instruction.argval
+        except (ImportError, TypeError, ValueError):
+            continue
+        candidates = [base, *(f"{base}.{name}" for name in (names if isinstance(names, tuple) else ()))]
+        for name in candidates:
+            module = sys.modules.get(name)
             if isinstance(module, types.ModuleType) and user_module(module):
-                found.append((instruction.argval, module))
+                found.append((name, module))
     return found
 
 
@@ -278,7 +292,7 @@ class _Walk:
                     yield item_location(globals_, name, name), globals_[name], True
                     roots.append((name, globals_[name]))
                     yield from self.bound(name, globals_[name])
-            roots += [(name, module) for name, module in local_imports(f_code)]
+            roots += [(name, module) for name, module in local_imports(f)]
 
     def objects(self) -> Iterator[tuple[Location, Any, bool]]:
         """The fields of the objects found so far (``roots``, emptied), and their modules' and keeps'."""

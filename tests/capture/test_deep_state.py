@@ -162,6 +162,42 @@ def test_a_config_module_the_step_imports_in_its_body_is_read_as_globals_are(
     _same_calls(make, change, lambda kept: None)
 
 
+def test_a_config_module_the_step_imports_relatively_in_its_body_is_read_as_globals_are(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from . import cfg`` in a step of a package: the import's name alone ("") found no module."""
+    package = tmp_path / "deep_state_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cfg.py").write_text("SCALE = 1.0\n")
+    (package / "steps.py").write_text(
+        "import torch.nn.functional as F\n"
+        "def make_step(model, opt):\n"
+        "    def step(x, y):\n"
+        "        from . import cfg\n"
+        "        opt.zero_grad()\n"
+        "        loss = F.cross_entropy(model(x) * cfg.SCALE, y)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "        return loss\n"
+        "    return step\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = importlib.import_module("deep_state_package.steps")
+    config = importlib.import_module("deep_state_package.cfg")
+    for name in ("deep_state_package", "deep_state_package.steps", "deep_state_package.cfg"):
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])
+
+    def make() -> tuple[Callable[..., Any], Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        return steps.make_step(model, torch.optim.SGD(model.parameters(), lr=0.1)), NS(model=model)
+
+    def change(i: int, kept: Any) -> None:
+        if i == 3:
+            config.SCALE = 3.0
+
+    _same_calls(make, change, lambda kept: None)
+
+
 def test_the_keywords_of_a_partial_kept_in_a_dict_are_watched() -> None:
     def make() -> tuple[Callable[..., Any], Any]:
         torch.manual_seed(0)
