@@ -151,10 +151,23 @@ def keep_distribution_checks() -> None:
     Distribution.set_default_validate_args(checks)
 
 
-def _compile_target(module: nn.Module) -> nn.Module:
-    """The module whose forward is compiled: DDP's own forward stays eager (its Reducer is Python)."""
+def _compile_targets(module: nn.Module) -> list[nn.Module]:
+    """The modules whose forwards are compiled for ``module``: DDP's own forward stays eager (its Reducer
+    is Python), and so does a forward that is a whole training step (a GAN module's ``forward`` that
+    runs both players' backward and optimizer steps: compiled, its second backward went through
+    the graph a second time, where eager runs): its submodules are compiled instead."""
     from torch.nn.parallel import DistributedDataParallel
-    return module.module if isinstance(module, DistributedDataParallel) else module
+    if isinstance(module, DistributedDataParallel):
+        return [module.module]
+    if _trains(type(module).forward):
+        return [target for child in module.children() for target in _compile_targets(child)]
+    return [module]
+
+
+def _trains(forward: Any) -> bool:
+    """Whether a forward's own code calls ``backward`` (``loss.backward()``, ``torch.autograd.backward``)."""
+    code = getattr(forward, "__code__", None)
+    return code is not None and "backward" in code.co_names
 
 
 def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
@@ -209,7 +222,7 @@ class SegmentedCapture:
         weakref.finalize(self, host_reads.uninstall)
         keep_distribution_checks()
         state = discover_state(fn)
-        roots = list(dict.fromkeys(_compile_target(r) for r in state.roots))
+        roots = list(dict.fromkeys(target for r in state.roots for target in _compile_targets(r)))
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         twice = double_backward_site(fn)
         if twice is not None:  # AOTAutograd's graphs cannot be differentiated twice (capture/double_backward.py)

@@ -699,3 +699,51 @@ def test_an_optimizer_a_module_keeps_in_a_list_is_found() -> None:
         x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
         assert torch.equal(eager_model(x, y), traced(x, y)), f"loss differs on call {i}"
         assert all(map(torch.equal, eager_model.parameters(), model.parameters())), f"call {i}"
+
+
+class _GANStep(nn.Module):
+    """A GAN whose forward is the whole training step, both optimizers kept on it (pix2pix's
+    ``optimize_parameters`` style), with a logged loss that sends it to segments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.D = nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 1))
+        self.opt_G = torch.optim.Adam(self.G.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        self.opt_D = torch.optim.Adam(self.D.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        self.history: list[float] = []
+
+    def forward(self, real: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        ones, zeros = torch.ones(real.shape[0], 1), torch.zeros(real.shape[0], 1)
+        self.opt_D.zero_grad()
+        fake = self.G(z)
+        loss_d = (nn.functional.binary_cross_entropy_with_logits(self.D(real), ones)
+                  + nn.functional.binary_cross_entropy_with_logits(self.D(fake.detach()), zeros))
+        loss_d.backward()
+        self.opt_D.step()
+        self.opt_G.zero_grad()
+        loss_g = nn.functional.binary_cross_entropy_with_logits(self.D(fake), ones)
+        loss_g.backward()
+        self.opt_G.step()
+        if loss_g.item() > 100:  # a branch on a loss: segments
+            self.history.append(loss_g.item())
+        return loss_g.detach()
+
+
+def test_a_module_whose_forward_trains_compiles_its_submodules_not_itself() -> None:
+    """Compiled whole, the GAN's second backward went through the graph a second time and raised,
+    where eager runs; its players' forwards are compiled instead."""
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return _GANStep()
+
+    eager_model, model = make(), make()
+    traced = graphprof.trace(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the loss branch's fallback warning
+        for i in range(4):
+            g = torch.Generator().manual_seed(i)
+            real, z = torch.randn(6, 4, generator=g), torch.randn(6, 2, generator=g)
+            assert torch.equal(eager_model(real, z), traced(real, z)), f"call {i}"
+            assert all(map(torch.equal, eager_model.parameters(), model.parameters())), f"call {i}"
+    assert traced.capture_mode == "segments"
