@@ -8,7 +8,9 @@ walk of the step's names opens. Every read the step's own code makes
 (``os.environ[...]``, ``.get``, ``in``, ``os.getenv``: all go through
 ``os._Environ.__getitem__``) is now noted with what it found, and held like
 any other decided value (capture/held_values.py): a changed or removed
-variable captures another graph. A step that sets or removes one itself
+variable captures another graph. A step that lists the names
+(``os.environ.copy()``, ``dict(os.environ)``, a loop over it) holds them
+too: a variable set since is another listing. A step that sets or removes one itself
 refuses: a replay would not set it again.
 """
 
@@ -36,6 +38,9 @@ class EnvironmentReads:
         #: ``from_user(skip_files)``: whether the innermost caller outside those files is the user's code.
         self.from_user = from_user
         self.read: dict[str, str | None] = {}
+        #: The variables' names when the step first listed them (``os.environ.copy()``, ``dict(os.environ)``,
+        #: a loop over it), or None: a variable set or unset later is another list.
+        self.names: bytes | None = None
 
     def reading(self, original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """A stand-in for ``os._Environ.__getitem__`` that notes the step's reads of ``os.environ``."""
@@ -55,7 +60,30 @@ class EnvironmentReads:
 
         return getitem
 
+    def listing(self, original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """A stand-in for ``os._Environ.__iter__`` that notes the step's listing of ``os.environ``'s names."""
+        reads = self
+
+        @functools.wraps(original)
+        def iterate(environ: Any) -> Any:
+            if environ is os.environ and reads.names is None and reads.from_user(ENVIRONMENT_FILES):
+                reads.names = _names()
+            return original(environ)
+
+        return iterate
+
     def held(self) -> tuple[HeldValue, ...]:
-        """Each variable read, held at the value the capture call found (None: unset)."""
-        return tuple(HeldValue(f"os.environ[{key!r}]", Place.WITHIN, os.environ, key, Hold.VALUE, value,
-                               functools.partial(os.environ.get, key)) for key, value in self.read.items())
+        """Each variable read, held at the value the capture call found (None: unset), and the names, if
+        the step listed them."""
+        held = [HeldValue(f"os.environ[{key!r}]", Place.WITHIN, os.environ, key, Hold.VALUE, value,
+                          functools.partial(os.environ.get, key)) for key, value in self.read.items()]
+        if self.names is not None:
+            held.append(HeldValue("the names in os.environ", Place.WITHIN, os.environ, None, Hold.VALUE, self.names,
+                                  _names))
+        return tuple(held)
+
+
+def _names() -> bytes:
+    """``os.environ``'s names, as one value held by equality: its own encoded keys, read without its
+    ``__iter__`` (which would note the listing again)."""
+    return b"\0".join(sorted(os.environ._data))  # type: ignore[attr-defined]

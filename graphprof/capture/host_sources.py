@@ -172,6 +172,7 @@ class HostSources:
             self._patch(undo, builtins, "open", self._refuse("opens a file", "read or write again"))
             self._patch(undo, builtins, "next", self._refuse_next)
             self._patch(undo, os._Environ, "__getitem__", self.environment.reading)
+            self._patch(undo, os._Environ, "__iter__", self.environment.listing)
             self._patch(undo, torch, "set_anomaly_enabled", self._anomaly_switch)
             for name in _TORCH_SETTERS:
                 if hasattr(torch, name):

@@ -107,3 +107,28 @@ def test_a_step_that_calls_putenv_refuses() -> None:
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "os.putenv" in messages[0], messages
     assert traced.capture_mode == "segments"
+
+
+def test_a_step_that_lists_the_environment_sees_a_variable_set_since() -> None:
+    """``os.environ.copy()`` (or ``dict(os.environ)``, a loop over it) lists every name; only the values of
+    the names read were held, so a variable set after the capture was never seen."""
+    def body(loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
+        settings = os.environ.copy()
+        return loss * float(settings.get(SCALE, "1.0"))
+
+    os.environ.pop(SCALE, None)
+    (eager, eager_model), (step, model) = _make(body), _make(body)
+    traced = graphprof.trace(step)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(CALLS):
+                if i == 3:
+                    os.environ[SCALE] = "2.5"
+                g = torch.Generator().manual_seed(i)
+                x, y = torch.randn(5, 4, generator=g), torch.randn(5, 1, generator=g)
+                assert torch.equal(eager(x, y), traced(x, y)), f"loss of call {i}"
+    finally:
+        os.environ.pop(SCALE, None)
+    assert all(map(torch.equal, eager_model.parameters(), model.parameters()))
+    assert traced.capture_mode == "whole-step" and traced.captures == 2
