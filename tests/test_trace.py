@@ -271,3 +271,28 @@ def test_an_attribute_written_through_the_wrapper_reaches_the_traced_object() ->
         assert trainer.scale == eager.scale and "scale" not in vars(traced)
     traced.profiling = True  # the wrapper's own settings stay the wrapper's
     assert "profiling" not in vars(trainer)
+
+
+def test_a_decorated_step_counting_on_its_own_attribute_counts_on_every_call() -> None:
+    """``@graphprof.trace`` makes the step's own name the wrapper, so ``step.calls += 1`` in its body wrote
+    on the wrapper, whose fields no walk reads: replays did not count, silently."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    @graphprof.trace
+    def step(x: torch.Tensor) -> torch.Tensor:
+        step.calls += 1
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    step.calls = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(4):
+            step(torch.randn(3, 4, generator=torch.Generator().manual_seed(i)))
+            assert step.calls == i + 1
+    assert step.capture_mode == "whole-step"
