@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from graphprof.capture.scalars import DataDependentError
@@ -28,6 +29,9 @@ class CaptureError(RuntimeError):
             elif "dynamo-optimized function" in first_line:
                 reason = (f"the step calls code compiled with torch.compile{_user_line(exc)}, which only "
                           "torch.compile itself can trace")
+            elif isinstance(exc, NotImplementedError) and _passed_through(exc, copy.__file__):
+                reason = (f"the step deep-copies tensors{_user_line(exc)} (copy.deepcopy of a state dict, a "
+                          f"module or an object holding tensors), which a static graph cannot copy anew ({reason})")
         error = cls(f"cannot capture {function} as one static graph: {reason} "
                     "(parameters and optimizer state were restored to before the call)")
         error.refused_path = path
@@ -47,6 +51,16 @@ def _run_time_number(exc: BaseException, first_line: str) -> str:
     said = said.replace("TracedScalar", "a number read at run time")
     return (f"a number the step reads anew on every call (a number argument, or a number kept in its state) is "
             f"passed{_user_line(exc)} to code that takes only a plain number ({type(exc).__name__}: {said})")
+
+
+def _passed_through(exc: BaseException, filename: str) -> bool:
+    """Whether the exception passed through code of ``filename`` (``copy.py``: a deep copy raised)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _user_line(exc: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, Callable
 
@@ -70,3 +71,29 @@ def test_a_module_compiled_with_torch_compile_is_named_as_such() -> None:
     assert len(messages) == 1, messages
     assert "compiled with torch.compile" in messages[0] and "symbolically trace" not in messages[0]
     assert f"test_errors.py:{_line_of('# the compiled call')}" in messages[0]
+
+
+def test_a_deep_copy_of_tensors_in_the_step_is_named_with_its_line() -> None:
+    """``copy.deepcopy(model.state_dict())`` in a step refused with "NotImplementedError: argument of
+    type: <class 'torch.storage.UntypedStorage'>", which named nothing the user wrote."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    saved: dict[str, Any] = {}
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        saved["best"] = copy.deepcopy(model.state_dict())
+        return loss.detach()
+
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            traced(torch.randn(3, 4, generator=torch.Generator().manual_seed(i)))
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "deep-copies tensors at tests/capture/test_errors.py:" in messages[0], messages
+    assert torch.equal(saved["best"]["weight"], model.weight)
