@@ -86,8 +86,8 @@ class TracedFunction:
     def __setattr__(self, name: str, value: Any) -> None:
         """An attribute of the traced callable (``traced.scale = 0.5``), written on it, where its step reads
         it: the wrapper's own attributes (those it sets up, and private names) stay the wrapper's."""
-        own = self.__dict__.get("_own")
-        if own is None or name in own or name.startswith("_"):
+        own = self.__dict__.get("_own")  # (None while ``__init__`` sets the wrapper up)
+        if name[:1] == "_" or own is None or name in own:
             object.__setattr__(self, name, value)
         else:
             setattr(self._fn, name, value)

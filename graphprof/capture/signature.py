@@ -91,7 +91,8 @@ def ambient_state() -> tuple[bool, tuple[bool, ...], tuple[Any, ...]]:
     kernel the graph was captured with is the one it replays, where eager
     picks by the flags of the call (other last bits).
     """
-    return _inference_mode(), tuple(flag() for flag in _SDPA_FLAGS), _default_devices()
+    flash, efficient, math, cudnn = _SDPA_FLAGS
+    return _inference_mode(), (flash(), efficient(), math(), cudnn()), _default_devices()
 
 
 def _function_modes() -> list[Any]:

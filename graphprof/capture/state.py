@@ -136,7 +136,18 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
             else:
                 nested.extend(held_in_container(v, k))
     found += nested
-    return found + [kept for name, obj in found if isinstance(obj, nn.Module) for kept in kept_optimizers(obj, name)]
+    # The optimizers the modules keep, each once: a module named twice, or an optimizer also named, adds none.
+    seen = {id(obj) for _, obj in found}
+    walked: set[int] = set()
+    for name, module in list(found):
+        if not isinstance(module, nn.Module) or id(module) in walked:
+            continue
+        walked.add(id(module))
+        for where, opt in kept_optimizers(module, name):
+            if id(opt) not in seen:
+                seen.add(id(opt))
+                found.append((where, opt))
+    return found
 
 
 def kept_optimizers(module: nn.Module, label: str) -> list[tuple[str, torch.optim.Optimizer]]:

@@ -6,9 +6,13 @@ called as a function (not a ``with``), ``torch.set_printoptions``,
 a step run once, in the capture call; every replay left the setting as the
 last capture left it. A step that alternates them (an evaluation call that
 turns grad off and leaves it off) then printed with other options, made
-its tensors in another dtype, or left grad mode as eager does not. A step
-that sets one and puts it back before it returns leaves nothing to repeat,
-and is captured as before: the graph holds the ops as they ran.
+its tensors in another dtype, or left grad mode as eager does not.
+
+The step's own calls of these setters refuse where they are made
+(capture/host_sources.py): even put back, a replay would not set them
+around the ops between. What this check adds is the rest: grad mode, whose
+setter is also a ``with`` (one put back is captured), and settings code
+the step calls (a library's) leaves changed.
 """
 
 from __future__ import annotations

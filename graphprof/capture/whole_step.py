@@ -335,7 +335,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_differentiable_outputs(out_flat, recorder.backwards)
         refuse_opaque_outputs(out_flat, lambda v: isinstance(v, TracedScalar) or (
             isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
-        holder.update(out=out, out_spec=out_spec, params=params,
+        holder.update(out_flat=out_flat, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
         plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
         check_new_gradients(params, pre_grads)
@@ -382,8 +382,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         def undo() -> None:
             _undo(holder, flags, modes, hyperparameters=False)  # the capture call already gave them back
 
-        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s
-                                     for s in flatten_output(holder["out"])[0]], holder["out_spec"])
+        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s for s in holder["out_flat"]],
+                                    holder["out_spec"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
