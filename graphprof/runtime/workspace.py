@@ -36,8 +36,10 @@ recorded: a guess would put memory on the wrong node.
 from __future__ import annotations
 
 import logging
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.fx
@@ -246,6 +248,33 @@ def _generators(gm: torch.fx.GraphModule) -> list[torch.Generator]:
     return list(found.values())
 
 
+#: Kineto's log level above all it prints: its ``USDT`` start and stop lines are of its highest kind (5).
+_KINETO_SILENT = "6"
+
+
+@contextmanager
+def _kineto_silent() -> Iterator[None]:
+    """Kineto's log level set above everything while this run starts the profiler, unless the user set one.
+
+    Why: torch 2.13's Kineto prints ``USDT: ... profiler_start`` and
+    ``profiler_stop`` to stderr (fd 2) whenever a profiler starts, so every
+    capture printed lines the user's eager step never does. Kineto reads
+    ``KINETO_LOG_LEVEL`` once, when the process first starts a profiler; it is
+    set in the C environment only (``os.putenv``: the user's ``os.environ`` is
+    not touched) and removed straight after. Where the user started a profiler
+    first, Kineto keeps the level it read then; where this run is the first, the
+    process's later profilers print no Kineto lines either (README, "Memory").
+    """
+    if "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    os.putenv("KINETO_LOG_LEVEL", _KINETO_SILENT)
+    try:
+        yield
+    finally:
+        os.unsetenv("KINETO_LOG_LEVEL")
+
+
 def measure_on_copies(gm: torch.fx.GraphModule, inputs: list[Any],
                       compile_graph: Callable[..., Callable[..., Any]]) -> WorkspaceResult:
     """Run ``gm`` once on copies of what it writes, under torch.profiler; the workspace per node.
@@ -278,7 +307,8 @@ def measure_on_copies(gm: torch.fx.GraphModule, inputs: list[Any],
     generators = [(g, g.get_state()) for g in _generators(gm)]
     rng = torch.get_rng_state()
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, torch.no_grad():
+        with _kineto_silent(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
+                torch.no_grad():
             run(*args)
     except Exception as exc:  # the user's step already ran; a failed measurement only loses the figures
         log.debug("graphprof: workspace not recorded: %r", exc)

@@ -8,6 +8,7 @@ with an independent torch.profiler run of the same graph, and with eager.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -114,3 +115,36 @@ def test_transient_counts_only_allocations_freed_inside_the_op() -> None:
     events = [(0, 100, 1), (1, 50, 2), (2, -100, 1), (3, 30, 3), (4, -50, 2), (5, -30, 3), (6, 10, 4)]
     assert transient(events) == Workspace(peak_bytes=150, allocated_bytes=180)
     assert transient([(0, 64, 1)]) == Workspace(0, 0)
+
+
+_FRESH_PROCESS_STEP = """
+import os, torch, graphprof
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+@graphprof.trace(profiling=True)
+def step(x):
+    opt.zero_grad()
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    return loss
+
+for i in range(3):
+    step(torch.randn(3, 4))
+assert step.get_profile().meta.extra["workspace"] == "measured"
+print("KINETO_LOG_LEVEL" in os.environ, os.getenv("KINETO_LOG_LEVEL"))
+"""
+
+
+def test_measuring_prints_nothing_on_stderr_and_leaves_the_environment_alone() -> None:
+    """Kineto prints its profiler start and stop lines on stderr unless its level is set before its first
+    start: a fresh process (the level is read once per process) captures with nothing printed."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_STEP], capture_output=True, text=True, env=env,
+                          check=True)
+    assert proc.stderr == ""
+    assert proc.stdout.split() == ["False", "None"]
