@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import io
 import re
+import types
 from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Set
@@ -239,12 +240,15 @@ class PythonState:
     objects: set[int] = field(default_factory=set)
     #: ids of the tuples and lists of tensors whose items are read where they are kept (``_carried_tensors``).
     carried: set[int] = field(default_factory=set)
+    #: The user's functions the step can run (``reachable_locations``'s walk): their names of ``math``'s
+    #: functions are wrapped as the module's are while the capture runs (capture/math_calls.py).
+    functions: list[types.FunctionType] = field(default_factory=list)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
               arguments: Sequence[tuple[str, Any]] = (), hooks: Sequence[Any] = ()) -> "PythonState":
         state = cls()
-        reachable = list(reachable_locations(fn, arguments, hooks))
+        reachable = list(reachable_locations(fn, arguments, hooks, state.functions))
         state.objects = {key for loc, _, _ in reachable if loc.place is Place.ATTRIBUTE
                          for key in object_keys(loc.owner)}
         for location, value, _ in reachable:  # before anything is replaced by an input: nothing to undo

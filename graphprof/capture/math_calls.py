@@ -11,16 +11,20 @@ numbers are wrapped: given a ``TracedScalar``, the call is a node of the
 graph that calls the same function at replay (the same inputs give the same
 float, bit for bit); given plain numbers, they are the functions themselves.
 
-Only calls through the module (``math.cos(x)``) are seen; a name imported
-from it (``from math import cos``) is the function itself, and its
-``float()`` is guarded as before.
+A name imported from it (``from math import cos``) is the function itself,
+which the module's wrapping does not reach: the globals and closure cells of
+the user's functions the step can run (``reachable_locations``'s walk) that
+hold one of these functions hold the wrapper for as long, and the function
+again after. Without that, each call captured again, and after five the step
+ran as segments.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator
+import types
+from typing import Any, Callable, Iterable, Iterator
 
 from graphprof.capture.scalars import TracedScalar, recorded_call
 
@@ -43,14 +47,52 @@ def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _imported(functions: Iterable[types.FunctionType], wrapped: dict[int, Callable[..., Any]]
+              ) -> list[tuple[Any, str | None, Any, Any]]:
+    """Where the user's functions hold one of ``math``'s wrapped functions by a name of their own: (a globals
+    dict and its key, or a cell and None; the function; its wrapper)."""
+    found: list[tuple[Any, str | None, Any, Any]] = []
+    seen: set[int] = set()
+    for f in functions:
+        if id(f.__globals__) not in seen:
+            seen.add(id(f.__globals__))
+            found += [(f.__globals__, name, v, wrapped[id(v)]) for name, v in f.__globals__.items()
+                      if id(v) in wrapped and name not in ("__builtins__",)]
+        for cell in f.__closure__ or ():
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            try:
+                v = cell.cell_contents
+            except ValueError:  # a cell not yet assigned
+                continue
+            if id(v) in wrapped:
+                found.append((cell, None, v, wrapped[id(v)]))
+    return found
+
+
 @contextlib.contextmanager
-def traced_math() -> Iterator[None]:
-    """Inside: ``math``'s functions of real numbers record a node when given a ``TracedScalar``."""
+def traced_math(functions: Iterable[types.FunctionType] = ()) -> Iterator[None]:
+    """Inside: ``math``'s functions of real numbers record a node when given a ``TracedScalar``, called
+    through the module or through a name ``functions`` bind them to."""
     originals = {name: getattr(math, name) for name in FUNCTIONS if hasattr(math, name)}
+    wrapped = {id(function): _traced(function) for function in originals.values()}
+    imported = _imported(functions, wrapped)
     for name, function in originals.items():
-        setattr(math, name, _traced(function))
+        setattr(math, name, wrapped[id(function)])
+    for holder, key, _, wrapper in imported:
+        if key is None:
+            holder.cell_contents = wrapper
+        else:
+            holder[key] = wrapper
     try:
         yield
     finally:
         for name, function in originals.items():
             setattr(math, name, function)
+        for holder, key, function, wrapper in imported:  # unless the step bound the name to something else
+            if key is None:
+                if holder.cell_contents is wrapper:
+                    holder.cell_contents = function
+            elif holder.get(key) is wrapper:
+                holder[key] = function

@@ -27,7 +27,8 @@ import contextlib
 from dataclasses import dataclass
 import sys
 import operator
-from typing import Any, Iterator
+import types
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -351,7 +352,9 @@ class CaptureRecorder:
 
     # -- hooks -------------------------------------------------------------------
     @contextlib.contextmanager
-    def active(self) -> Iterator["CaptureRecorder"]:
+    def active(self, functions: Sequence[types.FunctionType] = ()) -> Iterator["CaptureRecorder"]:
+        """Inside: the recorder's hooks and patches are on (``functions``: the user's functions the step can
+        run, whose names of ``math``'s functions are wrapped too)."""
         handles = [
             nn.modules.module.register_module_forward_pre_hook(lambda m, a: self.module_stack.append(m)),
             nn.modules.module.register_module_forward_hook(lambda m, a, o: self._pop_module(m), always_call=True),
@@ -362,7 +365,7 @@ class CaptureRecorder:
         PENDING_SINKS.append(self.pending_scalars)
         try:
             with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
-                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(), \
+                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
                 yield self

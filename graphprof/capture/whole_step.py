@@ -298,7 +298,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         foreign = ForeignCalls()
         names.on_library_call = foreign.on_call
         settings = torch_settings()
-        with recorder.active(), names:
+        with recorder.active(python.functions), names:
             out = fn(*call_args, **call_kwargs)
         refuse_changed_settings(settings)
         holder["numpy"].refuse_drawn()

@@ -92,16 +92,58 @@ def test_math_is_itself_again_outside_the_capture() -> None:
     assert math.cos is original and math.sqrt(4.0) == 2.0
 
 
-def test_a_function_imported_from_math_still_gives_eagers_numbers() -> None:
-    """``from math import cos`` binds the function itself: its ``float()`` is guarded as before, so the
-    schedule's calls capture again (and end as segments), with eager's results throughout."""
+def test_a_function_imported_from_math_replays_one_graph_per_branch() -> None:
+    """``from math import cos`` binds the function itself, here in a closure cell: the cell holds the
+    wrapper while the capture runs, so the schedule replays as ``math.cos(...)`` does, and the cell
+    holds ``cos`` again after."""
     from math import cos
 
-    expected = _run(*_cosine_step(cos), calls=10)
+    expected = _run(*_cosine_step(cos), calls=12)
     step, model, opt, kept = _cosine_step(cos)
     traced = graphprof.trace(step, profiling=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = _run(traced, model, opt, kept, calls=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _run(traced, model, opt, kept, calls=12)
     _assert_same(expected, got)
-    assert traced.captures > 2
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
+    assert traced.capture_mode == "whole-step" and traced.captures <= 3
+    get_lr = next(c.cell_contents for c in step.__closure__ or () if callable(c.cell_contents)
+                  and getattr(c.cell_contents, "__name__", "") == "get_lr")
+    assert [c.cell_contents for c in get_lr.__closure__ or () if c.cell_contents is cos] == [cos]
+
+
+_GLOBAL_SCHEDULE = """
+from math import cos, pi
+
+def get_lr(it):
+    return 1e-4 + 0.5 * (1.0 + cos(pi * it / 20)) * (1e-3 - 1e-4)
+"""
+
+
+def test_a_global_imported_from_math_replays_and_is_itself_again() -> None:
+    """The same name as a module global (a schedule module's ``from math import cos``)."""
+    import types
+
+    module = types.ModuleType("schedule_module")
+    exec(compile(_GLOBAL_SCHEDULE, "schedule_module.py", "exec"), module.__dict__)
+
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module, torch.optim.Optimizer, dict[str, Any]]:
+        step, model, opt, kept = _cosine_step(math.cos)
+        get_lr = module.get_lr  # ``from schedule_module import get_lr``
+
+        def scheduled(x: torch.Tensor) -> torch.Tensor:
+            for group in opt.param_groups:
+                group["lr"] = get_lr(kept["it"])
+            return step(x)
+        return scheduled, model, opt, kept
+
+    expected = _run(*make(), calls=8)
+    scheduled, model, opt, kept = make()
+    traced = graphprof.trace(scheduled, profiling=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _run(traced, model, opt, kept, calls=8)
+    _assert_same(expected, got)
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
+    assert traced.capture_mode == "whole-step" and traced.captures <= 3
+    assert module.cos is math.cos
