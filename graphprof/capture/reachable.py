@@ -224,10 +224,15 @@ class _Walk:
     def module_fields(self, module: types.ModuleType, label: str) -> Iterator[tuple[Location, Any, bool]]:
         """The data of a module of the user's code that walked code names (``cfg.SCALE``, ``cfg.FLAG``
         of ``import cfg``): a config module changed between calls is read as a global is, where a
-        replay kept the capture call's values. Functions, classes and modules in it are code."""
+        replay kept the capture call's values. Functions, classes and modules in it are code; a function
+        it names is walked as the step's helpers are (``sched_utils.get_lr(it)`` counting calls in its
+        module's global: the replays never counted)."""
         fields = vars(module)
         for name in sorted(self.code_names.intersection(fields)):
             value = fields[name]
+            if isinstance(value, (types.FunctionType, functools.partial)):
+                yield from self.bound(f"{label}.{name}", value)
+                continue
             if isinstance(name, str) and not name.startswith("__") and (type(value) in DATA_TYPES or watched_object(value)):
                 yield item_location(fields, name, f"{label}.{name}"), value, True
                 self.roots.append((f"{label}.{name}", value))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
+import importlib.util
 import sys
 import types
 import warnings
@@ -323,3 +324,57 @@ def test_a_list_reached_by_two_names_is_extended_once_per_replay(read_back: bool
             assert eager(*_batch(i)) == traced(*_batch(i)), f"call {i}"
     assert kept.hist == eager_kept.hist
     assert traced.capture_mode == "segments" and len(caught) == 1 and "appends to" in str(caught[0].message)
+
+
+_HELPER_MODULE = """
+from math import cos, pi
+
+calls = 0
+history = []
+
+
+def get_lr(it):
+    global calls
+    calls += 1
+    return 1e-4 + 0.5 * (1.0 + cos(pi * it / 20)) * (1e-3 - 1e-4)
+
+
+def log(value):
+    history.append(value)
+"""
+
+
+def test_the_functions_of_a_module_the_step_names_keep_their_globals(tmp_path: Path) -> None:
+    """``import sched_utils`` and ``sched_utils.get_lr(it)`` in the step: the function, reached through
+    its module's attribute, counted its calls and logged in its module's globals in the capture call
+    only (one count, one entry, where eager had one per call). Its ``from math import cos`` is computed
+    by every replay too (capture/math_calls.py), where it captured again on every call."""
+    path = tmp_path / "deep_state_helpers.py"
+    path.write_text(_HELPER_MODULE)
+
+    def make() -> tuple[Callable[..., Any], Any]:
+        spec = importlib.util.spec_from_file_location("deep_state_helpers", path)
+        assert spec is not None and spec.loader is not None
+        helpers = importlib.util.module_from_spec(spec)  # one module per copy: each counts its own calls
+        spec.loader.exec_module(helpers)
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        kept = NS(model=model, helpers=helpers, opt=opt, it=0)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            for group in opt.param_groups:
+                group["lr"] = helpers.get_lr(kept.it)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            helpers.log(loss.item())
+            kept.it += 1
+            return loss
+
+        return step, kept
+
+    traced = _same_calls(make, lambda i, kept: None,
+                         lambda kept: (kept.helpers.calls, list(kept.helpers.history), kept.opt.param_groups[0]["lr"]))
+    assert traced.captures <= 3
