@@ -37,8 +37,12 @@ from graphprof.capture.held_values import GENERATED, Place
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.sources import installed
 
+#: What a global had before the call where it had nothing.
+_MISSING = object()
+#: Instructions that assign or delete a global (noted apart from the loads: ``NameReads.stored_globals``).
+_GLOBAL_WRITES = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL"})
 #: Besides ``LOAD_*``: instructions that read a name (a global or attribute imported, a class cell).
-_READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_GLOBAL", "DELETE_NAME"})
+_READS = frozenset({"IMPORT_FROM", "IMPORT_NAME", "LOAD_CLASSDEREF", "DELETE_DEREF", "DELETE_NAME"})
 #: Variables through which code reaches others without naming them (builtins and modules it calls).
 _DYNAMIC = frozenset({"globals", "locals", "vars", "eval", "exec", "getattr", "gc", "inspect"})
 #: Attributes that do the same (``model.eval()`` is not one: an attribute named like a builtin).
@@ -71,6 +75,11 @@ class NameReads:
         #: Whether every list watched under (kind, name) has grown in this call (its last item is this
         #: call's): set by the capture once the step's state is watched.
         self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
+        #: (id of a globals dict, name) -> (the dict, where the user's code first assigned or deleted that
+        #: global in this call, its value before: ``_MISSING`` where it had none), for ``global calls;
+        #: calls += 1``: checked against the state the walk found (``refuse_unseen_global_writes``) and
+        #: put back when the capture is refused (``put_back_unseen_globals``).
+        self.stored_globals: dict[tuple[int, str], tuple[dict, str, Any]] = {}
         #: Called with each new frame of library code (capture/foreign_calls.py).
         self.on_library_call: Callable[[types.FrameType], None] | None = None
         self.active = False
@@ -98,6 +107,9 @@ class NameReads:
             loads = {}
             instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "EXTENDED_ARG"]
             for j, ins in enumerate(instructions):
+                if ins.opname in _GLOBAL_WRITES:
+                    loads[ins.offset] = _Load((ins.argval,), None, False, stores=True)
+                    continue
                 if not (ins.opname.startswith("LOAD_") or ins.opname in _READS):
                     continue
                 # Any kind of name, each name of a fused instruction (``LOAD_FAST_LOAD_FAST`` in 3.13):
@@ -129,6 +141,12 @@ class NameReads:
             hit = loads.get(frame.f_lasti) if loads else None
             if hit is not None:
                 self.loaded.update(hit.names)
+                if hit.stores:  # (an opcode event comes before its instruction runs: the value is the old one)
+                    key = (id(frame.f_globals), hit.names[0])
+                    if key not in self.stored_globals:
+                        self.stored_globals[key] = (frame.f_globals, f"{frame.f_code.co_filename}:{frame.f_lineno}",
+                                                    frame.f_globals.get(hit.names[0], _MISSING))
+                    return self._opcode
                 use = hit.use
                 if use is not None:
                     kind, used, how = use
@@ -191,12 +209,13 @@ Use = tuple[str, tuple[str, ...], str]
 
 class _Load:
     """One load instruction of the user's code: the names it reads, what for (None: appending to
-    the object, or a constant that names nothing), and whether it reaches names dynamically."""
+    the object, or a constant that names nothing), and whether it reaches names dynamically; or
+    (``stores``) an instruction that assigns or deletes the global it names."""
 
-    __slots__ = ("names", "use", "dynamic")
+    __slots__ = ("names", "use", "dynamic", "stores")
 
-    def __init__(self, names: tuple[str, ...], use: Use | None, dynamic: bool) -> None:
-        self.names, self.use, self.dynamic = names, use, dynamic
+    def __init__(self, names: tuple[str, ...], use: Use | None, dynamic: bool, stores: bool = False) -> None:
+        self.names, self.use, self.dynamic, self.stores = names, use, dynamic, stores
 
 
 def _read_use(instructions: list[dis.Instruction], j: int) -> Use | None:
@@ -363,3 +382,45 @@ def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: I
         return set()
     candidates = list_candidates(python.watched, python.extended | python.assigned)
     return names.unread(candidates) if candidates else set()
+
+
+def _found_globals(python: Any) -> set[tuple[int, Any]]:
+    """(id of the dict, key) of every watched dict entry of ``python`` (a ``PythonState``, or None)."""
+    if python is None:
+        return set()
+    return {(id(e.location.owner), e.location.key) for e in python.watched if e.location.place is Place.ITEM}
+
+
+def refuse_unseen_global_writes(python: Any, names: NameReads) -> None:
+    """Refuse a step whose code assigned a global that is not among the state found before the call
+    (``python``: a ``PythonState``).
+
+    Why: the walk finds the globals of the functions it can name. A function
+    reached otherwise (``getattr(schedules, cfg.name)(it)``, a callback
+    registered somewhere the walk does not look) counted or logged in its
+    module's globals in the capture call only, and every replay left them as
+    they were, silently. A global the walk found is held and written back by
+    the replay; any other one refuses the capture.
+    """
+    if not names.active or not names.stored_globals:
+        return
+    found = _found_globals(python)
+    for key, (globals_, where, _) in names.stored_globals.items():
+        if key not in found:
+            raise DataDependentError(
+                f"the step's code at {where} assigns the global {key[1]!r} of {globals_.get('__name__')}, which "
+                "graphprof did not find among the step's state before the call: a replay would not assign it")
+
+
+def put_back_unseen_globals(names: NameReads, python: Any) -> None:
+    """Give the globals the refused capture call assigned, and that are not watched state (which is put
+    back with the rest of ``python``), the values they had before it: the fallback runs the call
+    again, and a counter counted twice."""
+    found = _found_globals(python)
+    for key, (globals_, _, before) in names.stored_globals.items():
+        if key in found:
+            continue
+        if before is _MISSING:
+            globals_.pop(key[1], None)
+        else:
+            globals_[key[1]] = before

@@ -233,6 +233,9 @@ class _Walk:
             if isinstance(value, (types.FunctionType, functools.partial)):
                 yield from self.bound(f"{label}.{name}", value)
                 continue
+            if user_class(value):  # ``utils.Stats.bump()``: its data and its methods, as a global class's
+                self.roots.append((f"{label}.{name}", value))
+                continue
             if isinstance(name, str) and not name.startswith("__") and (type(value) in DATA_TYPES or watched_object(value)):
                 yield item_location(fields, name, f"{label}.{name}"), value, True
                 self.roots.append((f"{label}.{name}", value))
@@ -318,6 +321,9 @@ class _Walk:
             if user_class(obj) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from data_fields(obj, label)
+                # ``Stats.bump()``, a static or class method counting in its module's global: walked once
+                # the step names it, as an object's methods are (its global was counted in the capture only).
+                self.follow_methods(obj)
             if not watched_object(obj) or id(obj) in seen:
                 continue
             objects = [(label, obj)]

@@ -51,7 +51,8 @@ from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
 from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
-                                          refuse_rebuilt_containers, unnamed_attributes, unread_lists)
+                                          put_back_unseen_globals, refuse_rebuilt_containers,
+                                          refuse_unseen_global_writes, unnamed_attributes, unread_lists)
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
@@ -318,6 +319,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
         refuse_reading_extended_lists(python, names)
         refuse_rebuilt_containers(python, names)
+        refuse_unseen_global_writes(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
         hyperparameters.restore()  # the user's optimizer keeps its real numbers
         scheduler_fields.unwrap()  # and its schedulers theirs
@@ -476,6 +478,8 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].scheduler_fields.restore()
         holder["recorder"].write_log.restore()
+    if "names" in holder:
+        put_back_unseen_globals(holder["names"], holder.get("python"))
     for key in ("deep", "python", "torch_objects", "numpy"):
         if key in holder:
             holder[key].restore()
