@@ -336,6 +336,11 @@ class _Walk:
                         yield from optimizer_fields(v, f"{label}.{k}", seen)
                 objects += [held for k, v in fields.items() for held in held_in_container(v, f"{label}.{k}")]
             for olabel, o in objects:
+                if isinstance(o, torch.optim.Optimizer):  # ``self.optimizers = [opt]``: an optimizer's own fields
+                    if id(o) not in seen:  # (walked as a plain object's, its groups' numbers became inputs
+                        seen.add(id(o))    # twice over, and were left in the user's groups)
+                        yield from optimizer_fields(o, olabel, seen)
+                    continue
                 if isinstance(o, nn.Module):
                     members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
                 else:

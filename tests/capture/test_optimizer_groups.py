@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -120,3 +121,43 @@ def test_a_scheduler_stepped_in_the_step_writes_its_own_learning_rate() -> None:
 def test_a_write_before_a_scheduler_steps_is_still_the_steps_own() -> None:
     traced, messages = _run(_decay, sched=True)
     assert traced.capture_mode == "segments" and len(messages) == 1
+
+
+class _Holder:
+    """A trainer's plain object keeping its optimizers in a container (``self.optimizers = [opt]``)."""
+
+
+@pytest.mark.parametrize("kept", ["list", "dict"])
+def test_an_optimizer_a_plain_object_keeps_in_a_container_replays_and_keeps_its_numbers(kept: str) -> None:
+    """Walked as a plain object's field, the optimizer's groups' numbers were made inputs twice: the
+    capture refused with a wrong reason, every later call raised, and the groups were left holding
+    graphprof's scalars in place of the user's floats."""
+    results = []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        model = nn.Linear(8, 1)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        holder = _Holder()
+        holder.optimizers = [opt] if kept == "list" else {"main": opt}  # type: ignore[attr-defined]
+        key: Any = 0 if kept == "list" else "main"
+
+        def step(x: torch.Tensor, holder: _Holder = holder, key: Any = key, model: nn.Module = model) -> torch.Tensor:
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            holder.optimizers[key].step()  # type: ignore[attr-defined]
+            holder.optimizers[key].zero_grad()  # type: ignore[attr-defined]
+            return loss.detach()
+        fn = graphprof.trace(step, profiling=False) if traced else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(4):
+                loss = fn(torch.randn(3, 8, generator=torch.Generator().manual_seed(i)))
+                seen.append((loss, [p.detach().clone() for p in model.parameters()],
+                             {k: (type(v), v) for k, v in opt.param_groups[0].items() if k != "params"}))
+        if traced:
+            assert fn.capture_mode == "whole-step" and fn.captures == 1
+        results.append(seen)
+    for i, (e, g) in enumerate(zip(*results)):
+        assert torch.equal(e[0], g[0]) and all(torch.equal(a, b) for a, b in zip(e[1], g[1])), f"call {i}"
+        assert e[2] == g[2], f"call {i}"
