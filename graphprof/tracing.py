@@ -31,7 +31,7 @@ from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
-from graphprof.capture.scalars import DataDependentError, Guard
+from graphprof.capture.scalars import GUARD_SINKS, DataDependentError, Guard
 from graphprof.capture.signature import LastSignature, foreign_context, signature, signature_change
 from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
@@ -182,6 +182,8 @@ class TracedFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._part_of_another:
+            if GUARD_SINKS:  # called while another graph of the step is captured (a wrapper optimizer's
+                return self._fn(*args, **kwargs)  # step calls the one it wraps): its ops are that graph's
             return self._call(*args, **kwargs)
         if torch.compiler.is_compiling() or _OUTER.calls:
             # Called from inside another traced function's call: its ops are that call's, captured or

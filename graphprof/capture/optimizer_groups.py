@@ -38,8 +38,15 @@ class GroupWrites:
         #: Whether a value is graphprof's own input scalar for the user's reads (``HyperparameterInputs``).
         self.ours = ours
         distinct = {id(o): o for o in optimizers}.values()  # one optimizer may be reached twice
-        self._groups = [(f"{type(o).__name__}.param_groups[{i}]", group)
-                        for o in distinct for i, group in enumerate(o.param_groups)]
+        # and one group too: a wrapper shares the groups of the optimizer it wraps (timm's Lookahead),
+        # whose write seen once was an effect and seen again a change of plain numbers.
+        self._groups: list[tuple[str, dict]] = []
+        seen: set[int] = set()
+        for o in distinct:
+            for i, group in enumerate(o.param_groups):
+                if id(group) not in seen:
+                    seen.add(id(group))
+                    self._groups.append((f"{type(o).__name__}.param_groups[{i}]", group))
         self._expected: dict[tuple[int, Any], Any] = {}
         self.settle()
 

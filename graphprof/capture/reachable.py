@@ -398,6 +398,10 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
         if k in TORCH_OPTIMIZER_FIELDS:
             continue
         yield attribute_location(optimizer, k, label), v, True
+        if isinstance(v, torch.optim.Optimizer):  # ``Lookahead(base)``: the optimizer it wraps, as an optimizer
+            if first_visit(v, seen):  # (as a plain object, its groups' numbers became inputs twice)
+                yield from optimizer_fields(v, f"{label}.{k}", seen)
+            continue
         if watched_object(v) and not isinstance(v, nn.Module) and first_visit(v, seen):
             for field, value in list((fields_of(v) or {}).items()):
                 yield attribute_location(v, field, f"{label}.{k}"), value, True

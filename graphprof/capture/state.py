@@ -193,13 +193,29 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
+def wrapped_optimizers(optimizers: list[torch.optim.Optimizer]) -> list[torch.optim.Optimizer]:
+    """``optimizers``, each followed by the optimizers it keeps in its own fields, at any depth: timm's
+    ``Lookahead(base)`` and SAM keep the optimizer that does the update (and its state: Adam's step
+    counts, Lookahead's slow weights) as ``self.base_optimizer``. Why: that state was reached by no
+    name, and the capture was refused for reading tensors it did not know."""
+    found: dict[int, torch.optim.Optimizer] = {}
+    waiting = list(optimizers)
+    while waiting:
+        opt = waiting.pop(0)
+        if id(opt) in found:
+            continue
+        found[id(opt)] = opt
+        waiting += [v for v in vars(opt).values() if isinstance(v, torch.optim.Optimizer)]
+    return list(found.values())
+
+
 def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] = ()) -> StateIndex:
     """Build the StateIndex of everything ``fn`` reaches through names, and of the objects it is
     given (``arguments``, capture/arguments.py)."""
     index = StateIndex()
     candidates = candidate_objects(fn, arguments=arguments)
     roots = [(n, o) for n, o in candidates if isinstance(o, nn.Module)]
-    optimizers = [o for _, o in candidates if isinstance(o, torch.optim.Optimizer)]
+    optimizers = wrapped_optimizers([o for _, o in candidates if isinstance(o, torch.optim.Optimizer)])
     # The root with most parameters is "the model": its paths get no prefix.
     roots.sort(key=lambda item: -sum(p.numel() for p in item[1].parameters()))
     for rank, (var, root) in enumerate(roots):

@@ -112,3 +112,61 @@ def test_state_tensors_the_user_replaces_between_calls_are_the_ones_a_replay_upd
     traced, run = optimizer_loop(adam, traced=True, between=_restart_steps)
     assert_same_optimizer_loop(eager, traced)
     assert run.capture_mode == "whole-step" and run.captures == 2  # once, and again for the new tensors
+
+
+class Lookahead(torch.optim.Optimizer):
+    """timm's layout of Lookahead: wraps an optimizer, shares its groups (with a counter in each), keeps
+    its slow weights in the wrapped optimizer's state, and does not call ``Optimizer.__init__``."""
+
+    def __init__(self, base_optimizer: torch.optim.Optimizer, alpha: float = 0.5, k: int = 3) -> None:
+        self._base_optimizer = base_optimizer
+        self.param_groups = base_optimizer.param_groups
+        self.defaults = base_optimizer.defaults
+        self.state: Any = base_optimizer.state
+        self._optimizer_step_pre_hooks: Any = {}
+        self._optimizer_step_post_hooks: Any = {}
+        self._optimizer_state_dict_pre_hooks: Any = {}
+        self._optimizer_state_dict_post_hooks: Any = {}
+        for group in self.param_groups:
+            for name, default in {"lookahead_alpha": alpha, "lookahead_k": k, "lookahead_step": 0}.items():
+                group.setdefault(name, default)
+
+    @torch.no_grad()
+    def _update_slow(self, group: dict[str, Any]) -> None:
+        for fast in group["params"]:
+            state = self._base_optimizer.state[fast]
+            if "lookahead_slow_buff" not in state:
+                state["lookahead_slow_buff"] = torch.empty_like(fast)
+                state["lookahead_slow_buff"].copy_(fast)
+            slow = state["lookahead_slow_buff"]
+            slow.add_(fast - slow, alpha=group["lookahead_alpha"])
+            fast.copy_(slow)
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = self._base_optimizer.step(closure)
+        for group in self.param_groups:
+            group["lookahead_step"] += 1
+            if group["lookahead_step"] % group["lookahead_k"] == 0:
+                self._update_slow(group)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._base_optimizer.zero_grad(set_to_none)
+
+
+def test_a_wrapper_sharing_the_groups_and_state_of_the_optimizer_it_wraps_replays_whole_step() -> None:
+    """The wrapped AdamW's state (step counts, slow weights) was reached by no name, and the group
+    counter the wrapper advances was seen once per optimizer sharing the group: refused, as segments."""
+    def lookahead(params: Any) -> torch.optim.Optimizer:
+        return Lookahead(torch.optim.AdamW(params, lr=0.01), k=3)
+
+    eager, _ = optimizer_loop(lookahead, traced=False, calls=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced, run = optimizer_loop(lookahead, traced=True, calls=8)
+    assert_same_optimizer_loop(eager, traced)
+    assert run.capture_mode == "whole-step"
+    # The call that makes the slow weights (the first with ``lookahead_step % k == 0``) puts new tensors
+    # in the state: that path alone is profiled as segments, with one warning; the other replays.
+    messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(messages) == 1 and "state[param 0]['lookahead_slow_buff']" in messages[0]
