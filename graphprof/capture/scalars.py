@@ -45,6 +45,10 @@ class DataDependentError(RuntimeError):
 
     #: The path the refused capture was on (capture/refused_paths.py), set by the capture it left.
     refused_path: Any = None
+    #: Whether only this call's values chose the refused path, and another call's would take one a
+    #: graph can replay (a gradient scaler's overflow, capture/grad_scaler.py): the call runs eagerly,
+    #: and the next one captures again.
+    this_call_only: bool = False
 
 
 _Number = (int, float, bool)
