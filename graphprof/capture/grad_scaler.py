@@ -29,11 +29,9 @@ the next call captures again. A subclass of GradScaler that replaces
 ``_maybe_opt_step`` is not recognised here: its branch refuses as before.
 
 An optimizer that unscales and skips inside its own kernel (``fused=True``:
-``_step_supports_amp_scaling``) has no branch; the scaler hands it its scale
-and count as ``optimizer.grad_scale`` and ``optimizer.found_inf``. Captured
-whole, such a step left other gradients than eager's in the capture call
-itself, for a reason not yet understood: it is refused
-(``refuse_scaled_kernel``), and runs as segments, equal to eager.
+``_step_supports_amp_scaling``) has no branch: the scaler hands it its scale
+and count as ``optimizer.grad_scale`` and ``optimizer.found_inf``, and a
+replay of its kernel skips as eager's does. No check is needed there.
 """
 
 from __future__ import annotations
@@ -74,15 +72,6 @@ def add_overflow_check(graph: torch.fx.Graph, found_inf: torch.fx.Node) -> torch
     if _CAPTURE in found_inf.meta:
         node.meta[_CAPTURE] = found_inf.meta[_CAPTURE]
     return node
-
-
-def refuse_scaled_kernel(optimizer: torch.optim.Optimizer) -> str | None:
-    """Why the capture of ``optimizer``'s step, starting now, is refused: a gradient scaler handed it its
-    scale and overflow count to apply in its kernel (``fused=True``); None otherwise."""
-    if getattr(optimizer, "found_inf", None) is None and getattr(optimizer, "grad_scale", None) is None:
-        return None
-    return (f"a gradient scaler steps {type(optimizer).__name__} with fused=True, which unscales the gradients and "
-            "skips overflowed steps in its kernel; such a step is not captured as one static graph yet")
 
 
 def overflow_checks(graph: torch.fx.Graph) -> list[torch.fx.Node]:

@@ -46,7 +46,6 @@ from graphprof.capture.host_sources import HostSources
 from graphprof.capture.fast_paths import fused_fast_paths
 from graphprof.capture.caught_exceptions import CatchingFrames
 from graphprof.capture.grad_reads import GradReads
-from graphprof.capture.grad_scaler import refuse_scaled_kernel
 from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
@@ -395,9 +394,6 @@ class CaptureRecorder:
             self.module_stack.pop()
 
     def _enter_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        scaled = refuse_scaled_kernel(optimizer)
-        if scaled is not None:
-            raise DataDependentError(scaled)
         self.optimizer_depth += 1
         if self.optimizer_depth == 1:
             self.hyperparameters.enter(optimizer)  # read as eager reads them: when the step starts
