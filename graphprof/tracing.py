@@ -38,7 +38,7 @@ from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
 from graphprof.runtime.device_clock import TIMINGS, DeviceClock
-from graphprof.runtime.failed_replays import ReplayError
+from graphprof.runtime.failed_replays import ReplayError, overflowed
 from graphprof.runtime.runner import Runner
 from graphprof.runtime.schedule import Action, Schedule
 from graphprof.runtime.segmented_runner import SegmentedRunner
@@ -55,6 +55,9 @@ DEFAULT_MAX_STEPS = 100
 REFUSED_PATHS = 4
 #: Captures in a row (no replay between them) after which the step is profiled as segments.
 STORM_LIMIT = 5
+#: Captures in a row refused by their call's values alone (gradients that overflowed while a float16
+#: run's scale comes down: one per halving) after which the step is profiled as segments.
+CALL_ONLY_LIMIT = 16
 
 
 class _Outer(threading.local):
@@ -144,6 +147,8 @@ class TracedFunction:
         #: Of the captures in a row, how many last ones stopped at an error the step raises itself (as
         #: eager does), and the last such error: the storm's warning names that, not a capture's reason.
         self._own_errors_in_a_row: tuple[int, str] = (0, "")
+        #: Captures in a row refused by their call's values alone (``_after_call_only_refusal``), and why.
+        self._call_only_in_a_row: tuple[int, str] = (0, "")
         self._storm: str | None = None  # why re-capturing stopped
         self._segmented: SegmentedRunner | None = None
         #: Why every call runs as segments (a refused capture with no other path to tell it from).
@@ -244,6 +249,9 @@ class TracedFunction:
                            "text a static graph would keep")
         elif self._captures_in_a_row > STORM_LIMIT:
             self._storm = self._storm_reason(reason)
+        elif self._call_only_in_a_row[0] >= CALL_ONLY_LIMIT:
+            tries, refusal = self._call_only_in_a_row
+            self._storm = f"could not be captured {tries} times in a row: each try met {refusal}"
         if self._storm is not None:
             message = f"graphprof: {self.__name__} {self._storm}; no longer capturing it"
             if self.capture != "auto":
@@ -253,6 +261,8 @@ class TracedFunction:
         try:
             captured = self._capture(key, args, kwargs, reason)
         except CaptureError as exc:
+            if isinstance(exc.__cause__, DataDependentError) and exc.__cause__.this_call_only:
+                return self._after_call_only_refusal(exc.__cause__, args, kwargs)
             if self.capture != "auto":
                 raise
             if isinstance(exc.__cause__, DataDependentError):
@@ -261,6 +271,7 @@ class TracedFunction:
         else:
             self._switch_runner(captured)
             self._own_errors_in_a_row = (0, "")
+            self._call_only_in_a_row = (0, "")
             return captured.captured.result
         return self._after_failed_capture(stopped, args, kwargs)  # outside the handler: no chained error
 
@@ -294,6 +305,15 @@ class TracedFunction:
             warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
                           stacklevel=3)
         return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
+
+    def _after_call_only_refusal(self, refusal: DataDependentError, args: tuple, kwargs: dict) -> Any:
+        """A capture refused by this call's values alone (its gradients overflowed, and the scaler skipped
+        the optimizer's step: capture/grad_scaler.py): the call runs eagerly from the state the capture
+        put back, and the next call captures again. Such tries are not a storm (a float16 run overflows
+        once per halving of its scale at the start); ``CALL_ONLY_LIMIT`` of them in a row are."""
+        self._captures_in_a_row = max(0, self._captures_in_a_row - 1)
+        self._call_only_in_a_row = (self._call_only_in_a_row[0] + 1, str(refusal))
+        return self._fn(*args, **kwargs)
 
     def _refuse_text_path(self, key: Hashable, broken: Guard, last: LastSignature | None) -> bool:
         """Turn the path whose formatted text ``broken`` changed into a refused path, when the step has
@@ -394,8 +414,11 @@ class TracedFunction:
                 result = runner.run(call, start, action, args, kwargs, leaves)
             except ReplayError as exc:
                 failed = exc
-            if failed is not None:  # outside the handler: eager's error is not chained to graphprof's
+            if failed is not None and not overflowed(failed):  # outside the handler: eager's error is not chained
                 return self._after_failed_replay(failed, args, kwargs)
+            if failed is not None:  # its gradients overflowed, before it changed anything (capture/grad_scaler.py)
+                failed.failure.restore()
+                result = self._fn(*args, **kwargs)  # eager's skipped step; later calls replay again
         if action is Action.RECORD_AND_SAVE and runner.recorded():
             self._complete_cycle(runner)
         return result
@@ -546,6 +569,7 @@ class TracedFunction:
         self.captures = 0
         self._captures_in_a_row = 0
         self._own_errors_in_a_row = (0, "")
+        self._call_only_in_a_row = (0, "")
         self._storm = None
         self._last_signature = None
 

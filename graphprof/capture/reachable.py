@@ -37,6 +37,7 @@ from graphprof.capture.locations import (
     fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, watched_object,
     wrapper_chain,
 )
+from graphprof.capture.scaler_state import scaler_fields
 from graphprof.capture.state import held_in_container, partial_bindings
 
 
@@ -318,6 +319,9 @@ class _Walk:
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from optimizer_fields(obj, label, seen)
+            if isinstance(obj, torch.amp.GradScaler) and id(obj) not in seen:
+                seen.add(id(obj))
+                yield from scaler_fields(obj, label)
             if user_class(obj) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from data_fields(obj, label)
@@ -334,6 +338,9 @@ class _Walk:
                     if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                         seen.add(id(v))
                         yield from optimizer_fields(v, f"{label}.{k}", seen)
+                    if isinstance(v, torch.amp.GradScaler) and id(v) not in seen:
+                        seen.add(id(v))
+                        yield from scaler_fields(v, f"{label}.{k}")
                 objects += [held for k, v in fields.items() for held in held_in_container(v, f"{label}.{k}")]
             for olabel, o in objects:
                 if isinstance(o, torch.optim.Optimizer):  # ``self.optimizers = [opt]``: an optimizer's own fields

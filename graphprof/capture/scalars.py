@@ -36,6 +36,7 @@ import torch
 import torch.fx
 
 from graphprof.capture.call_numbers import CallScalars, number_leaves
+from graphprof.capture.grad_scaler import OVERFLOW_BRANCH, add_overflow_check
 from graphprof.capture.printed_texts import PRINTED_TEXTS
 from graphprof.capture.sources import installed, is_library, is_standard_library, user_source
 
@@ -45,6 +46,10 @@ class DataDependentError(RuntimeError):
 
     #: The path the refused capture was on (capture/refused_paths.py), set by the capture it left.
     refused_path: Any = None
+    #: Whether only this call's values chose the refused path, and another call's would take one a
+    #: graph can replay (a gradient scaler's overflow, capture/grad_scaler.py): the call runs eagerly,
+    #: and the next one captures again.
+    this_call_only: bool = False
 
 
 _Number = (int, float, bool)
@@ -271,6 +276,8 @@ class TracedScalar:
             # failed capture unwinds). Refusing there replaced the step's own error by graphprof's.
             # (graphprof's own comparisons outside a capture still refuse: its effects rely on that.)
             return op(*(o.value if isinstance(o, TracedScalar) else o for o in operands))
+        if op is bool and GUARD_SINKS and not self.is_input and sys._getframe(2).f_code is OVERFLOW_BRANCH:
+            return self._overflow_branch()
         if not GUARD_SINKS or not all(s.is_input or (s.counted and outcome_only) for s in scalars):
             return self._refuse(what)
         _refuse_read_during_step(what, scalars)
@@ -278,6 +285,17 @@ class TracedScalar:
         GUARD_SINKS[-1].append(Guard(op, tuple(o.node if isinstance(o, TracedScalar) else o for o in operands),
                                      result, self._where))
         return result
+
+    def _overflow_branch(self) -> bool:
+        """GradScaler's ``if not found_inf_sum:`` (capture/grad_scaler.py): on a call that steps, False with
+        a node that checks each replay's sum; a call that skips the step is not captured."""
+        if self.value:
+            error = DataDependentError(f"a call whose gradients overflowed (the gradient scaler skipped the "
+                                       f"optimizer's step at {self._where}), a path a replay runs eagerly")
+            error.this_call_only = True
+            raise error
+        add_overflow_check(self._graph, self.node)
+        return False
 
     def _text(self, what: str, op: Callable[..., str], *spec: str) -> str:
         """The text of a number the step formats for ``print`` or a logger alone: a marker the replay's

@@ -163,7 +163,7 @@ def _every_tensor(tensor: torch.Tensor) -> bool:
 
 
 def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> list[torch.Tensor]:
-    """Every pre-existing tensor ``func`` writes to, when one of them has a single element; else none.
+    """Every tensor ``func`` writes to, when a pre-existing one has a single element; else none.
 
     make_fx's tracer propagates "constants" (tensors of at most one element)
     by running the op on them once more: an in-place op on such a tensor from
@@ -185,7 +185,8 @@ def written_small_tensors(func: Any, args: tuple, kwargs: dict, is_preexisting: 
         if argument.alias_info is None or not argument.alias_info.is_write:
             continue
         value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
-        for t in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(t, torch.Tensor) and is_preexisting(t):
-                found.append(t)
-    return found if any(t.numel() <= 1 for t in found) else []
+        found += [t for t in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(t, torch.Tensor)]
+    # The op's other written tensors come too, those the step made included: the op runs once more on
+    # all of them. A fused optimizer given a gradient scaler's scale (``_fused_adam_(grads=...,
+    # grad_scale=...)``) unscales the step's new gradients in place, and they were divided twice.
+    return found if any(t.numel() <= 1 and is_preexisting(t) for t in found) else []

@@ -39,6 +39,7 @@ from graphprof.capture.module_structure import ModuleStructure, hook_functions, 
 from graphprof.capture.recorder import CaptureRecorder, GradDrop
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
+from graphprof.capture.scaler_state import ScalerStates
 from graphprof.capture.step_warnings import StepWarning
 from graphprof.capture.scalars import DataDependentError, Guard, TracedScalar, distinct_guards
 from graphprof.capture.argument_writes import ArgumentWrites
@@ -272,6 +273,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["deep"] = DeepContents(python.watched)
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
+        holder["scalers"] = ScalerStates(reached)
         holder["numpy"] = NumpyDraws(candidate_objects(fn, arguments=arguments), state.module_objects())
         hyperparameters = recorder.hyperparameters
         hyperparameters.watch_groups(state.optimizers)  # the user's reads of a group's lr are inputs
@@ -317,6 +319,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
+        holder["scalers"].effects(recorder.graph, recorder.context(()))
         refuse_reading_extended_lists(python, names)
         refuse_rebuilt_containers(python, names)
         refuse_unseen_global_writes(python, names)
@@ -391,7 +394,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=_held(python.held(model_state, unread_lists(
                                     python, holder["names"], leaves, params), unnamed)
-                                    + recorder.distribution_checks.held() + recorder.host_sources.environment.held(),
+                                    + recorder.distribution_checks.held() + recorder.host_sources.environment.held()
+                                    + holder["scalers"].held(),
                                     optimizer_only),
                                 structure=structure,
                                 autocast=autocast,
@@ -469,8 +473,10 @@ def _held(held: tuple[HeldValue, ...], optimizer_only: bool) -> tuple[HeldValue,
 
 def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hyperparameters: bool) -> None:
     """Put back what the capture call changed, as far as it got (``holder``: what it had set up): the
-    flags, the recorded tensor writes, the contents below the watched values, then the watched
-    values themselves (they hold the capture's inputs), and the optimizers and schedulers."""
+    flags, the recorded tensor writes, the contents below the watched values, the optimizers,
+    schedulers and scalers, then the watched values themselves (they hold the capture's inputs: a
+    scaler's or a custom optimizer's number fields, which the torch objects' copy, taken after the
+    inputs were put in, holds too)."""
     flags.restore()
     modes.restore()
     if "recorder" in holder:
@@ -480,7 +486,7 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
         holder["recorder"].write_log.restore()
     if "names" in holder:
         put_back_unseen_globals(holder["names"], holder.get("python"))
-    for key in ("deep", "python", "torch_objects", "numpy"):
+    for key in ("deep", "torch_objects", "python", "numpy"):
         if key in holder:
             holder[key].restore()
 

@@ -37,7 +37,9 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from graphprof.capture.grad_scaler import OVERFLOW_CHECK, GradientsOverflowed, overflow_checks
 from graphprof.capture.host_nodes import SILENT_AGAIN, is_reader
+from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.snapshot import arguments_by_name, written_arguments
 from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
 from graphprof.passes.records import CAPTURE, STATE
@@ -165,8 +167,8 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
         elif target is operator.getitem:
             if node.args and node.args[0] in fresh:
                 fresh.add(node)
-        elif is_reader(node) or node.meta.get(DROPS_GRADS) or _pure(target):
-            continue  # (gradients dropped where eager drops them: eager had dropped them too)
+        elif is_reader(node) or node.meta.get(DROPS_GRADS) or node.meta.get(OVERFLOW_CHECK) or _pure(target):
+            continue  # (gradients dropped where eager drops them: eager had dropped them too; a check reads)
         elif node.meta.get(SILENT_AGAIN) is not None and node.meta[SILENT_AGAIN]():
             continue  # a warning eager's run would not show again
         else:
@@ -186,13 +188,39 @@ def diagnose(step: CapturedStep, executable: Any, error: BaseException,
     at = position.get(raised.name)
     if at is None or nodes[at].target is not raised.target:
         return FailedReplay(raised.name, "stopped where graphprof cannot tell", restore)
+    return FailedReplay(describe(nodes[at]), changed_until(step, nodes, at), restore)
+
+
+def changed_until(step: CapturedStep, nodes: list[torch.fx.Node], at: int) -> str | None:
+    """What a replay of ``step`` (its graph's ``nodes``) that stops at ``nodes[at]`` has changed that eager's
+    run from the call's start cannot give back, in words; None when nothing."""
     written = first_change(step.graph_module.graph, nodes[at])
     if written is None and step.drop_unseen:
         written = "dropped gradients where the capture did not see the step drop them (zero_grad)"
     dropped_before = step.start_clears or any(n.meta.get(DROPS_GRADS) for n in nodes[:at])
     if written is None and step.dropped_grads_read and dropped_before:
         written = "dropped gradients the step reads before it drops them (p.grad before zero_grad)"
-    return FailedReplay(describe(nodes[at]), written, restore)
+    return written
+
+
+def overflowed(failed: ReplayError) -> bool:
+    """Whether a replay stopped at an overflow check (capture/grad_scaler.py) before it changed anything:
+    eager's run of the call skips the optimizer's step, and later calls replay again."""
+    return isinstance(failed.error, GradientsOverflowed) and failed.failure.written is None
+
+
+def refuse_unsafe_overflow_checks(step: CapturedStep) -> None:
+    """Refuse a captured step whose replay could stop at an overflow check after it had written something
+    the user holds (gradients accumulated into, another optimizer's update): such a replay could not
+    give the caller eager's skipped step."""
+    nodes = list(step.graph_module.graph.nodes)
+    for check in overflow_checks(step.graph_module.graph):
+        written = changed_until(step, nodes, nodes.index(check))
+        if written is not None:
+            raise DataDependentError(
+                f"the gradient scaler's check for overflowed gradients ({describe(check)}) comes after the step "
+                f"has {written}, so a replay whose gradients overflow could not run the step again as eager "
+                "would")
 
 
 def _draws(node: torch.fx.Node) -> bool:

@@ -31,7 +31,8 @@ from graphprof.runtime.allocator import AllocatorSampler, accelerator_type, add_
 from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.collect import gradient_host_record, graph_record
 from graphprof.runtime.device_clock import DeviceClock, DeviceTimeline, device_timeline
-from graphprof.runtime.failed_replays import ReplayError, diagnose, random_devices, saved_generators
+from graphprof.runtime.failed_replays import (ReplayError, diagnose, random_devices, refuse_unsafe_overflow_checks,
+                                              saved_generators)
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action
@@ -68,6 +69,7 @@ class WholeStepRunner:
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
         try:
+            refuse_unsafe_overflow_checks(captured)
             with stage(f"annotating {name}'s {len(captured.graph_module.graph.nodes)} nodes"):
                 prepare_graph(captured.graph_module)
             wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
