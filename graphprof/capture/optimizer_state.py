@@ -53,9 +53,13 @@ def refuse_replaced(before: StateSnapshot) -> None:
             was = dict(items)
             for key, value in d.items():
                 if key not in was or not same_value(value, was[key]):
-                    raise DataDependentError(
+                    error = DataDependentError(
                         f"the optimizer's step puts a new value in {where}[{key!r}] (not written in place), "
                         "which a replayed graph would not repeat")
+                    # A value made where there was none (timm's Lookahead makes its slow weights on the
+                    # k-th call): this call runs eagerly, and the next one on this path finds it made.
+                    error.this_call_only = key not in was
+                    raise error
 
 
 @dataclass(frozen=True)
