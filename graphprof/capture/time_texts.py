@@ -14,6 +14,7 @@ any other way refuses the capture, naming the line.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -25,11 +26,18 @@ TIME_TEXTS = {"ctime": 0, "asctime": 0, "strftime": 1}
 _localtime = time.localtime
 
 
+def _ctime_text(original: Callable[..., str], seconds: float) -> str:
+    return original(seconds)
+
+
+def _local_time_text(original: Callable[..., str], seconds: float, *spec: str) -> str:
+    return original(*spec, _localtime(seconds))
+
+
 def _formatter(name: str, original: Callable[..., str]) -> Callable[..., str]:
-    """The text ``original`` gives for the time ``seconds`` (and a ``strftime`` format)."""
-    if name == "ctime":
-        return lambda seconds: original(seconds)
-    return lambda seconds, *spec: original(*spec, _localtime(seconds))
+    """The text ``original`` gives for the time ``seconds`` (and a ``strftime`` format): module functions,
+    as the other formatted values' are, so the output node's template holds no closure."""
+    return functools.partial(_ctime_text if name == "ctime" else _local_time_text, original)
 
 
 def time_text(name: str, original: Callable[..., str], texts: PrintedTexts, from_user: Callable[[], bool],
