@@ -7,6 +7,8 @@ outside the graph would be frozen at the capture call's value:
   ``_ns`` forms, ``process_time()``) called by the user's code become input
   scalars: graph nodes that read the clock when the replay reaches them, so
   ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager;
+  the time as text (``time.ctime()``) in a line the step only prints is
+  each replay's own (``time_texts``);
 * **output**: ``print(...)`` and ``logging`` calls made by the user's code
   print now and leave a host node that prints again, with that call's
   values, on every replay (values read from tensors are slots filled at run
@@ -59,6 +61,7 @@ from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.environment import ENVIRONMENT_FILES, EnvironmentReads
 from graphprof.capture.step_warnings import StepWarning, wrapped_warn
+from graphprof.capture.time_texts import TIME_TEXTS, time_text
 
 #: What a step may do to files besides ``open()``: save a checkpoint, move or remove files.
 _TORCH_FILES = ("save",)
@@ -158,6 +161,8 @@ class HostSources:
         if torch.is_anomaly_enabled() and torch.is_anomaly_check_nan_enabled():
             raise DataDependentError(_ANOMALY_CHECKS)
         try:
+            for name in TIME_TEXTS:  # (reading the clock itself: before it is patched)
+                self._patch(undo, time, name, functools.partial(self._time_text, name, time.time))
             for name in _CLOCKS:
                 self._patch(undo, time, name, self._clock)
             for name, value in list(vars(random).items()):
@@ -226,6 +231,13 @@ class HostSources:
                                 sources.source(), during_step=f"the time (time.{original.__name__})")
 
         return clock
+
+    def _time_text(self, name: str, clock: Callable[[], float], original: Callable[..., str]) -> Callable[..., str]:
+        sources = self
+        return time_text(name, original, self.texts, lambda: _from_user((), sources.library, depth=3),
+                         lambda: input_scalar(sources.graph, clock(), clock, "time.time", sources.record(),
+                                              sources.source(), during_step="the time (time.time)"),
+                         self.source)
 
     def _echo(self, what: str, skip_files: tuple[str, ...]) -> Callable[[Any], Any]:
         sources = self

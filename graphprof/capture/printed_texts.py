@@ -12,10 +12,11 @@ replay's numbers themselves.
 How: when a number the capture traces is formatted, the f-string is looked
 up in the source (``only_printed``), or the ``"...".format(...)`` call of a
 string written there (the PyTorch examples' form: ``str.format`` calls the
-value's ``__format__`` from the call's instruction). If it is an argument of a call of
-Python's own ``print``, or the message of a ``logging.Logger``'s ``info``
-(``debug``, ``warning``, ...) or of ``logging.info``, in the user's code, the
-number's text is a marker (``PrintedTexts.defer``): a NUL, a random tag of
+value's ``__format__`` from the call's instruction), or the ``str(...)`` call. If
+the string reaches only arguments of calls of Python's own ``print``, or
+messages of a ``logging.Logger``'s ``info`` (``debug``, ``warning``, ...) or
+of ``logging.info``, in the user's code (straight, or through ``+``, a join
+and local names: capture/text_flow.py), the number's text is a marker (``PrintedTexts.defer``): a NUL, a random tag of
 this capture and the entry's index. The output calls' stand-ins
 (``host_sources``) find the markers in their arguments and keep the string
 as a ``FormattedText``: its constant parts and, for each marker, the
@@ -26,8 +27,9 @@ Why this is safe: a string an f-string makes can only reach what the
 source passes it to, and the source says: ``print``, resolved to the
 builtin (not a global or local of that name, which ``rich`` provides), or a
 logger found by name and attribute lookups alone (no property run), whose
-method is logging's own; and nothing in between (not ``.upper()``, a list,
-a conditional). A spec that is computed (``f"{x:.{p}f}"``) or a conversion
+method is logging's own; and in between only what keeps the text as it is
+(``text_flow``: not ``.upper()``, a list the state keeps, ``len``, a
+conditional). A spec that is computed (``f"{x:.{p}f}"``) or a conversion
 with a spec (``f"{x!r:>8}"``, which would pad the marker) refuses as
 before. As a last check, a marker that no output call took by the end of
 the capture refuses it (``whole_step``): a logger whose level drops the
@@ -58,6 +60,7 @@ from graphprof.capture.percent_texts import (Percent, compiled_percent, is_perce
                                              read_back)
 from graphprof.capture.source_ast import holds, instruction_at, module_tree, spanning, spans
 from graphprof.capture.sources import file_line, is_library
+from graphprof.capture.text_flow import LOG_METHODS, a_str_call, a_time_text_call, output_calls
 
 #: The instructions that call ``__format__``, ``__str__`` or ``__repr__`` of an f-string's value.
 _FORMATTING = frozenset({"FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"})
@@ -167,27 +170,27 @@ def only_printed(code: CodeType, offset: int, frame: FrameType) -> bool:
     Python's own ``print``, or the message of a ``logging`` call, and nothing else, with constant specs."""
     if sys.version_info < (3, 11):
         return False
-    call = _printing_call(code, offset)
-    if call is None:
+    found = _printing_call(code, offset)
+    if found is None:
         return False
-    if isinstance(call.func, ast.Attribute):
-        return _a_logging_call(call.func, frame)
-    return _names_builtin_print(code, frame)
+    calls, by_str = found
+    if by_str and not _names_builtin("str", code, frame):
+        return False
+    return all(_a_logging_call(call.func, frame) if isinstance(call.func, ast.Attribute)
+               else _names_builtin("print", code, frame) for call in calls)
 
 
-def _names_builtin_print(code: CodeType, frame: FrameType) -> bool:
-    """``print`` in this frame is the builtin one (patched by the capture), not a name of the user's."""
-    if "print" in code.co_varnames or "print" in code.co_cellvars or "print" in code.co_freevars:
+def _names_builtin(name: str, code: CodeType, frame: FrameType) -> bool:
+    """``name`` (``print``, ``str``) in this frame is the builtin one, not a name of the user's."""
+    if name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars:
         return False
-    if "print" in frame.f_globals:
+    if name in frame.f_globals:
         return False
-    if not code.co_flags & inspect.CO_OPTIMIZED and "print" in frame.f_locals:  # a class body's or exec's names
+    if not code.co_flags & inspect.CO_OPTIMIZED and name in frame.f_locals:  # a class body's or exec's names
         return False
-    return frame.f_builtins.get("print") is builtins.print
+    return frame.f_builtins.get(name) is getattr(builtins, name)
 
 
-#: Logging calls whose message a record keeps as it is given: ``Logger._log`` (patched by the capture).
-_LOG_METHODS = frozenset({"debug", "info", "warning", "error", "critical", "exception", "fatal"})
 
 
 def _a_logging_call(func: ast.Attribute, frame: FrameType) -> bool:
@@ -202,7 +205,7 @@ def _a_logging_call(func: ast.Attribute, frame: FrameType) -> bool:
 
 
 #: The ``logging`` module's own functions, as it defines them (a test or a library may replace them).
-_LOGGING_FUNCTIONS = {name: getattr(logging, name) for name in _LOG_METHODS}
+_LOGGING_FUNCTIONS = {name: getattr(logging, name) for name in LOG_METHODS}
 _MISSING = object()
 
 
@@ -230,9 +233,10 @@ def _namespaces(frame: FrameType) -> list[dict[str, Any]]:
 
 
 @functools.lru_cache(maxsize=512)
-def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
-    """The call the f-string formatted at ``offset`` is a direct argument of (``print(f"...")``), or the
-    message of (``log.info(f"...")``), when its specs are all written out; else None."""
+def _printing_call(code: CodeType, offset: int) -> tuple[tuple[ast.Call, ...], bool] | None:
+    """The output calls the text formatted at ``offset`` reaches and nothing else (``text_flow``: a
+    ``%``-formatted string only as their own argument, since it is read back from it), when its specs
+    are all written out; and whether the text is ``str(...)``'s. Else None."""
     instruction = instruction_at(code, offset)
     if instruction is None or instruction.positions is None or (
             instruction.opname not in _FORMATTING and instruction.opname != "CALL" and not is_percent(instruction)):
@@ -243,35 +247,30 @@ def _printing_call(code: CodeType, offset: int) -> ast.Call | None:
     if tree is None or line is None or end_line is None or column is None or end_column is None:
         return None
     fstring: ast.expr
+    direct = False
     if instruction.opname == "CALL":  # ``"loss {:.4f}".format(v)``: str.format calls the value's __format__
         found = _format_call(tree, (line, column), (end_line, end_column))
         if found is None:
             return None
-        fstring, call = found
+        fstring = found
     elif is_percent(instruction):  # ``"loss %.4f" % v``: str's ``%`` asks the value for a number
         found_percent = percent_node(tree, (line, column), (end_line, end_column))
         if found_percent is None:
             return None
-        fstring, call = found_percent
+        fstring, direct = found_percent[0], True
     else:
         found_fstring = _innermost_fstring(tree, (line, column), (end_line, end_column))
         if found_fstring is not None:
-            fstring, call = found_fstring
+            fstring = found_fstring[0]
             if not all(_constant_spec(value) for value in fstring.values if isinstance(value, ast.FormattedValue)):
                 return None
         else:  # ``"%s=%s" % (k, v)``: Python compiles a tuple's ``%s``, ``%r`` and ``%a`` as an f-string
             found_operand = compiled_percent(tree, (line, column), (end_line, end_column))
             if found_operand is None or "with format" in instruction.argrepr:  # (a width would pad the marker)
                 return None
-            fstring, call = found_operand
-    if not isinstance(call, ast.Call):
-        return None
-    if isinstance(call.func, ast.Name) and call.func.id == "print" and any(arg is fstring for arg in call.args):
-        return call
-    if (isinstance(call.func, ast.Attribute) and call.func.attr in _LOG_METHODS and call.args
-            and call.args[0] is fstring):
-        return call
-    return None
+            fstring, direct = found_operand[0], True
+    calls = output_calls(tree, fstring, code, direct)
+    return None if calls is None else (calls, a_str_call(fstring))
 
 
 def _constant_spec(value: ast.FormattedValue) -> bool:
@@ -303,15 +302,17 @@ def _innermost_fstring(tree: ast.AST, start: tuple[int, int], end: tuple[int, in
     return best
 
 
-def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> tuple[ast.Call, ast.AST] | None:
-    """The ``"...".format(...)`` call spanning exactly ``[start, end]``, and its parent node, when the
-    format string is written out and its specs are constant (no ``{:{width}}``, no conversion beside a
-    spec, as for an f-string), else None."""
+def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) -> ast.Call | None:
+    """The ``"...".format(...)`` call spanning exactly ``[start, end]`` when the format string is written
+    out and its specs are constant (no ``{:{width}}``, no conversion beside a spec, as for an f-string),
+    or the ``str(...)`` or ``time.ctime()`` call spanning it; else None."""
     found = spanning(tree, start, end, lambda node: isinstance(node, ast.Call) and spans(node, start, end))
     if found is None:
         return None
-    node, parent = found
+    node = found[0]
     assert isinstance(node, ast.Call)
+    if a_str_call(node) or a_time_text_call(node):  # ``"L: " + str(round(l, 4))``, ``time.ctime()``
+        return node
     func = node.func
     if not (isinstance(func, ast.Attribute) and func.attr == "format" and isinstance(func.value, ast.Constant)
             and isinstance(func.value.value, str)):
@@ -322,6 +323,4 @@ def _format_call(tree: ast.AST, start: tuple[int, int], end: tuple[int, int]) ->
         return None
     if any(spec and ("{" in spec or conversion) for _, _, spec, conversion in fields):
         return None
-    return node, parent
-
-
+    return node

@@ -370,6 +370,13 @@ class TracedScalar:
             return self._text("repr()", repr)
         return f"TracedScalar({self.value!r}, node={self.node.name})"  # outside a capture: for debugging
 
+    def __getattr__(self, name: str) -> Any:
+        """A numpy scalar's ``round`` (yolov5's ``np.interp(ni, xi, [1, n]).round()``): recorded as
+        arithmetic is. Any other attribute is missing, as the class says."""
+        if name == "round" and type(self.value).__module__ == "numpy":
+            return lambda decimals=0: self._record(_numpy_round, self, decimals)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """A numpy ufunc of numbers (``np.cos(np.pi * it / total)`` in a schedule): a node that calls it at
         replay, as ``math``'s functions are (capture/math_calls.py); arrays and ``out=`` are not taken."""
@@ -383,6 +390,11 @@ class TracedScalar:
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         return call_with_scalars(func, args, kwargs or {})
+
+
+def _numpy_round(value: Any, decimals: int) -> Any:
+    """``value.round(decimals)`` of a numpy scalar: the node a replay calls."""
+    return value.round(decimals)
 
 
 #: Functions that make a tensor of the data they are given: a number read from a tensor becomes one

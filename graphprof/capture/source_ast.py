@@ -16,11 +16,15 @@ from typing import Callable
 
 
 def instruction_at(code: CodeType, offset: int) -> dis.Instruction | None:
-    """The instruction of ``code`` at ``offset`` (a frame's ``f_lasti``), or None."""
+    """The instruction of ``code`` at ``offset`` (a frame's ``f_lasti``), or None. A frame that called a
+    Python function (the capture's stand-in for ``time.ctime``) is at its ``CALL``'s last inline cache
+    entry (Python 3.11), which belongs to the ``CALL``."""
+    found = None
     for instruction in dis.get_instructions(code):
-        if instruction.offset == offset:
-            return instruction
-    return None
+        if instruction.offset > offset:
+            break
+        found = instruction
+    return found
 
 
 def module_tree(filename: str) -> ast.Module | None:

@@ -147,3 +147,70 @@ def test_a_global_imported_from_math_replays_and_is_itself_again() -> None:
     assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
     assert traced.capture_mode == "whole-step" and traced.captures <= 3
     assert module.cos is math.cos
+
+
+def _warmup_step(interp_kwargs: dict[str, Any]) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Module,
+                                                        torch.optim.Optimizer, dict[str, Any]]:
+    """yolov5's warmup: ``numpy.interp`` of the iteration counter between two lists that hold the
+    groups' ``initial_lr``, into the groups' lr and momentum, and the accumulation count rounded."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    opt.add_param_group({"params": model[1].parameters(), "weight_decay": 5e-4})
+    lf = lambda x: (1 - x / 10) * (1.0 - 0.01) + 0.01  # noqa: E731
+    torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lf)
+    kept: dict[str, Any] = {"it": 0, "accumulate": 1, "norms": []}
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        ni, xi = kept["it"], [0, 4]
+        if ni <= 4:
+            kept["accumulate"] = max(1, np.interp(ni, xi, [1, 8 / 4]).round())
+            for j, group in enumerate(opt.param_groups):
+                group["lr"] = np.interp(ni, xi, [0.1 if j == 0 else 0.0, group["initial_lr"] * lf(0)],
+                                        **interp_kwargs)
+                group["momentum"] = np.interp(ni, xi, [0.8, 0.937])
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        kept["norms"].append(np.interp(loss.item(), [0.0, 1.0], [0.0, 2.0]))  # a number read from a tensor
+        kept["it"] += 1
+        return loss.detach()
+    return step, model, opt, kept
+
+
+def _warmup_run(step: Callable[[torch.Tensor], torch.Tensor], model: nn.Module, opt: torch.optim.Optimizer,
+                kept: dict[str, Any], calls: int) -> list[tuple[Any, ...]]:
+    seen = []
+    for i in range(calls):
+        loss = step(torch.randn(3, 4, generator=torch.Generator().manual_seed(i)))
+        groups = [(g["lr"], type(g["lr"]), g["momentum"], type(g["momentum"])) for g in opt.param_groups]
+        seen.append((loss.clone(), [p.detach().clone() for p in model.parameters()], groups,
+                     kept["accumulate"], type(kept["accumulate"]), [(n, type(n)) for n in kept["norms"]]))
+    return seen
+
+
+def test_numpy_interp_of_the_steps_numbers_replays_as_eager() -> None:
+    """The groups end up holding eager's ``numpy.float64`` values, bit for bit, on every call."""
+    expected = _warmup_run(*_warmup_step({}), calls=8)
+    step, model, opt, kept = _warmup_step({})
+    traced = graphprof.trace(step, profiling=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _warmup_run(traced, model, opt, kept, calls=8)
+    _assert_same(expected, got)
+    assert [str(w.message) for w in caught if "graphprof" in str(w.message)] == []
+    assert traced.capture_mode == "whole-step"
+    assert expected[2][2][1][1] is np.float64 and expected[2][3] == 2.0 and expected[2][4] is np.float64 and expected[0][4] is int
+    assert np.interp is np.lib._function_base_impl.interp  # itself again outside the capture
+
+
+def test_numpy_interp_with_other_arguments_refuses_naming_the_line() -> None:
+    expected = _warmup_run(*_warmup_step({"left": 0.0}), calls=3)
+    step, model, opt, kept = _warmup_step({"left": 0.0})
+    traced = graphprof.trace(step, profiling=False)
+    with pytest.warns(UserWarning, match=r"numpy.interp of a number the step computes at \S*test_math_calls.py:\d+ "
+                                         "cannot be replayed by a static graph"):
+        got = _warmup_run(traced, model, opt, kept, calls=3)
+    _assert_same(expected, got)
+    assert traced.capture_mode != "whole-step"

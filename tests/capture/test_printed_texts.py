@@ -4,9 +4,9 @@
 every call used to refuse the capture (the loss is known only once the
 replay ran), and the step ran as segments on every call; ``print(f"step
 {n}")`` kept its text as a guard, which changed on every call. The replay's
-output node now formats the replay's numbers into the text. A text that
-goes anywhere else (kept in a variable, changed, given to a ``print`` or an
-``info`` of the user's own, or to a logger behind a property), or that the
+output node now formats the replay's numbers into the text, also through
+a local name only ``print`` reads (test_stored_texts.py). A text that goes
+anywhere else (changed, given to a ``print`` or an ``info`` of the user's own, or to a logger behind a property), or that the
 replay could not format as eager did (a computed spec, a conversion with a
 spec), refuses as before: segments, one warning, eager's text. A
 ``%``-formatted text (``print("loss: %.3f" % loss.item())``) is formatted in
@@ -94,18 +94,24 @@ def _percent(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print("acc %d%% (%x)" % (100 * loss.item(), state["n"]), "%.2f" % 3.14159)
 
 
-@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms, _str_format, _percent],
-                         ids=["every call", "clipped norm", "forms", "str.format", "percent"])
+def _kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    line = f"loss {loss.item():.4f}"  # the text reaches a local name, and that only print (test_stored_texts.py)
+    print(line)
+
+
+def _format_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
+    line = "loss {:.4f}".format(loss.item())
+    print(line)
+
+
+@pytest.mark.parametrize("body", [_every_call, _clipped_norm, _forms, _str_format, _percent, _kept, _format_kept],
+                         ids=["every call", "clipped norm", "forms", "str.format", "percent", "kept",
+                              "str.format kept"])
 def test_a_printed_formatted_loss_replays_one_graph_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(set(text.splitlines())) == len(text.splitlines())  # each call's own numbers
     assert messages == []
     assert traced.capture_mode == "whole-step" and traced.captures == 1
-
-
-def _kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
-    line = f"loss {loss.item():.4f}"  # the text reaches a variable before print
-    print(line)
 
 
 def _changed(loss: torch.Tensor, state: dict[str, Any]) -> None:
@@ -128,11 +134,6 @@ def _format_computed_spec(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print("loss {:.{}f}".format(loss.item(), state["precision"]))
 
 
-def _format_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
-    line = "loss {:.4f}".format(loss.item())
-    print(line)
-
-
 def _percent_kept(loss: torch.Tensor, state: dict[str, Any]) -> None:
     line = "loss %.4f" % loss.item()
     print(line)
@@ -146,12 +147,11 @@ def _percent_padded(loss: torch.Tensor, state: dict[str, Any]) -> None:
     print("%-24s|" % (loss.item(),))  # compiled as an f-string's ``!s`` with a width: it would pad the marker
 
 
-@pytest.mark.parametrize("body", [_kept, _changed, _computed_spec, _converted_and_padded, _in_a_list,
-                                  _format_computed_spec, _format_kept, _percent_kept, _percent_by_name,
-                                  _percent_padded],
-                         ids=["kept", "changed", "computed spec", "converted and padded", "in a list",
-                              "str.format with a computed spec", "str.format kept", "percent kept",
-                              "percent by name", "percent padded"])
+@pytest.mark.parametrize("body", [_changed, _computed_spec, _converted_and_padded, _in_a_list,
+                                  _format_computed_spec, _percent_kept, _percent_by_name, _percent_padded],
+                         ids=["changed", "computed spec", "converted and padded", "in a list",
+                              "str.format with a computed spec", "percent kept", "percent by name",
+                              "percent padded"])
 def test_a_text_that_is_not_only_printed_refuses_with_eagers_text(body: Callable[..., None]) -> None:
     traced, messages, text = _compare(body)
     assert len(text.splitlines()) == CALLS
