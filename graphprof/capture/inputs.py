@@ -318,8 +318,8 @@ class PythonState:
                 inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
                 self._carried_tensors(inner)
                 self._watch_items(inner, graph, record, depth - 1)
-            elif isinstance(container, dict) and (isinstance(item, torch.Tensor) or (type(item) is tuple
-                                                                                    and _carried(item))):
+            elif isinstance(container, dict) and (isinstance(item, torch.Tensor) and isinstance(key, (str, int))
+                                                  or type(item) is tuple and _carried(item)):
                 # ``S["m"] = S["m"] * .9 + x``, ``state["hidden"] = (h, c)``: read where it is kept, as
                 # ``self.m`` is; a constant of the graph it was, which refused the capture.
                 sub = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item))
@@ -523,7 +523,9 @@ class PythonState:
     def replaced_tensors(self) -> set[int]:
         """ids of the tensors the step replaced where they were kept (a buffer ``forward`` assigns):
         not model state the graph holds, but values read where they are kept, like ``self.ema``."""
-        return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)}
+        # Not a dict's item: one holding a parameter (``S["w"] = ...``) leaves the parameter model state.
+        return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)
+                and e.location.place is not Place.ITEM}
 
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
