@@ -530,20 +530,20 @@ class PythonState:
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
         ``model_state``): a graph constant made from one is read from its location at run time."""
-        kept: dict[int, _Watched] = {}
+        places: dict[int, list[_Watched]] = {}
         for entry in self.watched:
-            tensor = entry.before
-            if not isinstance(tensor, torch.Tensor) or id(tensor) in model_state:
-                continue
-            other = kept.setdefault(id(tensor), entry)
-            if self._slot(other) != self._slot(entry) and (self._replaced(other) or self._replaced(entry)):
+            if isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
+                places.setdefault(id(entry.before), []).append(entry)
+        for entries in places.values():
+            other = next((e for e in entries if self._slot(e) != self._slot(entries[0])), None)
+            if other is not None and any(map(self._replaced, entries)):
                 # ``S = {"avg": z, "best": z}`` and ``S["avg"] = ...``: the graph holds one constant for
                 # both, read from one place; after the first replay the two places hold two tensors.
                 raise DataDependentError(
-                    f"the step reads one tensor kept both in {other.location.describe} and in "
-                    f"{entry.location.describe}, and replaces it in one of them: a replayed graph would "
+                    f"the step reads one tensor kept both in {entries[0].location.describe} and in "
+                    f"{other.location.describe}, and replaces it in one of them: a replayed graph would "
                     "read both from one place")
-        return {key: entry.location for key, entry in kept.items()}
+        return {key: entries[-1].location for key, entries in places.items()}
 
     @staticmethod
     def _slot(entry: _Watched) -> tuple[int, Any]:
