@@ -523,9 +523,10 @@ class PythonState:
     def replaced_tensors(self) -> set[int]:
         """ids of the tensors the step replaced where they were kept (a buffer ``forward`` assigns):
         not model state the graph holds, but values read where they are kept, like ``self.ema``."""
-        # Not a dict's item: one holding a parameter (``S["w"] = ...``) leaves the parameter model state.
+        # Not an item of the step's dicts: one holding a parameter (``S["w"] = ...``) leaves it model state.
+        items = {id(sub) for subs in self.kept_items.values() for sub in subs.values()}
         return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)
-                and e.location.place is not Place.ITEM}
+                and id(e) not in items}
 
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
