@@ -240,6 +240,12 @@ class PythonState:
     objects: set[int] = field(default_factory=set)
     #: ids of the tuples and lists of tensors whose items are read where they are kept (``_carried_tensors``).
     carried: set[int] = field(default_factory=set)
+    #: Per watched dict (by id): the keys whose tensor, or tuple of tensors, is watched as an entry of its
+    #: own (``S["m"]``, ``S["hidden"] = (h, c)``): read where it is kept, its replacement that entry's
+    #: ``set`` effect, not an item of the dict's update (``_watch_items``).
+    kept_items: dict[int, dict[Any, _Watched]] = field(default_factory=dict)
+    #: Watched lists of tensors the step carries whose items it replaces (``cell[0] = cell[0] * .9 + x``).
+    rewritten: set[int] = field(default_factory=set)
     #: The user's functions the step can run (``reachable_locations``'s walk): their names of ``math``'s
     #: functions are wrapped as the module's are while the capture runs (capture/math_calls.py).
     functions: list[types.FunctionType] = field(default_factory=list)
@@ -312,8 +318,13 @@ class PythonState:
                 inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
                 self._carried_tensors(inner)
                 self._watch_items(inner, graph, record, depth - 1)
-            elif type(item) is tuple and isinstance(container, dict) and _carried(item):  # ``state["hidden"] = (h, c)``
-                self._carried_tensors(self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item)))
+            elif isinstance(container, dict) and (isinstance(item, torch.Tensor) and isinstance(key, (str, int))
+                                                  or type(item) is tuple and _carried(item)):
+                # ``S["m"] = S["m"] * .9 + x``, ``state["hidden"] = (h, c)``: read where it is kept, as
+                # ``self.m`` is; a constant of the graph it was, which refused the capture.
+                sub = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item))
+                self._carried_tensors(sub)
+                self.kept_items.setdefault(id(container), {})[key] = sub
             elif (depth > 0 and plain_object(item) and self.containers < NESTED_LIMIT
                   and first_visit(item, self.objects)):
                 self._watch_fields(item, f"{label}[{key!r}]", graph, record, depth - 1)
@@ -414,6 +425,9 @@ class PythonState:
                 before.clear()
                 before.extend(kept + real_values(added))
                 effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
+            elif (type(before) is list and snapshot is not None and id(before) in self.carried
+                  and len(before) == len(snapshot) and _changed_list(before, snapshot)):
+                self._set_items(entry, graph, node_of, source, record)
             elif type(before) is list and snapshot is not None and _changed_list(before, snapshot):
                 if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
                     raise refusal(location.describe, "changes existing items of", source)
@@ -425,7 +439,7 @@ class PythonState:
             elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
                     raise refusal(location.describe, "removes keys from", source)
-                own = self.itemized.get(id(before), set())
+                own = self.itemized.get(id(before), set()) | self.kept_items.get(id(before), {}).keys()
                 new = {k: v for k, v in before.items() if k not in own and (k not in snapshot or v is not snapshot[k])}
                 if not new:
                     continue
@@ -434,6 +448,20 @@ class PythonState:
                 before.update(real_values(new))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
+
+    def _set_items(self, entry: _Watched, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
+                   source: Callable[[str], str], record: Any) -> None:
+        """The items a step replaces in a list of tensors it carries (``cell[0] = cell[0] * .9 + x``):
+        an effect writing the replay's values into those indices. Its items are read where they are
+        kept (``_carried_tensors``), so a replay reads the ones the last call left there."""
+        before, snapshot, describe = entry.before, entry.snapshot, entry.location.describe
+        changed = {i: now for i, (now, was) in enumerate(zip(before, snapshot)) if now is not was}
+        self.rewritten.add(id(entry))
+        template, slots = template_of(changed, node_of, describe, source)
+        for i, value in real_values(changed).items():
+            before[i] = value
+        effect_node(graph, f"set items of {describe}", lambda vals, items=before, t=template:  # type: ignore[misc]  # binds by default arguments
+                     _set_items(items, filled(t, vals)), slots, record)
 
     def held(self, model_state: set[int], unread: Set[int] = frozenset(),
              unnamed: Callable[[str], bool] = lambda name: False) -> tuple[HeldValue, ...]:
@@ -462,7 +490,8 @@ class PythonState:
                 hold, value = Hold.TYPE, type(before)
             elif kept_tensor:
                 hold, value = Hold.TENSOR, tensor_fields(before)
-            elif (entry.snapshot is not None and id(entry) not in self.extended and id(before) not in unread
+            elif (entry.snapshot is not None and id(entry) not in self.extended | self.rewritten
+                  and id(before) not in unread
                   and len(entry.snapshot) <= CONTENTS_LIMIT):  # a list or dict it only reads (``unread``: not even)
                 hold, value = Hold.CONTENTS, before
                 items = tuple(entry.snapshot) if type(before) in (list, deque) else tuple(entry.snapshot.items())
@@ -473,8 +502,13 @@ class PythonState:
             else:
                 hold, value = Hold.VALUE, before
             held.append(HeldValue(where.describe, where.place, where.owner, where.key, hold, value, where.get, items,
-                                  frozenset(self.itemized.get(id(before), ()))))
+                                  frozenset(self.itemized.get(id(before), ())) | self._replaced_keys(before)))
         return tuple(held)
+
+    def _replaced_keys(self, container: Any) -> set[Any]:
+        """The keys of ``container`` whose kept item the step replaces: held by their own entries (their
+        type, a tensor's fields), not as the same object, which the next call finds replaced."""
+        return {key for key, sub in self.kept_items.get(id(container), {}).items() if id(sub) in self.assigned}
 
     def reached(self) -> list[Any]:
         """The objects the watched locations hold when the step begins, and the items of the watched
@@ -489,13 +523,43 @@ class PythonState:
     def replaced_tensors(self) -> set[int]:
         """ids of the tensors the step replaced where they were kept (a buffer ``forward`` assigns):
         not model state the graph holds, but values read where they are kept, like ``self.ema``."""
-        return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)}
+        # Not an item of the step's dicts: one holding a parameter (``S["w"] = ...``) leaves it model state.
+        items = {id(sub) for subs in self.kept_items.values() for sub in subs.values()}
+        return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)
+                and id(e) not in items}
 
     def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
         ``model_state``): a graph constant made from one is read from its location at run time."""
-        return {id(e.before): e.location for e in self.watched
-                if isinstance(e.before, torch.Tensor) and id(e.before) not in model_state}
+        places: dict[int, list[_Watched]] = {}
+        for entry in self.watched:
+            if isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
+                places.setdefault(id(entry.before), []).append(entry)
+        for entries in places.values():
+            other = next((e for e in entries if self._slot(e) != self._slot(entries[0])), None)
+            if other is not None and any(map(self._replaced, entries)):
+                # ``S = {"avg": z, "best": z}`` and ``S["avg"] = ...``: the graph holds one constant for
+                # both, read from one place; after the first replay the two places hold two tensors.
+                raise DataDependentError(
+                    f"the step reads one tensor kept both in {entries[0].location.describe} and in "
+                    f"{other.location.describe}, and replaces it in one of them: a replayed graph would "
+                    "read both from one place")
+        return {key: entries[-1].location for key, entries in places.items()}
+
+    @staticmethod
+    def _slot(entry: _Watched) -> tuple[int, Any]:
+        """Where a watched value lives, the same for one place reached by two names (``cell`` and
+        ``S["cell"]``): the object holding it and its key."""
+        where = entry.location
+        if entry.part_of is not None:
+            return id(entry.part_of.before), where.key
+        return id(where.owner), where.key
+
+    def _replaced(self, entry: _Watched) -> bool:
+        """Whether the step replaces the watched value where it is kept (assigned, or an item of a
+        carried tuple or list it replaces)."""
+        whole = entry.part_of if entry.part_of is not None else entry
+        return id(whole) in self.assigned or id(whole) in self.rewritten
 
     def contained_tensors(self, model_state: set[int]) -> dict[int, str]:
         """id -> where, for each tensor in a watched list or dict when the call began (not
@@ -507,6 +571,11 @@ class PythonState:
                 if isinstance(item, torch.Tensor) and id(item) not in model_state:
                     found.setdefault(id(item), entry.location.describe)
         return found
+
+
+def _set_items(items: list, values: dict[int, Any]) -> None:
+    for index, value in values.items():
+        items[index] = value
 
 
 def _same_number(a: Any, b: Any) -> bool:

@@ -380,7 +380,7 @@ def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: I
     capture call did not read (``NameReads.unread``). Only for a step on the CPU (``on_the_cpu``)."""
     if not on_the_cpu(leaves, params):
         return set()
-    candidates = list_candidates(python.watched, python.extended | python.assigned)
+    candidates = list_candidates(python.watched, python.extended | python.assigned | python.rewritten)
     return names.unread(candidates) if candidates else set()
 
 
