@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from graphprof.capture.formatted_text import FormattedText
+from graphprof.capture.kept_history import with_history
 from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 
 _SCALAR = "graphprof_scalar"
@@ -84,15 +85,20 @@ def refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependent
 @dataclass(frozen=True)
 class _Slot:
     index: int
+    #: Eager's ``grad_fn`` name of a tensor the step keeps (capture/kept_history.py): filled with a
+    #: tensor that has autograd's record, as eager's had.
+    history: str | None = None
 
 
 def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
                 source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False,
-                note: Callable[[int, Any], None] = lambda index, v: None) -> tuple[Any, list[Any]]:
+                note: Callable[[int, Any], None] = lambda index, v: None,
+                history: Callable[[torch.Tensor, str], str | None] | None = None) -> tuple[Any, list[Any]]:
     """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
 
     ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
-    ``note`` is told each slot's index and the capture call's value in it.
+    ``note`` is told each slot's index and the capture call's value in it. ``history`` (for what the
+    step keeps) names eager's ``grad_fn`` of a tensor the step made (``BackwardNodes.history_of``).
     """
     slots: list[Any] = []
 
@@ -109,7 +115,7 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
             if isinstance(node, torch.fx.Node):
                 slots.append(node)
                 note(len(slots) - 1, v)
-                return _Slot(len(slots) - 1)
+                return _Slot(len(slots) - 1, history(v, what) if history is not None else None)
             return v  # a tensor from before the step (a parameter): the same object every call
         if isinstance(v, (list, tuple)):
             return type(v)(walk(x) for x in v)
@@ -125,6 +131,8 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
 def filled(template: Any, values: tuple) -> Any:
     """A ``template_of`` template with its slots filled by one replay's ``values``."""
     if isinstance(template, _Slot):
+        if template.history is not None:
+            return with_history(values[template.index], template.history)
         return values[template.index]
     if isinstance(template, FormattedText):
         return template.filled(lambda slot: filled(slot, values))

@@ -374,10 +374,11 @@ class PythonState:
                 entry.before.update(entry.snapshot)
 
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], source: Callable[[str], str],
-                record: Any) -> None:
+                record: Any, history: Callable[[torch.Tensor, str], str | None] | None = None) -> None:
         """Turn every change of watched state into an effect node at the graph's end, or refuse.
 
-        Values in the user's hands become real numbers now (the capture call's own result).
+        Values in the user's hands become real numbers now (the capture call's own result). ``history``
+        names eager's ``grad_fn`` of a kept tensor (capture/kept_history.py).
         """
         for entry in self.watched:
             if entry.part_of is not None:
@@ -389,7 +390,7 @@ class PythonState:
                 continue
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
                 self.assigned.add(id(entry))
-                template, slots = template_of(now, node_of, location.describe, source)
+                template, slots = template_of(now, node_of, location.describe, source, history=history)
                 if scalar is None and not slots and type(now) in PLAIN_TYPES and type(entry.before) in PLAIN_TYPES:
                     # Computed from a constant: a replay would assign this same value on every call.
                     self.pinned.add(id(entry))
@@ -405,7 +406,7 @@ class PythonState:
                 if added is None:
                     raise refusal(location.describe, "changes existing items of", source)
                 self.extended.add(id(entry))
-                template, slots = template_of(added, node_of, location.describe, source)
+                template, slots = template_of(added, node_of, location.describe, source, history=history)
                 kept = list(before)[:len(before) - len(added)]
                 before.clear()
                 before.extend(kept + real_values(added))
@@ -415,7 +416,7 @@ class PythonState:
                     raise refusal(location.describe, "changes existing items of", source)
                 self.extended.add(id(entry))
                 added = before[len(snapshot):]
-                template, slots = template_of(added, node_of, location.describe, source)
+                template, slots = template_of(added, node_of, location.describe, source, history=history)
                 before[len(snapshot):] = real_values(added)
                 effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
             elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
@@ -426,7 +427,7 @@ class PythonState:
                 if not new:
                     continue
                 self.extended.add(id(entry))
-                template, slots = template_of(new, node_of, location.describe, source)
+                template, slots = template_of(new, node_of, location.describe, source, history=history)
                 before.update(real_values(new))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)

@@ -49,6 +49,7 @@ from graphprof.capture.state import StateIndex, candidate_objects, discover_stat
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
+from graphprof.capture.kept_history import with_history
 from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
@@ -126,6 +127,9 @@ class CapturedStep:
     #: replay returns them as inference tensors too, as eager does (``is_inference()``, and in-place
     #: ops on them outside the mode raise).
     inference_outputs: tuple[int, ...] = ()
+    #: The outputs (flattened) eager returns with autograd's record (a loss the step's backward used),
+    #: and the name of each one's ``grad_fn``: a replay returns them so too (capture/kept_history.py).
+    history_outputs: tuple[tuple[int, str], ...] = ()
     #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
@@ -315,7 +319,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if unprinted is not None:
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
-        python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
+        history = recorder.backward_nodes.history_of  # a kept tensor has autograd's record, as eager's
+        python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()), history)
         refuse_reading_extended_lists(python, names)
         refuse_rebuilt_containers(python, names)
         groups.effects(recorder.graph, recorder.tensor_node, recorder.context(()))
@@ -326,13 +331,15 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"the step steps a {unseen} through a method bound before the capture "
                                      "(advance = sched.step), which a replayed graph would not step again")
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
-                                 recorder.context(()))
+                                 recorder.context(()), history)
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
         out_flat, out_spec = flatten_output(out)
         refuse_differentiable_outputs(out_flat, recorder.backwards)
+        holder["history_outputs"] = tuple((i, name) for i, t in enumerate(out_flat) if isinstance(t, torch.Tensor)
+                                          and (name := history(t, "the step's result")) is not None)
         refuse_opaque_outputs(out_flat, lambda v: isinstance(v, TracedScalar) or (
             isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
         holder.update(out_flat=out_flat, out_spec=out_spec, params=params,
@@ -403,6 +410,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
                                 inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
+                                history_outputs=holder["history_outputs"],
                                 cleared_at_start=at_start, drop_unseen=drop_unseen,
                                 dropped_grads_read=any(id(p) in recorder.grad_reads.read for p in clear),
                                 flush_output=recorder.host_sources.flush,
@@ -539,6 +547,10 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     out_flat, grads = out
     if step.inference_outputs:
         out_flat = _as_inference(out_flat, step.inference_outputs)
+    if step.history_outputs:
+        out_flat = list(out_flat)
+        for i, name in step.history_outputs:
+            out_flat[i] = with_history(out_flat[i], name)
     if step._dtensor_params:
         for p, g in zip(step.grad_params, grads):
             if not same_gradient(p.grad, g):
