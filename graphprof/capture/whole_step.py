@@ -50,6 +50,7 @@ from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
 from graphprof.capture.kept_history import with_history
+from graphprof.capture.kept_results import KeptResult, kept_places, read_kept_results
 from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
@@ -320,6 +321,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
         history = recorder.backward_nodes.history_of  # a kept tensor has autograd's record, as eager's
+        places = kept_places(entry.location for entry in python.watched)  # before effects copy what they keep
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()), history)
         refuse_reading_extended_lists(python, names)
         refuse_rebuilt_containers(python, names)
@@ -336,6 +338,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
+        out = read_kept_results(out, places, recorder.graph, recorder.context(()))  # the kept object itself
+        places.clear()  # it holds the kept containers, which nothing of graphprof's may (capture/name_reads.py)
         out_flat, out_spec = flatten_output(out)
         refuse_differentiable_outputs(out_flat, recorder.backwards)
         holder["history_outputs"] = tuple((i, name) for i, t in enumerate(out_flat) if isinstance(t, torch.Tensor)
@@ -344,7 +348,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
         holder.update(out_flat=out_flat, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
-        plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
+        plain = [None if isinstance(s, KeptResult) else s.value if isinstance(s, TracedScalar) else s
+                 for s in out_flat]
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
         modes.effects(recorder.graph, recorder.context(()))  # ``model.train()`` inside the step
@@ -358,6 +363,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
+        _link_scalar_outputs(gm, {i: leaf for i, leaf in enumerate(holder["out_flat"]) if isinstance(leaf, KeptResult)})
         for node in [*holder["recorder"].hyperparameters.unused_readers(),
                      *holder["recorder"].scheduler_fields.unused_readers()]:
             gm.graph.erase_node(node)
@@ -389,8 +395,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         def undo() -> None:
             _undo(holder, flags, modes, hyperparameters=False)  # the capture call already gave them back
 
-        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s for s in holder["out_flat"]],
-                                    holder["out_spec"])
+        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s.read() if isinstance(s, KeptResult)
+                                     else s for s in holder["out_flat"]], holder["out_spec"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
@@ -408,7 +414,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
-                                inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
+                                inference_outputs=tuple(i for i, leaf in enumerate(holder["out_flat"])
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
                                 history_outputs=holder["history_outputs"],
                                 cleared_at_start=at_start, drop_unseen=drop_unseen,
@@ -494,8 +500,9 @@ def is_number_input(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar]) -> None:
-    """Outputs that were ``.item()`` values return their scalar node, not a constant."""
+def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar] | dict[int, KeptResult]) -> None:
+    """Outputs that were ``.item()`` values (or kept objects, capture/kept_results.py) return their node,
+    not a constant."""
     if not scalars:
         return
     output = next(n for n in gm.graph.nodes if n.op == "output")
