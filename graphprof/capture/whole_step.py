@@ -51,6 +51,7 @@ from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
 from graphprof.capture.kept_history import with_history
 from graphprof.capture.kept_results import KeptResult, kept_places, read_kept_results
+from graphprof.capture.registered_hooks import RegisteredHooks
 from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           refuse_rebuilt_containers, unnamed_attributes, unread_lists)
@@ -248,6 +249,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
+    # Hooks the step registers and leaves (one more each call) cannot be replayed; a refused capture
+    # takes the capture call's back (capture/registered_hooks.py).
+    holder["hooks"] = RegisteredHooks(state.module_objects(), state.params.values(), state.optimizers)
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
     # The gradients arguments already have (an input that requires grad, given again): read from it.
     input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
@@ -306,6 +310,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         with recorder.active(), names:
             out = fn(*call_args, **call_kwargs)
         refuse_changed_settings(settings)
+        holder["hooks"].refuse_changed()
         holder["numpy"].refuse_drawn()
         if recorder.catching is not None:
             recorder.catching.refuse()
@@ -490,7 +495,7 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
             holder["recorder"].hyperparameters.restore()
             holder["recorder"].scheduler_fields.restore()
         holder["recorder"].write_log.restore()
-    for key in ("deep", "python", "torch_objects", "numpy"):
+    for key in ("deep", "python", "torch_objects", "numpy", "hooks"):
         if key in holder:
             holder[key].restore()
 
