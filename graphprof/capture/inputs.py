@@ -26,6 +26,7 @@ values into an effect, are made by capture/host_nodes.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import re
@@ -569,7 +570,9 @@ def _changed_dict(now: dict, snapshot: dict) -> bool:
 def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
     """`` at file:line`` of the line in ``fn``'s source that assigns to a name (best effort)."""
     function = inspect.unwrap(getattr(fn, "__func__", fn))
-    function = getattr(called_function(function), "__func__", function)  # a callable object's ``__call__``
+    call = called_function(function)  # a callable object's ``__call__`` (a partial, for a ``partialmethod``)
+    call = inspect.unwrap(call.func) if isinstance(call, functools.partial) else call
+    function = getattr(call, "__func__", call)
     try:
         lines, first = inspect.getsourcelines(function)
         filename = inspect.getsourcefile(function) or ""
