@@ -48,10 +48,10 @@ class BackwardNodes:
     capture call runs: the recorder calls ``ran`` for each op a backward node dispatches, and ``enter`` /
     ``exit`` around each backward entry point."""
 
-    def __init__(self, preexisting: Callable[[torch.Tensor], bool]) -> None:
-        #: Whether a tensor is from before the call (one it keeps from an earlier call, read where kept):
-        #: a replay hands that very tensor out, its record and all.
-        self.preexisting = preexisting
+    def __init__(self, made_here: Callable[[torch.Tensor], bool]) -> None:
+        #: Whether the call's ops made a tensor: not one from before it (kept from an earlier call, read
+        #: where kept) nor an argument, which a replay hands out as they are, their record and all.
+        self.made_here = made_here
         self.freed: set[int] = set()
         self._retaining: list[bool] = []
 
@@ -69,8 +69,12 @@ class BackwardNodes:
         """The name of eager's ``grad_fn`` of ``tensor`` (kept or returned: ``where`` holds it) when a replay
         gives it one (``with_history``); None when it has none; refuses one a replay cannot give."""
         grad_fn = tensor.grad_fn
-        if grad_fn is None or self.preexisting(tensor):
+        if not self.made_here(tensor) or (grad_fn is None and not tensor.requires_grad):
             return None
+        if grad_fn is None:  # ``torch.zeros(n, requires_grad=True)`` in the step: eager's backward fills its .grad
+            raise DataDependentError(
+                f"{where} holds a tensor the step makes with requires_grad=True: eager's backward gives it a "
+                ".grad, which a replayed graph, without autograd's record, does not")
         if not self._used(grad_fn):
             raise DataDependentError(
                 f"{where} holds a tensor autograd can still differentiate (made by {type(grad_fn).__name__}) "

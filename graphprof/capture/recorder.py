@@ -142,7 +142,7 @@ class CaptureRecorder:
         #: Backward passes the step ran (``loss.backward()``, ``torch.autograd.grad``).
         self.backwards = 0
         #: The autograd nodes those ran and freed (capture/kept_history.py).
-        self.backward_nodes = BackwardNodes(self.is_preexisting)
+        self.backward_nodes = BackwardNodes(self._made_here)
         self.forward_by_seq: dict[int, CaptureRecord] = {}
         self.pending_scalars: list[list[TracedScalar]] = []
         self.params_seen: dict[int, nn.Parameter] = {}
@@ -248,6 +248,11 @@ class CaptureRecorder:
     def is_preexisting(self, tensor: torch.Tensor) -> bool:
         """True for tensors from before the capture (make_fx tracks only new ones)."""
         return get_proxy_slot(tensor, self.tracer, None) is None
+
+    def _made_here(self, tensor: torch.Tensor) -> bool:
+        """Whether the call's ops made ``tensor``: neither from before the capture nor an argument."""
+        slot = get_proxy_slot(tensor, self.tracer, None)
+        return slot is not None and slot.proxy.node.op != "placeholder"
 
     def tensor_node(self, tensor: torch.Tensor) -> Any:
         slot = get_proxy_slot(tensor, self.tracer, None)

@@ -123,3 +123,44 @@ def test_a_kept_tensor_whose_graph_the_backward_retained_refuses_the_capture() -
     assert fn.capture_mode != "whole-step"
     # Eager's retained graph still differentiates; so does what the segments kept.
     assert _backward_error(traced.last_logits) == _backward_error(eager.last_logits) == ""
+
+
+def _leaf_step(make_leaf: bool) -> tuple[Any, dict[str, Any], nn.Module]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept: dict[str, Any] = {}
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        if make_leaf:  # a leaf of its own: eager's backward gives it a .grad
+            leaf = torch.zeros(5, 1, requires_grad=True)
+        else:  # the caller's tensor, made to require grad: the argument itself is kept
+            leaf = x.requires_grad_()
+        loss = (model(x) + leaf.sum()).pow(2).mean()
+        loss.backward()
+        opt.step()
+        kept["leaf"] = leaf
+        return loss.detach()
+    return step, kept, model
+
+
+@pytest.mark.parametrize("make_leaf", [True, False])
+def test_a_kept_leaf_that_requires_grad_has_eagers_grad(make_leaf: bool) -> None:
+    eager, kept_eager, model_eager = _leaf_step(make_leaf)
+    step, kept, model = _leaf_step(make_leaf)
+    fn = graphprof.trace(step, profiling=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), fn(x.detach().clone())), f"call {i}"
+            a, b = kept_eager["leaf"], kept["leaf"]
+            assert _flags(a) == _flags(b), f"call {i}"
+            assert torch.equal(a.grad, b.grad), f"call {i}"
+            assert all(torch.equal(p, q) for p, q in zip(model_eager.parameters(), model.parameters()))
+    refusals = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    if make_leaf:
+        assert len(refusals) == 1 and "requires_grad=True" in refusals[0], refusals
+    else:
+        assert not refusals and fn.capture_mode == "whole-step"
