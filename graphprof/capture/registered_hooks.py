@@ -1,20 +1,26 @@
-"""Hooks the step itself registers, or removes, and leaves so: refused, and put back.
+"""Hooks the step itself registers on its parameters, or removes, and leaves so: refused, and put back.
 
 A step that calls ``torch.autograd.graph.register_multi_grad_hook(params,
-fn)``, ``p.register_hook(fn)``, a module's ``register_forward_hook`` or an
-optimizer's ``register_step_post_hook`` on every call leaves one more hook
-each time: eager's ``fn`` runs once more on every call (n times in call n).
-A replayed graph holds the hooks the capture call ran, as many as it found,
-forever after; and the hook the capture call added stayed when a capture was
-refused, so the fallback's call added a second one where eager adds one.
+fn)``, ``p.register_hook(fn)`` or ``p.register_post_accumulate_grad_hook(fn)``
+on every call leaves one more hook on the parameters each time: eager's ``fn``
+runs once more on every call (n times in call n). A replayed graph holds the
+hooks the capture call ran, as many as it found, forever after; and the hook
+the capture call added stayed when a capture was refused, so the fallback's
+call added a second one where eager adds one.
 
-So the hook dicts of the step's modules, parameters and optimizers, and the
-global ones, are compared before and after the capture call: one the step
-changed and did not put back refuses the capture, and a capture refused puts
-them back as they were (``restore``). A hook on a tensor the step makes (a
-multi-grad hook on this call's activations) dies with it and changes nothing
-here; one the step registers and removes again before it returns is the same
-on every call and is replayed as the capture call ran it.
+So the parameters' hook dicts are compared before and after the capture
+call: one the step changed and did not put back refuses the capture, and a
+capture refused puts them back as they were (``restore``). A hook on a tensor
+the step makes (a multi-grad hook on this call's activations) dies with it
+and changes nothing here; one the step registers and removes again before it
+returns is the same on every call and is replayed as the capture call ran it.
+
+Modules' and optimizers' hooks are not compared: a library installs one
+lazily, once, the first time a path needs it (transformers' hook that
+collects hidden states when ``output_hidden_states`` is switched on), and
+keeps a flag that it did; one capture call cannot tell that from a hook
+added on every call, and taking it back would leave the flag without its
+hook.
 """
 
 from __future__ import annotations
@@ -22,34 +28,17 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import torch
-import torch.optim.optimizer as optimizer_globals
-from torch import nn
-from torch.nn.modules import module as module_globals
 
-from graphprof.capture.module_structure import HOOK_DICTS, TENSOR_HOOK_DICTS
+from graphprof.capture.module_structure import TENSOR_HOOK_DICTS
 from graphprof.capture.scalars import DataDependentError
-
-_GLOBAL_MODULE_HOOKS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
-                        "_global_forward_hooks_always_called", "_global_forward_pre_hooks", "_global_backward_hooks",
-                        "_global_backward_pre_hooks")
-_OPTIMIZER_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
-_GLOBAL_OPTIMIZER_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
 
 
 class RegisteredHooks:
-    """The hook dicts of the step's modules, parameters and optimizers, and the global ones, with
-    their items when the capture call began."""
+    """The hook dicts of the step's parameters, with their items when the capture call began."""
 
-    def __init__(self, modules: Iterable[nn.Module], params: Iterable[torch.Tensor],
-                 optimizers: Iterable[torch.optim.Optimizer]) -> None:
-        holders: list[tuple[Any, tuple[str, ...], str]] = [
-            (module_globals, _GLOBAL_MODULE_HOOKS, "every module"),
-            (optimizer_globals, _GLOBAL_OPTIMIZER_HOOKS, "every optimizer")]
-        holders += [(m, HOOK_DICTS, f"a {type(m).__name__}") for m in modules]
-        holders += [(p, TENSOR_HOOK_DICTS, f"a parameter of shape {tuple(p.shape)}") for p in params]
-        holders += [(o, _OPTIMIZER_HOOKS, f"a {type(o).__name__}") for o in optimizers]
-        self._before = [(holder, name, what, _items(holder, name)) for holder, names, what in holders
-                        for name in names]
+    def __init__(self, params: Iterable[torch.Tensor]) -> None:
+        self._before = [(p, name, f"a parameter of shape {tuple(p.shape)}", _items(p, name)) for p in params
+                        for name in TENSOR_HOOK_DICTS]
 
     def refuse_changed(self) -> None:
         """Refuse a step that left a hook dict changed (a hook added that it did not remove)."""

@@ -249,9 +249,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
-    # Hooks the step registers and leaves (one more each call) cannot be replayed; a refused capture
-    # takes the capture call's back (capture/registered_hooks.py).
-    holder["hooks"] = RegisteredHooks(state.module_objects(), state.params.values(), state.optimizers)
+    # Hooks the step registers on its parameters and leaves (one more each call) cannot be replayed; a
+    # refused capture takes the capture call's back (capture/registered_hooks.py).
+    holder["hooks"] = RegisteredHooks(state.params.values())
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
     # The gradients arguments already have (an input that requires grad, given again): read from it.
     input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
