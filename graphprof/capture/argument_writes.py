@@ -105,8 +105,10 @@ class ArgumentWrites:
         return bool(self._changes or self._flags)
 
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
-                source: Callable[[str], str], record: Any) -> None:
-        """After the step: one effect node giving each changed container its new items on every replay."""
+                source: Callable[[str], str], record: Any,
+                history: Callable[[torch.Tensor, str], str | None] | None = None) -> None:
+        """After the step: one effect node giving each changed container its new items on every replay
+        (``history``: eager's ``grad_fn`` name of a tensor put there, capture/kept_history.py)."""
         changes: list[_Change] = []
         new: list[Any] = []
         for c in self._containers:
@@ -134,7 +136,7 @@ class ArgumentWrites:
         if not changes and not flags:
             return
         labels = ", ".join([argument_label(c.path, self._names) for c in changes] + (["inputs"] if flags else []))
-        template, slots = template_of(new, node_of, labels, source)
+        template, slots = template_of(new, node_of, labels, source, history=history)
         self._changes, self._flags = tuple(changes), tuple(flags)
         self._capture_values = real_values(new)
         effect_node(graph, f"update {labels}", lambda vals: self._replay(filled(template, vals)), slots, record)

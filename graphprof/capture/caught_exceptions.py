@@ -47,7 +47,7 @@ def refuse_caught_exceptions(fn: Callable[..., Any]) -> None:
 def _step_code(fn: Callable[..., Any]) -> CodeType | None:
     """The code object of the function the user traced (a module's ``forward``, a partial's function, a
     callable object's ``__call__``)."""
-    target: Any = type(fn).forward if isinstance(fn, nn.Module) else inspect.unwrap(fn)
+    target: Any = type(fn).forward if isinstance(fn, nn.Module) else called_function(inspect.unwrap(fn))
     if isinstance(target, functools.partial):
         target = inspect.unwrap(target.func)
     target = called_function(target)

@@ -13,9 +13,10 @@ A node needs this only when the graph uses an output that exists only with
 grad mode on (the workspace, read by the backward); an inference step's
 layer runs as captured.
 
-For the same reason a replay's results carry no ``grad_fn``: a function that
-runs no backward and returns a tensor autograd can still differentiate is
-refused (``refuse_differentiable_outputs``).
+For the same reason a replay's results carry no record of its ops: a
+function that runs no backward and returns a tensor autograd can still
+differentiate is refused (``refuse_differentiable_outputs``); one whose
+backward used the graph gets eager's flags back (capture/kept_history.py).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def refuse_differentiable_outputs(out_flat: list[Any], backwards: int) -> None:
     """Refuse a step that returns a tensor autograd can still differentiate and runs no backward itself.
 
     Why: a replay runs the graph under ``no_grad`` (its backward, when it has
-    one, is explicit), so what it returns carries no ``grad_fn``. A step with a
-    backward returns a loss whose graph that backward already used; a step
+    one, is explicit), so what it returns carries no record of its ops. A step with
+    a backward returns a loss whose graph that backward already used (a replay gives
+    it eager's flags, capture/kept_history.py); a step
     without one (a traced forward pass, ``loss = fwd(x).sum(); loss.backward()``
     outside it) hands its result to a backward outside, which would fail on the
     first replay. Such a step is profiled as segments, whose results keep it.

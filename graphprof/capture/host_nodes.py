@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.fx
 
 from graphprof.capture.formatted_text import FormattedText
+from graphprof.capture.kept_history import with_history
 from graphprof.capture.scalars import READ_DURING_STEP, DataDependentError, TracedScalar
 
 _SCALAR = "graphprof_scalar"
@@ -84,15 +85,29 @@ def refusal(what: str, verb: str, source: Callable[[str], str]) -> DataDependent
 @dataclass(frozen=True)
 class _Slot:
     index: int
+    #: Eager's ``grad_fn`` name of a tensor the step keeps (capture/kept_history.py): filled with a
+    #: tensor that has autograd's record, as eager's had.
+    history: str | None = None
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A container an earlier effect of the replay already put in place: read there, one object in both."""
+    read: Callable[[], Any]
 
 
 def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
                 source: Callable[[str], str], opaque: Callable[[Any], bool] = lambda v: False,
-                note: Callable[[int, Any], None] = lambda index, v: None) -> tuple[Any, list[Any]]:
+                note: Callable[[int, Any], None] = lambda index, v: None,
+                history: Callable[[torch.Tensor, str], str | None] | None = None,
+                placed: Mapping[int, tuple[str, Callable[[], Any], Any]] | None = None) -> tuple[Any, list[Any]]:
     """``value`` with graph values replaced by slots, and the slots' nodes; refuses the unreproducible.
 
     ``opaque`` values (a logger, a stream) are kept as they are: the same object on every replay.
-    ``note`` is told each slot's index and the capture call's value in it.
+    ``note`` is told each slot's index and the capture call's value in it. ``history`` (for what the
+    step keeps) names eager's ``grad_fn`` of a tensor the step made (``BackwardNodes.history_of``).
+    ``placed`` (id -> (where, read, it)) are the containers earlier effects put in place: the same object
+    kept twice (``self.last = stats; self.history.append(stats)``) is one object in a replay too.
     """
     slots: list[Any] = []
 
@@ -109,8 +124,10 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
             if isinstance(node, torch.fx.Node):
                 slots.append(node)
                 note(len(slots) - 1, v)
-                return _Slot(len(slots) - 1)
+                return _Slot(len(slots) - 1, history(v, what) if history is not None else None)
             return v  # a tensor from before the step (a parameter): the same object every call
+        if placed is not None and id(v) in placed and isinstance(v, (list, tuple, dict)):
+            return _Kept(placed[id(v)][1])
         if isinstance(v, (list, tuple)):
             return type(v)(walk(x) for x in v)
         if isinstance(v, dict):
@@ -125,7 +142,11 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
 def filled(template: Any, values: tuple) -> Any:
     """A ``template_of`` template with its slots filled by one replay's ``values``."""
     if isinstance(template, _Slot):
+        if template.history is not None:
+            return with_history(values[template.index], template.history)
         return values[template.index]
+    if isinstance(template, _Kept):
+        return template.read()
     if isinstance(template, FormattedText):
         return template.filled(lambda slot: filled(slot, values))
     if isinstance(template, (list, tuple)):
@@ -135,16 +156,24 @@ def filled(template: Any, values: tuple) -> Any:
     return template
 
 
-def real_values(value: Any) -> Any:
-    """``value`` with TracedScalars replaced by their numbers (what the user keeps)."""
+def real_values(value: Any, made: dict[int, Any] | None = None) -> Any:
+    """``value`` with TracedScalars replaced by their numbers (what the user keeps). ``made`` (id of a
+    container -> it and its copy, held so that the id stays its own) makes one container kept in two
+    places one copy in both."""
     if isinstance(value, TracedScalar):
         return value.value
     if isinstance(value, FormattedText):
         return value.real()
-    if isinstance(value, (list, tuple)):
-        return type(value)(real_values(x) for x in value)
-    if isinstance(value, dict):
-        return {k: real_values(x) for k, x in value.items()}
+    if isinstance(value, (list, tuple, dict)):
+        if made is not None and id(value) in made:
+            return made[id(value)][1]
+        if isinstance(value, dict):
+            copy: Any = {k: real_values(x, made) for k, x in value.items()}
+        else:
+            copy = type(value)(real_values(x, made) for x in value)
+        if made is not None:
+            made[id(value)] = (value, copy)
+        return copy
     return value
 
 

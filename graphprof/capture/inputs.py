@@ -26,6 +26,7 @@ values into an effect, are made by capture/host_nodes.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import re
@@ -43,6 +44,7 @@ from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
                                          item_location, object_keys, plain_object, within_location)
+from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, read_after, real_values, refusal,
                                           template_of)
@@ -389,11 +391,15 @@ class PythonState:
                 entry.before.update(entry.snapshot)
 
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], source: Callable[[str], str],
-                record: Any) -> None:
+                record: Any, history: Callable[[torch.Tensor, str], str | None] | None = None) -> None:
         """Turn every change of watched state into an effect node at the graph's end, or refuse.
 
-        Values in the user's hands become real numbers now (the capture call's own result).
+        Values in the user's hands become real numbers now (the capture call's own result). ``history``
+        names eager's ``grad_fn`` of a kept tensor (capture/kept_history.py). A container kept in two
+        places is put in the second by reading it where the first effect put it (``placed``).
         """
+        placed: dict[int, KeptPlace] = {}
+        made: dict[int, Any] = {}  # and one copy of its real values in both
         for entry in self.watched:
             if entry.part_of is not None:
                 continue  # read through another entry, whose change is the effect
@@ -404,13 +410,14 @@ class PythonState:
                 continue
             if scalar is not None or (now is not entry.before and not _same_number(now, entry.before)):
                 self.assigned.add(id(entry))
-                template, slots = template_of(now, node_of, location.describe, source)
+                template, slots = template_of(now, node_of, location.describe, source, history=history, placed=placed)
+                note_containers(now, location.describe, location.get, placed)
                 if scalar is None and not slots and type(now) in PLAIN_TYPES and type(entry.before) in PLAIN_TYPES:
                     # Computed from a constant: a replay would assign this same value on every call.
                     self.pinned.add(id(entry))
                     if _is_number(now) and _is_number(entry.before):
                         ASSIGNED_NUMBERS.add(*location.field)
-                location.set(real_values(now))
+                location.set(real_values(now, made))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
                              loc.set(filled(t, vals)), slots, record)
                 continue
@@ -420,21 +427,25 @@ class PythonState:
                 if added is None:
                     raise refusal(location.describe, "changes existing items of", source)
                 self.extended.add(id(entry))
-                template, slots = template_of(added, node_of, location.describe, source)
+                template, slots = template_of(added, node_of, location.describe, source, history=history,
+                                              placed=placed)
+                _note_appended(added, location, placed)
                 kept = list(before)[:len(before) - len(added)]
                 before.clear()
-                before.extend(kept + real_values(added))
+                before.extend(kept + real_values(added, made))
                 effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
             elif (type(before) is list and snapshot is not None and id(before) in self.carried
                   and len(before) == len(snapshot) and _changed_list(before, snapshot)):
-                self._set_items(entry, graph, node_of, source, record)
+                self._set_items(entry, graph, node_of, source, record, history)
             elif type(before) is list and snapshot is not None and _changed_list(before, snapshot):
                 if len(before) < len(snapshot) or any(a is not b for a, b in zip(before, snapshot)):
                     raise refusal(location.describe, "changes existing items of", source)
                 self.extended.add(id(entry))
                 added = before[len(snapshot):]
-                template, slots = template_of(added, node_of, location.describe, source)
-                before[len(snapshot):] = real_values(added)
+                template, slots = template_of(added, node_of, location.describe, source, history=history,
+                                              placed=placed)
+                _note_appended(added, location, placed)
+                before[len(snapshot):] = real_values(added, made)
                 effect_node(graph, f"extend {location.describe}", _Extend(before, template), slots, record)
             elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
@@ -444,20 +455,24 @@ class PythonState:
                 if not new:
                     continue
                 self.extended.add(id(entry))
-                template, slots = template_of(new, node_of, location.describe, source)
-                before.update(real_values(new))
+                template, slots = template_of(new, node_of, location.describe, source, history=history,
+                                              placed=placed)
+                for key, item in new.items():
+                    note_containers(item, location.describe, _item_of(before, key), placed)
+                before.update(real_values(new, made))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)
 
     def _set_items(self, entry: _Watched, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
-                   source: Callable[[str], str], record: Any) -> None:
+                   source: Callable[[str], str], record: Any,
+                   history: Callable[[torch.Tensor, str], str | None] | None = None) -> None:
         """The items a step replaces in a list of tensors it carries (``cell[0] = cell[0] * .9 + x``):
         an effect writing the replay's values into those indices. Its items are read where they are
         kept (``_carried_tensors``), so a replay reads the ones the last call left there."""
         before, snapshot, describe = entry.before, entry.snapshot, entry.location.describe
         changed = {i: now for i, (now, was) in enumerate(zip(before, snapshot)) if now is not was}
         self.rewritten.add(id(entry))
-        template, slots = template_of(changed, node_of, describe, source)
+        template, slots = template_of(changed, node_of, describe, source, history=history)
         for i, value in real_values(changed).items():
             before[i] = value
         effect_node(graph, f"set items of {describe}", lambda vals, items=before, t=template:  # type: ignore[misc]  # binds by default arguments
@@ -578,6 +593,21 @@ def _set_items(items: list, values: dict[int, Any]) -> None:
         items[index] = value
 
 
+def _note_appended(added: list, location: Location, placed: dict[int, KeptPlace]) -> None:
+    """Note the containers among ``added``, the items a list or deque at ``location`` was extended by:
+    each read from the end, where a replay's extension puts it."""
+    for i, item in enumerate(added):
+        note_containers(item, location.describe, _item_of_value(location.get, i - len(added)), placed)
+
+
+def _item_of(container: Any, key: Any) -> Callable[[], Any]:
+    return lambda: container[key]
+
+
+def _item_of_value(read: Callable[[], Any], key: Any) -> Callable[[], Any]:
+    return lambda: read()[key]
+
+
 def _same_number(a: Any, b: Any) -> bool:
     return type(a) is type(b) and _is_number(a) and a == b
 
@@ -614,7 +644,9 @@ def _changed_dict(now: dict, snapshot: dict) -> bool:
 def assignment_source(fn: Callable[..., Any]) -> Callable[[str], str]:
     """`` at file:line`` of the line in ``fn``'s source that assigns to a name (best effort)."""
     function = inspect.unwrap(getattr(fn, "__func__", fn))
-    function = getattr(called_function(function), "__func__", function)  # a callable object's ``__call__``
+    call = called_function(function)  # a callable object's ``__call__`` (a partial, for a ``partialmethod``)
+    call = inspect.unwrap(call.func) if isinstance(call, functools.partial) else call
+    function = getattr(call, "__func__", call)
     try:
         lines, first = inspect.getsourcelines(function)
         filename = inspect.getsourcefile(function) or ""

@@ -183,12 +183,21 @@ def called_function(target: Any) -> Any:
     fallback counted it again; and no frame was the step's own, so the walk
     for code that catches exceptions went on into the caller's ``try``. Bound,
     it is the method of an object, which the step's analysis already knows.
+    A ``functools.partialmethod`` as ``__call__`` is bound the same way: its
+    object's fields were not watched either, and a number the step logged there
+    reached the user as graphprof's own traced value.
     """
     if isinstance(target, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial,
                            type, nn.Module)):
         return target
     call = inspect.getattr_static(type(target), "__call__", None)  # the class's own, or one it inherits
-    return types.MethodType(call, target) if isinstance(call, types.FunctionType) else target
+    if isinstance(call, types.FunctionType):
+        return types.MethodType(call, target)
+    if isinstance(call, functools.partialmethod):  # ``__call__ = partialmethod(run, scale=2.0)``
+        # Bound as Python binds it: a ``functools.partial`` of the bound method, whose object and
+        # arguments are the step's state like any partial's.
+        return call.__get__(target, type(target))
+    return target
 
 
 def wrapper_chain(fn: Any) -> list[types.FunctionType]:

@@ -57,7 +57,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     wrappers = wrapper_chain(fn)
     for wrapper in wrappers:  # ``wrapper.calls += 1`` in a decorator's wrapper
         yield from data_fields(wrapper, getattr(wrapper, "__name__", "the step"))
-    target = inspect.unwrap(fn)
+    target = called_function(inspect.unwrap(fn))  # a ``partialmethod`` as ``__call__``: a partial
     roots: list[tuple[str, Any]] = []
     if isinstance(target, functools.partial):  # what it binds is the step's: its keywords can be written
         for name, value in target.keywords.items():

@@ -52,6 +52,7 @@ from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.inputs import HyperparameterInputs
+from graphprof.capture.kept_history import BackwardNodes
 from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.scheduler_fields import SchedulerFields
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
@@ -141,6 +142,8 @@ class CaptureRecorder:
         self.backward_depth = 0
         #: Backward passes the step ran (``loss.backward()``, ``torch.autograd.grad``).
         self.backwards = 0
+        #: The autograd nodes those ran and freed (capture/kept_history.py).
+        self.backward_nodes = BackwardNodes(self._made_here)
         self.forward_by_seq: dict[int, CaptureRecord] = {}
         self.pending_scalars: list[list[TracedScalar]] = []
         self.params_seen: dict[int, nn.Parameter] = {}
@@ -191,6 +194,8 @@ class CaptureRecorder:
             return CaptureRecord(self.state.module_name(top), type(top).__name__, user_source(3), Phase.BACKWARD,
                                  scope)
         if grad_node is not None or self.backward_depth:
+            if grad_node is not None:
+                self.backward_nodes.ran(grad_node)
             return self._backward_context(grad_node, scope)
         source = user_source(3)
         if self.optimizer_depth:
@@ -244,6 +249,11 @@ class CaptureRecorder:
     def is_preexisting(self, tensor: torch.Tensor) -> bool:
         """True for tensors from before the capture (make_fx tracks only new ones)."""
         return get_proxy_slot(tensor, self.tracer, None) is None
+
+    def _made_here(self, tensor: torch.Tensor) -> bool:
+        """Whether the call's ops made ``tensor``: neither from before the capture nor an argument."""
+        slot = get_proxy_slot(tensor, self.tracer, None)
+        return slot is not None and slot.proxy.node.op != "placeholder"
 
     def tensor_node(self, tensor: torch.Tensor) -> Any:
         slot = get_proxy_slot(tensor, self.tracer, None)
@@ -469,9 +479,11 @@ class _ScalarMode(TorchFunctionMode):
         if func in _BACKWARD_ENTRIES:
             self.recorder.backwards += 1
             self.recorder.backward_depth += 1
+            self.recorder.backward_nodes.enter(func, args, kwargs)
             try:
                 return func(*args, **kwargs)
             finally:
+                self.recorder.backward_nodes.exit()
                 self.recorder.backward_depth -= 1
         if self.recorder.data_sized.read_by_step(func, args):
             return self.recorder.value_guards.read_sizes(func, args, kwargs, user_source(2))

@@ -93,7 +93,7 @@ def candidate_objects(fn: Callable[..., Any], depth: int = 0,
     found: list[tuple[str, Any]] = []
     if isinstance(fn, nn.Module):  # tracing a module directly: it is the model (and may keep its optimizer)
         return [("self", fn), *kept_optimizers(fn, "self")]
-    target = inspect.unwrap(fn)
+    target = called_function(inspect.unwrap(fn))  # a ``partialmethod`` as ``__call__``: a partial
     if isinstance(target, functools.partial):  # functools.partial(step, model=model, opt=opt)
         found.extend(partial_bindings(target))
         target = inspect.unwrap(target.func)

@@ -50,6 +50,9 @@ from graphprof.capture.state import StateIndex, candidate_objects, discover_stat
 from graphprof.capture.state_names import name_state
 from graphprof.capture.optimizer_groups import GroupWrites
 from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_opaque_outputs
+from graphprof.capture.kept_history import with_history
+from graphprof.capture.kept_results import KeptResult, kept_places, read_kept_results
+from graphprof.capture.registered_hooks import RegisteredHooks
 from graphprof.capture.torch_settings import refuse_changed_settings, torch_settings
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           put_back_unseen_globals, refuse_rebuilt_containers,
@@ -128,6 +131,9 @@ class CapturedStep:
     #: replay returns them as inference tensors too, as eager does (``is_inference()``, and in-place
     #: ops on them outside the mode raise).
     inference_outputs: tuple[int, ...] = ()
+    #: The outputs (flattened) eager returns with autograd's record (a loss the step's backward used),
+    #: and the name of each one's ``grad_fn``: a replay returns them so too (capture/kept_history.py).
+    history_outputs: tuple[tuple[int, str], ...] = ()
     #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
@@ -245,6 +251,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
     structure = None if optimizer_only else ModuleStructure(state.module_objects())
     holder: dict[str, Any] = {}
+    # Hooks the step registers on its parameters and leaves (one more each call) cannot be replayed; a
+    # refused capture takes the capture call's back (capture/registered_hooks.py).
+    holder["hooks"] = RegisteredHooks(state.params.values())
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
     # The gradients arguments already have (an input that requires grad, given again): read from it.
     input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
@@ -304,6 +313,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         with recorder.active(python.functions), names:
             out = fn(*call_args, **call_kwargs)
         refuse_changed_settings(settings)
+        holder["hooks"].refuse_changed()
         holder["numpy"].refuse_drawn()
         if recorder.catching is not None:
             recorder.catching.refuse()
@@ -318,7 +328,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if unprinted is not None:
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
-        python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()))
+        history = recorder.backward_nodes.history_of  # a kept tensor has autograd's record, as eager's
+        places = kept_places(entry.location for entry in python.watched)  # before effects copy what they keep
+        python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()), history)
         holder["scalers"].effects(recorder.graph, recorder.context(()))
         refuse_reading_extended_lists(python, names)
         refuse_rebuilt_containers(python, names)
@@ -331,18 +343,23 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"the step steps a {unseen} through a method bound before the capture "
                                      "(advance = sched.step), which a replayed graph would not step again")
         holder["writes"].effects(recorder.graph, recorder.tensor_node, assignment_source(fn),
-                                 recorder.context(()))
+                                 recorder.context(()), history)
         params = list(state.params.values())
         for p in recorder.params_seen.values():
             if not any(p is q for q in params):
                 params.append(p)
+        out = read_kept_results(out, places, recorder.graph, recorder.context(()))  # the kept object itself
+        places.clear()  # it holds the kept containers, which nothing of graphprof's may (capture/name_reads.py)
         out_flat, out_spec = flatten_output(out)
         refuse_differentiable_outputs(out_flat, recorder.backwards)
+        holder["history_outputs"] = tuple((i, name) for i, t in enumerate(out_flat) if isinstance(t, torch.Tensor)
+                                          and (name := history(t, "the step's result")) is not None)
         refuse_opaque_outputs(out_flat, lambda v: isinstance(v, TracedScalar) or (
             isinstance(v, torch.Tensor) and not recorder.is_preexisting(v)))
         holder.update(out_flat=out_flat, out_spec=out_spec, params=params,
                       scalar_outputs={i: s for i, s in enumerate(out_flat) if isinstance(s, TracedScalar)})
-        plain = [s.value if isinstance(s, TracedScalar) else s for s in out_flat]
+        plain = [None if isinstance(s, KeptResult) else s.value if isinstance(s, TracedScalar) else s
+                 for s in out_flat]
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
         modes.effects(recorder.graph, recorder.context(()))  # ``model.train()`` inside the step
@@ -356,6 +373,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         refuse_data_assignments(state, storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
+        _link_scalar_outputs(gm, {i: leaf for i, leaf in enumerate(holder["out_flat"]) if isinstance(leaf, KeptResult)})
         for node in [*holder["recorder"].hyperparameters.unused_readers(),
                      *holder["recorder"].scheduler_fields.unused_readers()]:
             gm.graph.erase_node(node)
@@ -387,8 +405,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         def undo() -> None:
             _undo(holder, flags, modes, hyperparameters=False)  # the capture call already gave them back
 
-        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s for s in holder["out_flat"]],
-                                    holder["out_spec"])
+        out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s.read() if isinstance(s, KeptResult)
+                                     else s for s in holder["out_flat"]], holder["out_spec"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
@@ -407,8 +425,9 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 optimizer_states_at_entry=optimizer_states,
                                 optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
                                 optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
-                                inference_outputs=tuple(i for i, leaf in enumerate(pytree.tree_leaves(out))
+                                inference_outputs=tuple(i for i, leaf in enumerate(holder["out_flat"])
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
+                                history_outputs=holder["history_outputs"],
                                 cleared_at_start=at_start, drop_unseen=drop_unseen,
                                 dropped_grads_read=any(id(p) in recorder.grad_reads.read for p in clear),
                                 flush_output=recorder.host_sources.flush,
@@ -486,7 +505,7 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
         holder["recorder"].write_log.restore()
     if "names" in holder:
         put_back_unseen_globals(holder["names"], holder.get("python"))
-    for key in ("deep", "torch_objects", "python", "numpy"):
+    for key in ("deep", "torch_objects", "python", "numpy", "hooks"):
         if key in holder:
             holder[key].restore()
 
@@ -496,8 +515,9 @@ def is_number_input(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar]) -> None:
-    """Outputs that were ``.item()`` values return their scalar node, not a constant."""
+def _link_scalar_outputs(gm: torch.fx.GraphModule, scalars: dict[int, TracedScalar] | dict[int, KeptResult]) -> None:
+    """Outputs that were ``.item()`` values (or kept objects, capture/kept_results.py) return their node,
+    not a constant."""
     if not scalars:
         return
     output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -549,6 +569,10 @@ def run_captured(step: CapturedStep, graph_module: Callable[..., Any], leaves: l
     out_flat, grads = out
     if step.inference_outputs:
         out_flat = _as_inference(out_flat, step.inference_outputs)
+    if step.history_outputs:
+        out_flat = list(out_flat)
+        for i, name in step.history_outputs:
+            out_flat[i] = with_history(out_flat[i], name)
     if step._dtensor_params:
         for p, g in zip(step.grad_params, grads):
             if not same_gradient(p.grad, g):

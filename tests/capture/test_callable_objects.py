@@ -11,6 +11,7 @@ bound to it, is now the step, as a bound method's function is.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -155,3 +156,41 @@ def test_a_trainer_with_slots_counts_as_eager_counts() -> None:
             assert torch.equal(eager(x, y), traced(x, y)), f"call {i}"
             assert trainer.n == eager.n == i + 1, f"call {i}"
     assert traced.capture_mode == "whole-step"
+
+
+class PartialStepper:
+    """``__call__`` is ``functools.partialmethod(run, scale=2.0)``: Python binds it as a partial of the
+    bound method. Its object's fields were not watched, so the log it appends to got graphprof's
+    traced numbers, not floats, on every replay."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Linear(8, 4)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.n = 0
+        self.log: list[float] = []
+
+    def run(self, x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.model(x), y) * scale
+        loss.backward()
+        self.opt.step()
+        self.n += 1
+        self.log.append(loss.item())
+        return loss.detach()
+
+    __call__ = functools.partialmethod(run, scale=2.0)
+
+
+def test_a_partialmethod_call_logs_and_counts_as_eager() -> None:
+    eager, stepper = PartialStepper(), PartialStepper()
+    traced = graphprof.trace(stepper, profiling=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no graphprof warning: whole-step
+        for i in range(CALLS):
+            assert torch.equal(eager(*_batch(i)), traced(*_batch(i))), f"call {i}"
+            assert [type(v) for v in stepper.log] == [float] * (i + 1), f"call {i}"
+            assert stepper.log == eager.log and stepper.n == eager.n, f"call {i}"
+            for a, b in zip(eager.model.parameters(), stepper.model.parameters()):
+                assert torch.equal(a, b), f"call {i}"
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
