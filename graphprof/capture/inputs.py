@@ -543,16 +543,18 @@ class PythonState:
         return {id(e.before) for e in self.watched if id(e) in self.assigned and isinstance(e.before, torch.Tensor)
                 and id(e) not in items}
 
-    def kept_tensors(self, model_state: set[int]) -> dict[int, Location]:
+    def kept_tensors(self, model_state: set[int], read: Set[int] | None = None) -> dict[int, Location]:
         """id -> location of each tensor the step's watched state held when the call began (not
-        ``model_state``): a graph constant made from one is read from its location at run time."""
+        ``model_state``): a graph constant made from one is read from its location at run time
+        (``read``: the ids of the graph's constants, None for all)."""
         places: dict[int, list[_Watched]] = {}
         for entry in self.watched:
             if isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
                 places.setdefault(id(entry.before), []).append(entry)
         for entries in places.values():
             other = next((e for e in entries if self._slot(e) != self._slot(entries[0])), None)
-            if other is not None and any(map(self._replaced, entries)):
+            if other is not None and any(map(self._replaced, entries)) and (
+                    read is None or id(entries[0].before) in read):
                 # ``S = {"avg": z, "best": z}`` and ``S["avg"] = ...``: the graph holds one constant for
                 # both, read from one place; after the first replay the two places hold two tensors.
                 raise DataDependentError(

@@ -386,7 +386,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         # Tensors the step keeps in its own state (``self.ema``) are read where they are kept.
         model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
         model_state -= holder["python"].replaced_tensors()
-        kept = holder["python"].kept_tensors(model_state)
+        kept = holder["python"].kept_tensors(model_state, referenced)
         if structure is not None:
             structure.read_where_kept((loc.keeper, loc.key) for loc in kept.values() if isinstance(loc.keeper, nn.Module))
         read_constants_at_run_time(gm, {key: location.get for key, location in kept.items()})
