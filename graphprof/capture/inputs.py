@@ -400,10 +400,18 @@ class PythonState:
         """
         placed: dict[int, KeptPlace] = {}
         made: dict[int, Any] = {}  # and one copy of its real values in both
+        #: (id of a dict, key) of the items a dict's update effect puts in place (``_watch_items`` adds a
+        #: watched dict's items after the dict, so the update comes first).
+        updated: set[tuple[int, Any]] = set()
         for entry in self.watched:
             if entry.part_of is not None:
                 continue  # read through another entry, whose change is the effect
             location, now = entry.location, entry.location.get()
+            if location.place is Place.ITEM and (id(location.owner), location.key) in updated:
+                # ``out["c"] = {"c": loss.item()}`` where ``out["c"]`` held a dict: the dict's update is the
+                # effect. Set again from here, it put the capture call's values back after every update.
+                self.assigned.add(id(entry))
+                continue
             scalar = self.inputs.get(id(entry))
             if scalar is not None and now is scalar:
                 location.set(entry.before)  # read, not written
@@ -459,6 +467,7 @@ class PythonState:
                                               placed=placed)
                 for key, item in new.items():
                     note_containers(item, location.describe, _item_of(before, key), placed)
+                updated.update((id(before), key) for key in new)
                 before.update(real_values(new, made))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              d.update(filled(t, vals)), slots, record)

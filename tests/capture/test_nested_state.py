@@ -75,3 +75,42 @@ def test_lists_and_dicts_inside_the_step_s_state_keep_what_it_logs(case: str) ->
     values = state["losses"] if "losses" in state else state["loss"]
     assert all(type(v) is float for v in values) and len(values) >= CALLS - 1
     assert traced.capture_mode == "whole-step" and traced.captures <= 2
+
+
+@pytest.mark.parametrize("made", ["dict", "list", "two levels"])
+def test_a_new_container_of_logged_numbers_replacing_an_old_one_holds_each_calls_numbers(made: str) -> None:
+    """``out["last"] = {"loss": loss.item()}`` every call: from the second call on, ``out["last"]`` held
+    a dict, watched as an entry of its own, whose replacement was set again after the dict's update
+    with the capture call's numbers. Every replay left the capture call's loss there, silently."""
+    def make() -> tuple[Callable[[torch.Tensor, torch.Tensor], torch.Tensor], dict[str, Any]]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out: dict[str, Any] = {}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            value = loss.item()
+            out["last"] = ({"loss": value} if made == "dict" else [value] if made == "list"
+                           else {"train": {"loss": value}})
+            return loss.detach()
+        return step, out
+
+    results = []
+    for traced in (False, True):
+        step, out = make()
+        fn = graphprof.trace(step, profiling=False) if traced else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(5):
+                g = torch.Generator().manual_seed(i)
+                fn(torch.randn(3, 4, generator=g), torch.randn(3, 2, generator=g))
+                seen.append(repr(out))
+        if traced:
+            assert fn.capture_mode == "whole-step" and fn.captures == 1
+        results.append(seen)
+    assert results[0] == results[1]
