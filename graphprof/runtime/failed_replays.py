@@ -42,8 +42,9 @@ from graphprof.capture.host_nodes import SILENT_AGAIN, is_reader
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.snapshot import arguments_by_name, written_arguments
 from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
-from graphprof.passes.records import CAPTURE, STATE
+from graphprof.passes.records import CAPTURE, STATE, StateRole
 from graphprof.runtime.allocator import node_device_types
+from graphprof.runtime.kept_buffers import KEPT_BUFFER_BYTES, attribute, storage_bytes
 
 #: Modules whose functions compute on Python numbers only (``n + 1``, ``math.sqrt``).
 _PURE_MODULES = frozenset({"_operator", "operator", "math"})
@@ -122,17 +123,24 @@ def _held_name(node: torch.fx.Node) -> str:
     return node.name
 
 
-def _held_writes(node: torch.fx.Node, schema: Any, values: dict[str, Any], fresh: set[torch.fx.Node]) -> str | None:
+def _held_writes(node: torch.fx.Node, schema: Any, values: dict[str, Any], fresh: set[torch.fx.Node],
+                 roots: Callable[[torch.fx.Node], frozenset[torch.fx.Node]], kept: frozenset[torch.fx.Node],
+                 used: set[torch.fx.Node] | None) -> str | None:
     """What op ``node`` (its schema, its arguments by name) writes that the user holds (not the replay's
-    own), in words; None when nothing."""
+    own, nor all within ``kept``: those it adds to ``used``), in words; None when nothing."""
     for name in written_arguments(schema, values):
         held = [v for v in _nodes(values.get(name)) if v not in fresh]
-        if held:
-            return f"written {_held_name(held[0])} ({describe(node)})"
+        changed = [v for v in held if not roots(v) <= kept]
+        if changed:
+            return f"written {_held_name(changed[0])} ({describe(node)})"
+        if used is not None:
+            for v in held:
+                used |= roots(v)
     return None
 
 
-def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
+def first_change(graph: torch.fx.Graph, stop: torch.fx.Node, kept: frozenset[torch.fx.Node] = frozenset(),
+                 used: set[torch.fx.Node] | None = None) -> str | None:
     """What the nodes before ``stop``, and ``stop`` itself, changed that outlives the call, in words;
     None when nothing.
 
@@ -141,8 +149,20 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
     the rules do not know (a host effect, an op without a schema) counts as
     a change. The op that raised counts too: ``index_add_`` writes the rows
     before the first bad index, then raises.
+
+    ``kept`` are ``get_attr`` nodes whose storage the replay copies at its
+    start and puts back when it fails (runtime/kept_buffers.py): a write to
+    a tensor that is, or views, only those is no change; each one written is
+    added to ``used``. What a tensor views ("its roots") is followed through
+    every argument an op's schema says its result may alias, so a write
+    through a view of a kept buffer and a parameter together is a change.
     """
     fresh: set[torch.fx.Node] = set()
+    aliases: dict[torch.fx.Node, frozenset[torch.fx.Node]] = {}  # roots of the held tensors ops made
+
+    def roots(value: torch.fx.Node) -> frozenset[torch.fx.Node]:
+        return aliases.get(value, frozenset((value,)))  # a graph input, state, or a value of unknown kind
+
     for node in graph.nodes:
         if node.op != "call_function":
             if node is stop:
@@ -152,7 +172,7 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
         if isinstance(target, torch._ops.OpOverload):
             schema = target._schema
             values = arguments_by_name(schema, node.args, node.kwargs)
-            written = _held_writes(node, schema, values, fresh)
+            written = _held_writes(node, schema, values, fresh, roots, kept, used)
             if written is not None:
                 return written if node is not stop else f"{written}, part of it before it raised"
             if node is stop:
@@ -162,11 +182,15 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
             aliased = [v for arg in schema.arguments if arg.alias_info is not None for v in _nodes(values.get(arg.name))]
             if all(v in fresh for v in aliased):  # a new tensor, or a view of the replay's own
                 fresh.add(node)
+            else:
+                aliases[node] = frozenset().union(*(roots(v) for v in aliased))
         elif node is stop:
             return None
         elif target is operator.getitem:
             if node.args and node.args[0] in fresh:
                 fresh.add(node)
+            elif node.args and isinstance(node.args[0], torch.fx.Node):
+                aliases[node] = roots(node.args[0])
         elif is_reader(node) or node.meta.get(DROPS_GRADS) or node.meta.get(OVERFLOW_CHECK) or _pure(target):
             continue  # (gradients dropped where eager drops them: eager had dropped them too; a check reads)
         elif node.meta.get(SILENT_AGAIN) is not None and node.meta[SILENT_AGAIN]():
@@ -176,10 +200,11 @@ def first_change(graph: torch.fx.Graph, stop: torch.fx.Node) -> str | None:
     return None
 
 
-def diagnose(step: CapturedStep, executable: Any, error: BaseException,
-             restore: Callable[[], None]) -> FailedReplay:
+def diagnose(step: CapturedStep, executable: Any, error: BaseException, restore: Callable[[], None],
+             kept: frozenset[torch.fx.Node] = frozenset()) -> FailedReplay:
     """What the replay of ``step`` by ``executable`` (its plain or instrumented code) that raised
-    ``error`` had changed; ``restore`` puts back the generators of the call's start."""
+    ``error`` had changed; ``restore`` puts back the generators of the call's start, and the storage of
+    the ``kept`` buffers (``kept_buffers``)."""
     raised = failing_node(error, executable)
     if raised is None:
         return FailedReplay("", "stopped where graphprof cannot tell", restore)
@@ -188,13 +213,15 @@ def diagnose(step: CapturedStep, executable: Any, error: BaseException,
     at = position.get(raised.name)
     if at is None or nodes[at].target is not raised.target:
         return FailedReplay(raised.name, "stopped where graphprof cannot tell", restore)
-    return FailedReplay(describe(nodes[at]), changed_until(step, nodes, at), restore)
+    return FailedReplay(describe(nodes[at]), changed_until(step, nodes, at, kept), restore)
 
 
-def changed_until(step: CapturedStep, nodes: list[torch.fx.Node], at: int) -> str | None:
+def changed_until(step: CapturedStep, nodes: list[torch.fx.Node], at: int, kept: frozenset[torch.fx.Node] = frozenset(),
+                  used: set[torch.fx.Node] | None = None) -> str | None:
     """What a replay of ``step`` (its graph's ``nodes``) that stops at ``nodes[at]`` has changed that eager's
-    run from the call's start cannot give back, in words; None when nothing."""
-    written = first_change(step.graph_module.graph, nodes[at])
+    run from the call's start cannot give back, in words; None when nothing (``first_change`` says what
+    ``kept`` and ``used`` are)."""
+    written = first_change(step.graph_module.graph, nodes[at], kept, used)
     if written is None and step.drop_unseen:
         written = "dropped gradients where the capture did not see the step drop them (zero_grad)"
     dropped_before = step.start_clears or any(n.meta.get(DROPS_GRADS) for n in nodes[:at])
@@ -209,18 +236,45 @@ def overflowed(failed: ReplayError) -> bool:
     return isinstance(failed.error, GradientsOverflowed) and failed.failure.written is None
 
 
-def refuse_unsafe_overflow_checks(step: CapturedStep) -> None:
+def refuse_unsafe_overflow_checks(step: CapturedStep) -> frozenset[torch.fx.Node]:
     """Refuse a captured step whose replay could stop at an overflow check after it had written something
     the user holds (gradients accumulated into, another optimizer's update): such a replay could not
-    give the caller eager's skipped step."""
-    nodes = list(step.graph_module.graph.nodes)
-    for check in overflow_checks(step.graph_module.graph):
-        written = changed_until(step, nodes, nodes.index(check))
-        if written is not None:
-            raise DataDependentError(
-                f"the gradient scaler's check for overflowed gradients ({describe(check)}) comes after the step "
-                f"has {written}, so a replay whose gradients overflow could not run the step again as eager "
-                "would")
+    give the caller eager's skipped step.
+
+    Module buffers are the exception: BatchNorm writes its running statistics
+    and ``num_batches_tracked`` in the forward, long before the check. Their
+    storage is small, so a replay keeps a copy of it and puts it back before
+    eager's run (runtime/kept_buffers.py). Returns the ``get_attr`` nodes of
+    the buffers written before a check (none for a graph without checks),
+    when their storage is ``KEPT_BUFFER_BYTES`` at most.
+    """
+    graph = step.graph_module.graph
+    checks = overflow_checks(graph)
+    if not checks:
+        return frozenset()
+    nodes = list(graph.nodes)
+    buffers = frozenset(n for n in nodes if n.op == "get_attr" and getattr(n.meta.get(STATE), "role", None)
+                        is StateRole.BUFFER and isinstance(attribute(step.graph_module, n), torch.Tensor))
+    used: set[torch.fx.Node] = set()
+    for check in checks:
+        _refuse_unless_unchanged(step, nodes, check, buffers, used, "")
+    size = storage_bytes([attribute(step.graph_module, n) for n in used])
+    if size > KEPT_BUFFER_BYTES:
+        for check in checks:  # names the first buffer written, as for any other write
+            _refuse_unless_unchanged(step, nodes, check, frozenset(), None,
+                                     f" ({size} bytes of buffers, more than the {KEPT_BUFFER_BYTES} a replay "
+                                     "copies to put them back)")
+    return frozenset(used)
+
+
+def _refuse_unless_unchanged(step: CapturedStep, nodes: list[torch.fx.Node], check: torch.fx.Node,
+                             kept: frozenset[torch.fx.Node], used: set[torch.fx.Node] | None, why: str) -> None:
+    written = changed_until(step, nodes, nodes.index(check), kept, used)
+    if written is not None:
+        raise DataDependentError(
+            f"the gradient scaler's check for overflowed gradients ({describe(check)}) comes after the step "
+            f"has {written}{why}, so a replay whose gradients overflow could not run the step again as eager "
+            "would")
 
 
 def _draws(node: torch.fx.Node) -> bool:

@@ -33,6 +33,7 @@ from graphprof.runtime.collect import gradient_host_record, graph_record
 from graphprof.runtime.device_clock import DeviceClock, DeviceTimeline, device_timeline
 from graphprof.runtime.failed_replays import (ReplayError, diagnose, random_devices, refuse_unsafe_overflow_checks,
                                               saved_generators)
+from graphprof.runtime.kept_buffers import KeptBuffers, attribute
 from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action
@@ -43,7 +44,7 @@ class WholeStepRunner:
     """One captured signature: its graphs, and the samples recorded on it."""
 
     def __init__(self, captured: CapturedStep, instrumented: torch.fx.GraphModule, clock: Clock,
-                 limit: int | None) -> None:
+                 limit: int | None, kept: frozenset[torch.fx.Node] = frozenset()) -> None:
         self.captured = captured
         self.instrumented = instrumented
         self.samples: SampleBuffer[StepSamples] = SampleBuffer(limit=limit)
@@ -54,6 +55,9 @@ class WholeStepRunner:
         self._clock = clock
         self._executables: dict[bool, Callable[..., Any]] = {}
         self._random_devices = random_devices(captured.graph_module.graph)
+        # Buffers written before an overflow check: copied at each replay's start (runtime/kept_buffers.py).
+        self._kept_nodes = kept
+        self._kept = KeptBuffers([attribute(captured.graph_module, n) for n in kept]) if kept else None
 
     @classmethod
     def capture(cls, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict, *, clock: Clock,
@@ -69,7 +73,7 @@ class WholeStepRunner:
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
         try:
-            refuse_unsafe_overflow_checks(captured)
+            kept = refuse_unsafe_overflow_checks(captured)
             with stage(f"annotating {name}'s {len(captured.graph_module.graph.nodes)} nodes"):
                 prepare_graph(captured.graph_module)
             wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
@@ -79,7 +83,7 @@ class WholeStepRunner:
             raise CaptureError.from_exception(name, exc) from exc
         # The capture is committed: the write log's copies of the pre-call state are no longer needed.
         captured.undo = _nothing_to_undo
-        runner = cls(captured, instrumented, clock, limit)
+        runner = cls(captured, instrumented, clock, limit, kept)
         device = accelerator_type() if sample_rate else None
         if device is not None and device in graph_device_types(captured.graph_module):
             runner.sampler = AllocatorSampler(sample_rate)
@@ -123,11 +127,14 @@ class WholeStepRunner:
         # A copy of the default generators the graph draws from: a replay that raises can then be run
         # again eagerly from the call's own state (runtime/failed_replays.py). Only graphs that draw pay it.
         restore = saved_generators(self._random_devices) if self._random_devices else _nothing_to_undo
+        if self._kept is not None:  # only graphs whose overflow check comes after a buffer's write pay it
+            self._kept.take()
+            restore = _and_then(restore, self._kept.put_back)
         executable = self.executable(action is not Action.NONE)
         try:
             return self._run(executable, call, start_ns, action, leaves)
         except Exception as exc:
-            raise ReplayError(exc, diagnose(self.captured, executable, exc, restore)) from exc
+            raise ReplayError(exc, diagnose(self.captured, executable, exc, restore, self._kept_nodes)) from exc
 
     def _run(self, executable: Callable[..., Any], call: int, start_ns: int, action: Action,
              leaves: list[Any]) -> Any:
@@ -191,6 +198,14 @@ class WholeStepRunner:
         return RecordedSteps("fx", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [self.captured.graph_module], self.timeline,
                              notes={"workspace": self.workspace_note, **notes})
+
+
+def _and_then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    """A function that calls ``first``, then ``second``."""
+    def both() -> None:
+        first()
+        second()
+    return both
 
 
 def _nothing_to_undo() -> None:

@@ -325,3 +325,96 @@ def test_the_scale_read_in_the_step_is_this_calls() -> None:
             assert _same(eager.step(x, y), traced(x, y)), f"loss or scale differs after call {i}"
             _assert_modules(eager, copy, f"after call {i}")
     assert not caught and traced.capture_mode == "whole-step" and traced.captures == 1
+
+
+class _Counting(nn.Module):
+    """A buffer written through views of it (an element, a reshaped view): each write is the buffer's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.seen[0, 0] += 1
+            self.seen.view(-1)[1:].add_(x.detach().float().abs().mean())
+        return x
+
+
+class _BatchNormLoop(_Loop):
+    """BatchNorm writes its running statistics and ``num_batches_tracked`` in the forward, before the
+    scaler's check: a replay puts them back when its gradients overflow."""
+
+    def __init__(self, dims: int, momentum: float | None) -> None:
+        super().__init__("adamw for-loop", unscale=True)
+        torch.manual_seed(0)
+        if dims == 1:
+            body: list[nn.Module] = [nn.Linear(8, 16), nn.BatchNorm1d(16, momentum=momentum)]
+        else:
+            body = [nn.Unflatten(1, (2, 2, 2)), nn.Conv2d(2, 4, 1), nn.BatchNorm2d(4, momentum=momentum), nn.Flatten()]
+        self.model = nn.Sequential(*body, _Counting(), nn.ReLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=0.01, foreach=False)
+
+
+def _assert_buffers(eager: _Loop, copy: _Loop, where: str) -> None:
+    for (name, b), (_, c) in zip(eager.model.named_buffers(), copy.model.named_buffers()):
+        assert _same(b, c), f"{name} differs {where}"
+
+
+@pytest.mark.parametrize("momentum", [0.1, None], ids=["momentum", "cumulative"])
+@pytest.mark.parametrize("dims", [1, 2], ids=["BatchNorm1d", "BatchNorm2d"])
+@pytest.mark.parametrize("infinite", ["target", "input"])
+def test_a_step_that_writes_batchnorm_statistics_replays_and_an_overflow_puts_them_back(
+        dims: int, momentum: float | None, infinite: str) -> None:
+    """Overflowing calls in the middle, two of them in a row: each such replay wrote the running statistics,
+    the count and the view-written buffer before its check, and the call's eager run starts from them as
+    they were. An infinite target overflows the gradients with finite statistics (a statistic written twice
+    would show); an infinite input makes the statistics themselves non-finite. With ``momentum=None`` the
+    forward reads ``float(num_batches_tracked)``, a value of the model's state no graph checks before it
+    runs: that refuses the capture, scaler or not, and the step runs as segments, equal too."""
+    eager, copy = _BatchNormLoop(dims, momentum), _BatchNormLoop(dims, momentum)
+    overflowing = (3, 5, 6) if infinite == "target" else (7, 8)
+    traced = graphprof.trace(copy.step, profiling=True)
+    messages: list[str] = []
+    for i in range(10):
+        x, y = _batch(i, () if infinite == "target" else overflowing)
+        if infinite == "target" and i in overflowing:
+            y = y.clone()
+            y[0, 0] = float("inf")
+        expected = eager.step(x, y)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = traced(x, y)
+        messages += [str(w.message) for w in caught]
+        assert _same(expected, got), f"loss differs after call {i}"
+        _assert_same(eager, copy, f"after call {i}")
+        _assert_buffers(eager, copy, f"after call {i}")
+    if momentum is None:
+        assert len(messages) == 1 and "float() of a tensor" in messages[0] and "num_batches_tracked" in messages[0]
+        assert traced.capture_mode == "segments"
+        return
+    assert messages == []
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
+    assert len(traced.get_profile().steps) == 10 - 2 - len(overflowing)  # eager, capture, reruns: not recorded
+    assert int(copy.model.get_submodule(str(1 if dims == 1 else 2)).num_batches_tracked) == 10
+
+
+class _ClampingParameters(_Loop):
+    """Clamps a parameter in place in the forward, before the scaler's check: not a buffer to put back."""
+
+    def __init__(self) -> None:
+        super().__init__("sgd momentum", unscale=False)
+        self.model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.model[0].weight.clamp_(-0.5, 0.5)
+        return super().step(x, y)
+
+
+def test_a_check_after_a_parameter_was_written_is_refused() -> None:
+    traced, messages = _compare_loops(_ClampingParameters(), _ClampingParameters(), 7)
+    assert len(messages) == 1, messages
+    assert "comes after the step has written 0.weight (clamp_" in messages[0] and "segments" in messages[0]
+    assert traced.capture_mode == "segments"

@@ -243,6 +243,26 @@ def test_a_write_to_an_input_or_a_view_of_it_is_a_change_and_one_to_a_new_tensor
     assert change is not None and "mul_" in change
 
 
+def test_a_write_through_a_view_of_a_kept_tensor_is_no_change_and_one_to_another_tensor_is() -> None:
+    """Buffers a replay copies and puts back (runtime/kept_buffers.py): written through any view of them,
+    they are reported as used, not as changed; a write to another tensor is still a change."""
+    def f(x: torch.Tensor, kept: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        kept.view(-1)[1:].add_(1)
+        kept[0].mul_(2)
+        x[0].mul_(2)
+        return torch.embedding(x, i)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f)(torch.ones(4, 2), torch.ones(2, 2), torch.tensor([1]))
+    nodes = list(gm.graph.nodes)
+    x, kept = nodes[0], nodes[1]
+    writes = [n for n in nodes if n.target in (torch.ops.aten.add_.Tensor, torch.ops.aten.mul_.Tensor)]
+    used: set[torch.fx.Node] = set()
+    assert first_change(gm.graph, writes[1], frozenset({kept}), used) is None and used == {kept}
+    change = first_change(gm.graph, writes[2], frozenset({kept}))
+    assert change is not None and "mul_" in change and writes[2].args[0].args[0] is x
+    assert first_change(gm.graph, writes[0]) is not None  # not kept: a change
+
+
 def test_a_bad_batch_met_by_the_capture_call_raises_eagers_error_and_the_next_call_captures() -> None:
     """The call that captures meets the bad batch: the capture stops and puts the state back, the step
     runs eagerly and raises eager's error; this is no reason to give up whole-step replay."""
