@@ -34,8 +34,8 @@ from torch import nn
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES
 from graphprof.capture.locations import (
     DATA_TYPES, Location, attribute_location, called_function, cell_location, data_fields, default_locations,
-    fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, watched_object,
-    wrapper_chain,
+    fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, users_file,
+    watched_object, wrapper_chain,
 )
 from graphprof.capture.scaler_state import scaler_fields
 from graphprof.capture.state import held_in_container, partial_bindings
@@ -77,6 +77,7 @@ def reachable_locations(fn: Callable[..., Any], arguments: Sequence[tuple[str, A
     # and those of every function of the user's code these name, through a library's decorator too,
     # and of the methods of the user's classes whose objects they reach (a module's ``forward``).
     walk = _Walk(func, roots, walked)
+    walk.wrappers = {id(w) for w in wrappers}
     if code is not None:
         walk.functions.append(func)
         walk.followed.add(id(func))
@@ -152,6 +153,8 @@ class _Walk:
     def __init__(self, step: Any, roots: list[tuple[str, Any]], walked: list[types.FunctionType] | None = None) -> None:
         self.step = step
         self.walked = walked  # every function read, in order, when the caller asked for them
+        #: ids of the decorators' wrappers, whose fields ``reachable_locations`` yields itself.
+        self.wrappers: set[int] = set()
         self.roots = roots
         self.functions: list[types.FunctionType] = []
         self.followed: set[int] = set()
@@ -273,6 +276,10 @@ class _Walk:
             f = functions.pop(0)
             if self.walked is not None:
                 self.walked.append(f)
+            if f is not self.step and id(f) not in self.wrappers and users_file(f.__code__.co_filename):
+                # ``helper.calls += 1`` in a helper the step calls: a counter on the function, as on a
+                # decorator's wrapper (the step's own and its wrappers' fields are yielded already)
+                yield from data_fields(f, getattr(f, "__qualname__", "a helper"))
             f_code = f.__code__
             self.code_names.update(f_code.co_names)
             for name, cell in zip(f_code.co_freevars, getattr(f, "__closure__", None) or ()):

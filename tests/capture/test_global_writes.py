@@ -168,3 +168,41 @@ def test_a_global_assigned_by_a_function_found_by_getattr_refuses_and_is_counted
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "assigns the global 'calls' of global_writes_traced_by_name" in messages[0]
     assert fn.capture_mode == "segments"
+
+
+def _helper_counting_on_itself() -> int:
+    _helper_counting_on_itself.calls += 1  # type: ignore[attr-defined]
+    return _helper_counting_on_itself.calls  # type: ignore[attr-defined]
+
+
+def test_a_counter_kept_on_a_helper_function_counts_on_every_replay() -> None:
+    """``helper.calls += 1`` in a helper the step calls, its count setting the rate: replays never
+    advanced it (a decorator's wrapper's counter was watched; a helper's was not)."""
+    results = []
+    for traced in (False, True):
+        _helper_counting_on_itself.calls = 0  # type: ignore[attr-defined]
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, model: nn.Module = model, opt: torch.optim.Optimizer = opt) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            for group in opt.param_groups:
+                group["lr"] = 0.1 / (1 + _helper_counting_on_itself())
+            opt.step()
+            return loss.detach()
+        fn = graphprof.trace(step, profiling=False) if traced else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(CALLS + 1):
+                loss = fn(torch.randn(4, 4, generator=torch.Generator().manual_seed(i)))
+                seen.append((loss.item(), _helper_counting_on_itself.calls,  # type: ignore[attr-defined]
+                             opt.param_groups[0]["lr"], [p.detach().clone() for p in model.parameters()]))
+        if traced:
+            assert fn.capture_mode == "whole-step" and fn.captures == 1
+        results.append(seen)
+    for i, (e, g) in enumerate(zip(*results)):
+        assert e[:3] == g[:3] and all(torch.equal(a, b) for a, b in zip(e[3], g[3])), f"call {i}"
