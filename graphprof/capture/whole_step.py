@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
@@ -279,6 +280,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         python = PythonState.watch(fn, recorder.graph, lambda: recorder.context(()), arguments,
                                    [*hook_functions(state.module_objects()), *optimizer_hook_functions(state.optimizers)])
         holder["python"] = python
+        holder["leaf_grads"] = _LeafGrads(python, state.params)
         holder["deep"] = DeepContents(python.watched)
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
@@ -387,6 +389,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         model_state = set(state.tensors) | {id(g) for g in pre_grads.values() if g is not None}
         model_state -= holder["python"].replaced_tensors()
         kept = holder["python"].kept_tensors(model_state, referenced)
+        holder["leaf_grads"].refuse(referenced)
         if structure is not None:
             structure.read_where_kept((loc.keeper, loc.key) for loc in kept.values() if isinstance(loc.keeper, nn.Module))
         read_constants_at_run_time(gm, {key: location.get for key, location in kept.items()})
@@ -440,6 +443,38 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         if isinstance(exc, DataDependentError) and "recorder" in holder:  # the path it refused on
             exc.refused_path = refused_path(holder["recorder"].guards, holder.get("scalar_positions", {}))
         raise
+
+
+class _LeafGrads:
+    """The tensors the step reaches that require grad and are not its parameters (``d["w"] =
+    torch.ones(4, requires_grad=True)``, put there by the user), with their ``.grad`` before the call.
+
+    Why: eager's backward accumulates into their ``.grad``; the graph writes the gradients of the
+    parameters it knows, so a replay reading one left its ``.grad`` as the last eager call had it,
+    silently. Such a graph is refused (``refuse``), and the capture call's accumulation is put back
+    first, so that the fallback runs the call and accumulates once.
+    """
+
+    def __init__(self, python: PythonState, params: Any) -> None:
+        with _disable_current_modes():  # copies of the caller's values, not ops of the traced step
+            self.found = [(e.location.describe, t, None if t.grad is None else t.grad.detach().clone(), t.grad)
+                          for e in python.watched if isinstance(t := e.before, torch.Tensor) and t.requires_grad
+                          and t.is_leaf and id(t) not in params]
+
+    def refuse(self, read: set[int]) -> None:
+        for where, t, _, _ in self.found:
+            if id(t) in read:
+                with _disable_current_modes():
+                    self.restore()
+                raise DataDependentError(f"the step reads {where}, a tensor that requires grad and is not a "
+                                         "parameter of its model or optimizer: a replay would not accumulate its "
+                                         ".grad as eager's backward does")
+
+    def restore(self) -> None:
+        for _, t, values, grad in self.found:
+            if grad is not None and values is not None:
+                grad.copy_(values)  # the same tensor the caller may hold, with its values from before
+            t.grad = grad
 
 
 def _place_drops(gm: torch.fx.GraphModule, clear: list[nn.Parameter],

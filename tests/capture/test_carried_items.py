@@ -8,6 +8,7 @@ the graph: the capture refused them and the step ran as segments.
 
 from __future__ import annotations
 
+import types
 import warnings
 from typing import Any, Callable
 
@@ -182,3 +183,46 @@ def test_one_tensor_kept_in_two_places_and_replaced_in_one_is_refused() -> None:
     with pytest.warns(UserWarning, match="kept both in"):
         traced = _assert_twins(make, between=share)
     assert traced.capture_mode != "whole-step"
+
+
+@pytest.mark.parametrize("where", ["dict", "attribute"])
+def test_a_kept_tensor_the_user_makes_require_grad_refuses_and_gets_eagers_grad(where: str) -> None:
+    """``d["w"] = torch.ones(4, requires_grad=True)`` between calls, not a parameter of the model or the
+    optimizer: eager's backward accumulates into its ``.grad`` on every call. A replay did not (the
+    graph writes the gradients of the parameters it knows): refused before the step runs, so the
+    fallback accumulates once."""
+    results = []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        kept: dict[str, torch.Tensor] = {"w": torch.ones(4)}
+        holder = types.SimpleNamespace(w=torch.ones(4))
+
+        def step(x: torch.Tensor, model: nn.Module = model, opt: torch.optim.Optimizer = opt,
+                 kept: dict[str, torch.Tensor] = kept, holder: Any = holder) -> torch.Tensor:
+            opt.zero_grad()
+            w = kept["w"] if where == "dict" else holder.w
+            loss = (model(x) * w).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        fn = graphprof.trace(step, profiling=False) if traced else step
+        seen = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(6):
+                if i == 3:
+                    kept["w"] = torch.ones(4, requires_grad=True)
+                    holder.w = torch.ones(4, requires_grad=True)
+                loss = fn(torch.randn(4, 4, generator=torch.Generator().manual_seed(i)))
+                w = kept["w"] if where == "dict" else holder.w
+                seen.append((loss, None if w.grad is None else w.grad.clone(),
+                             [p.detach().clone() for p in model.parameters()]))
+        if traced:
+            messages = [str(m.message) for m in caught if "graphprof" in str(m.message)]
+            assert len(messages) == 1 and "requires grad and is not a parameter" in messages[0]
+        results.append(seen)
+    for i, (e, g) in enumerate(zip(*results)):
+        assert torch.equal(e[0], g[0]) and all(torch.equal(a, b) for a, b in zip(e[2], g[2])), f"call {i}"
+        assert (e[1] is None) == (g[1] is None) and (e[1] is None or torch.equal(e[1], g[1])), f"call {i}"
