@@ -248,6 +248,8 @@ class PythonState:
     kept_items: dict[int, dict[Any, _Watched]] = field(default_factory=dict)
     #: Watched lists of tensors the step carries whose items it replaces (``cell[0] = cell[0] * .9 + x``).
     rewritten: set[int] = field(default_factory=set)
+    #: Pairs of places holding one tensor the graph reads from one of them (``kept_tensors``).
+    aliases: list[tuple[Location, Location]] = field(default_factory=list)
     #: The user's functions the step can run (``reachable_locations``'s walk): their names of ``math``'s
     #: functions are wrapped as the module's are while the capture runs (capture/math_calls.py).
     functions: list[types.FunctionType] = field(default_factory=list)
@@ -527,6 +529,8 @@ class PythonState:
                 hold, value = Hold.VALUE, before
             held.append(HeldValue(where.describe, where.place, where.owner, where.key, hold, value, where.get, items,
                                   frozenset(self.itemized.get(id(before), ())) | self._replaced_keys(before)))
+        held += [HeldValue(f"{a.describe} is {b.describe}", Place.WITHIN, None, None, Hold.VALUE, True,
+                           functools.partial(_same_object, a.get, b.get)) for a, b in self.aliases]
         return tuple(held)
 
     def _replaced_keys(self, container: Any) -> set[Any]:
@@ -560,8 +564,14 @@ class PythonState:
         for entry in self.watched:
             if isinstance(entry.before, torch.Tensor) and id(entry.before) not in model_state:
                 places.setdefault(id(entry.before), []).append(entry)
+        self.aliases = []
         for entries in places.values():
             other = next((e for e in entries if self._slot(e) != self._slot(entries[0])), None)
+            if other is not None and (read is None or id(entries[0].before) in read):
+                # Read from one place: held as one object at every place, so that the user's rebinding one
+                # (``h.w = new`` where ``h.w = d["w"]``) is a change, where a replay read the old one at all.
+                first = self._slot(entries[0])
+                self.aliases += [(entries[0].location, e.location) for e in entries if self._slot(e) != first]
             if other is not None and any(map(self._replaced, entries)) and (
                     read is None or id(entries[0].before) in read):
                 # ``S = {"avg": z, "best": z}`` and ``S["avg"] = ...``: the graph holds one constant for
@@ -597,6 +607,10 @@ class PythonState:
                 if isinstance(item, torch.Tensor) and id(item) not in model_state:
                     found.setdefault(id(item), entry.location.describe)
         return found
+
+
+def _same_object(a: Callable[[], Any], b: Callable[[], Any]) -> bool:
+    return a() is b()
 
 
 def _set_items(items: list, values: dict[int, Any]) -> None:

@@ -226,3 +226,31 @@ def test_a_kept_tensor_the_user_makes_require_grad_refuses_and_gets_eagers_grad(
     for i, (e, g) in enumerate(zip(*results)):
         assert torch.equal(e[0], g[0]) and all(torch.equal(a, b) for a, b in zip(e[2], g[2])), f"call {i}"
         assert (e[1] is None) == (g[1] is None) and (e[1] is None or torch.equal(e[1], g[1])), f"call {i}"
+
+
+@pytest.mark.parametrize("places", ["dict and attribute", "two attributes", "list and attribute"])
+def test_one_tensor_kept_in_two_places_and_rebound_at_one_by_the_user_is_read_anew(places: str) -> None:
+    """``h.w = d["w"]``, both read by the step, then ``h.w = new`` between calls: the graph read both
+    places from one, so every replay used the old tensor at both, silently. Both places are now held
+    as one object, and the rebinding captures again."""
+    def run(traced: bool) -> list[float]:
+        d = {"w": torch.ones(3)}
+        h = types.SimpleNamespace(w=d["w"])
+        g = types.SimpleNamespace(v=d["w"])
+        lst = [d["w"]]
+        other = {"dict and attribute": lambda: d["w"], "two attributes": lambda: g.v,
+                 "list and attribute": lambda: lst[0]}[places]
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            return (x * other() + h.w).sum()
+        fn = graphprof.trace(step, profiling=False) if traced else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(6):
+                if i == 3:
+                    h.w = torch.full((3,), 5.0)
+                seen.append(fn(torch.full((3,), float(i))).item())
+        return seen
+
+    assert run(traced=False) == run(traced=True)
