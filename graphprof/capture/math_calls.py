@@ -104,8 +104,7 @@ def _imported(functions: Iterable[types.FunctionType], wrapped: dict[int, Callab
     for f in functions:
         if id(f.__globals__) not in seen:
             seen.add(id(f.__globals__))
-            found += [(f.__globals__, name, v, wrapped[id(v)]) for name, v in f.__globals__.items()
-                      if id(v) in wrapped and name not in ("__builtins__",)]
+            found += [(f.__globals__, name, v, wrapped[id(v)]) for name, v in f.__globals__.items() if id(v) in wrapped]
         for cell in f.__closure__ or ():
             if id(cell) in seen:
                 continue
