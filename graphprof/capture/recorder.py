@@ -51,7 +51,7 @@ from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
-from graphprof.capture.inputs import HyperparameterInputs
+from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
 from graphprof.capture.kept_history import BackwardNodes
 from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.scheduler_fields import SchedulerFields
