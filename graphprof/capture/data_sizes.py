@@ -15,6 +15,15 @@ records it: ``flatten`` becomes ``view(x, [15])``, and the backward of
 ``loss[mask].mean()`` expands the gradient to ``[5]``. Replayed on a batch
 that keeps 6 items, such a graph fails part way through the step.
 
+Some backward formulas hold the count as a number instead: the mean of
+``binary_cross_entropy_with_logits`` divides its gradient by it, ``var``
+and ``std`` multiply theirs by ``2 / (count - correction)``. Nothing in
+the graph's sizes shows it, and a replay keeping another number of items
+scaled every gradient by the capture call's count over its own, silently
+(ELECTRA's pretraining loss over the unpadded tokens). Such ops
+(``COUNTING_BACKWARDS``), and any op given a number equal to a data-sized
+tensor's element count, are taken as sizes traced in.
+
 So outputs of those ops, and tensors computed from them, are marked while
 the capture runs, and a Python read of a marked tensor's size is handled as
 a read of its value (capture/value_guards.py); and after the trace,
@@ -22,7 +31,9 @@ a read of its value (capture/value_guards.py); and after the trace,
 that are no other tensor's shape. Either way the data-sized outputs' sizes
 are kept as guards when they can be computed from the call's inputs before
 a replay (another count captures another path); otherwise the capture is
-refused, with the reason. A graph in which the sizes only flow from op to
+refused, with the reason. A boolean mask's count is computed from the mask
+alone (``_mask_count_prefix``): the tensor it indexes usually comes from
+the model, which no check can run before the replay. A graph in which the sizes only flow from op to
 op (``F.cross_entropy(logits[keep], labels[keep])``) needs neither.
 """
 
@@ -52,6 +63,12 @@ DATA_SIZED_OPS = frozenset({
     aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor, aten.bincount.default,
 })
 _MASK_DTYPES = (torch.bool, torch.uint8)
+#: Ops whose backward formula holds the element count of their input as a number, not as a size
+#: argument: ``binary_cross_entropy_with_logits`` divides the gradient by it for its mean, ``var`` and
+#: ``std`` multiply it by ``2 / (count - correction)``. On a data-sized input the count is the
+#: capture call's, and a replay keeping another number of items would scale its gradients wrongly.
+COUNTING_BACKWARDS = frozenset({aten.binary_cross_entropy_with_logits, aten.var, aten.std, aten.var_mean,
+                                aten.std_mean})
 
 #: Torch functions that read a tensor's sizes into Python.
 SIZE_READS = frozenset({torch.Tensor.size, torch.Tensor.shape.__get__, torch.Tensor.numel,  # type: ignore[attr-defined]
@@ -117,6 +134,11 @@ def guard_baked_sizes(graph: torch.fx.Graph, value_guards: ValueGuards, guards: 
         if node.op != "call_function" or not _data_sized_node(node):
             continue
         where = getattr(node.meta.get(CAPTURE), "source", "") or node.name
+        prefix, why_not = _mask_count_prefix(node, value_guards)
+        if prefix is not None:  # ``logits[keep]``: the count is the mask's alone, whatever it indexes
+            kept = tuple(node.meta["val"].shape)[len(node.args[1]) - 1]  # the mask's dimension of the output
+            guards.append(Guard(prefix, prefix.placeholders, kept, where))
+            continue
         prefix, why_not = value_guards.prefix(node, sizes, "the size of a tensor sized by its data")
         if prefix is None:
             raise DataDependentError(
@@ -124,6 +146,53 @@ def guard_baked_sizes(graph: torch.fx.Graph, value_guards: ValueGuards, guards: 
                 f"a size computed from it; a check of those sizes {why_not}, so a static graph cannot "
                 "make it before it runs")
         guards.append(Guard(prefix, prefix.placeholders, sizes(node.meta["val"]), where))
+
+
+def _mask_count(mask: torch.Tensor) -> int:
+    """How many items a boolean (or uint8) mask keeps: what sizes the tensor it indexes."""
+    return int(torch.count_nonzero(mask))
+
+
+def _value(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+def _mask_count_prefix(node: torch.fx.Node, value_guards: ValueGuards) -> tuple[Any, str]:
+    """For ``x[mask]`` (one boolean mask, the last index), the prefix computing the mask's count.
+
+    Why: the output's size is the count times ``x``'s other dimensions, which
+    the signature fixes when ``x`` is not itself sized by data. The mask is
+    usually made from the call's inputs (``labels != -100``, an attention
+    mask) or from constants (a contrastive loss's ``~eye``) while ``x`` comes
+    from the model, so a prefix of the whole index would run the model, and
+    the capture was refused for it.
+    """
+    if node.target is not aten.index.Tensor or len(node.args) < 2 or not isinstance(node.args[1], (list, tuple)):
+        return None, ""
+    indices = [i for i in node.args[1] if i is not None]
+    mask = node.args[1][-1] if node.args[1] else None
+    if len(indices) != 1 or not isinstance(mask, torch.fx.Node) or mask is not indices[0]:
+        return None, ""
+    val, source = _value(mask), _value(node.args[0])
+    if not isinstance(val, torch.Tensor) or val.dtype not in _MASK_DTYPES or not isinstance(source, torch.Tensor):
+        return None, ""
+    if isinstance(node.args[0], torch.fx.Node) and _derives_from_data_sized(node.args[0]):
+        return None, ""
+    return value_guards.prefix(mask, _mask_count, "the count of a mask that sizes a tensor")
+
+
+def _derives_from_data_sized(node: torch.fx.Node) -> bool:
+    """Whether a data-sized op is among ``node``'s ancestors (then its own size is not the signature's)."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "call_function" and _data_sized_node(n):
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
 
 
 def _data_sized_node(node: torch.fx.Node) -> bool:
@@ -153,6 +222,10 @@ def _first_baked_size(graph: torch.fx.Graph) -> torch.fx.Node | None:
         for size in _size_arguments(node):
             if tuple(size) in shapes or (min(size, default=0) >= 0 and math.prod(size) in numels):
                 return node
+        if derived.intersection(node.all_input_nodes) and (
+                getattr(node.target, "overloadpacket", None) in COUNTING_BACKWARDS
+                or any(_is_count(a, numels) for a in node.args)):
+            return node
         dd = node.op == "call_function" and _data_sized_node(node)
         if dd or (shape and shape not in static and any(n in derived for n in node.all_input_nodes)):
             derived.add(node)
@@ -162,6 +235,11 @@ def _first_baked_size(graph: torch.fx.Graph) -> torch.fx.Node | None:
         elif shape is not None:
             static.add(shape)
     return None
+
+
+def _is_count(argument: Any, numels: set[int]) -> bool:
+    """A number argument equal to a data-sized tensor's element count (``div_(grad, 7)``)."""
+    return type(argument) in (int, float) and argument in numels
 
 
 def _size_arguments(node: torch.fx.Node) -> list[list[int]]:

@@ -45,8 +45,21 @@ def _masked_steps() -> dict[str, Callable[[nn.Module, torch.Tensor, torch.Tensor
         weight = torch.zeros(3).index_add(0, classes, kept.numel() / counts.float())
         return F.cross_entropy(m(x), labels, weight=weight), len(classes)
 
+    def bce_of_kept(m: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+        keep = labels != -100  # ELECTRA's pretraining loss over the unpadded tokens
+        return F.binary_cross_entropy_with_logits(m(x)[:, 0][keep], (labels[keep] == 1).float()), 0
+
+    def std_of_kept(m: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+        kept = m(x)[labels != -100]
+        return kept.std() + torch.var(kept, correction=0), 0
+
+    def mean_of_right(m: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+        logits = m(x)
+        return (logits[logits > logits.median()] ** 2).mean(), 0  # a mask made by the model
+
     return {"flowing": flowing, "counted": counted, "mean_of_kept": mean_of_kept, "flattened": flattened,
-            "correct_count": correct_count, "class_balanced": class_balanced}
+            "correct_count": correct_count, "class_balanced": class_balanced, "bce_of_kept": bce_of_kept,
+            "std_of_kept": std_of_kept, "mean_of_right": mean_of_right}
 
 
 STEPS = _masked_steps()
@@ -110,13 +123,25 @@ def test_an_op_with_several_data_sized_outputs_is_guarded_on_each() -> None:
     assert traced.capture_mode == "whole-step" and not messages, messages
 
 
-@pytest.mark.parametrize("name, op", [("mean_of_kept", "aten.expand.default"), ("flattened", "aten.view.default")])
-def test_a_size_traced_into_a_later_op_refuses_the_capture(name: str, op: str) -> None:
-    """The guard would recompute the indexed tensor, which reads the parameters: not before a replay."""
+@pytest.mark.parametrize("name", ["mean_of_kept", "flattened", "bce_of_kept", "std_of_kept"])
+def test_a_count_traced_into_a_later_op_is_guarded_one_graph_per_count(name: str) -> None:
+    """A size or count traced into a later op (``expand`` in a mean's backward, ``flatten``'s ``view``,
+    the count ``binary_cross_entropy_with_logits`` divides its gradient by, ``std``'s ``2 / (n - 1)``):
+    the mask's count is guarded, computed from the labels alone. The two counting backwards replayed
+    the capture call's count on every call, scaling each gradient by it, silently."""
     traced, messages = _run(name)
+    assert traced.capture_mode == "whole-step" and not messages, messages
+    counts = {int((_batch(i)[1] != -100).sum()) for i in range(1, 7)}
+    assert len(counts) >= 2 and traced.captures == len(counts)
+
+
+def test_a_size_traced_from_a_mask_the_model_makes_refuses_the_capture() -> None:
+    """The guard would run the model to count what its mask keeps: not before a replay."""
+    traced, messages = _run("mean_of_right")
     assert traced.capture_mode == "segments"
     refusals = [m for m in messages if "cannot capture" in m]
-    assert len(refusals) == 1 and op in refusals[0] and "sizes its output by its data" in refusals[0]
+    assert len(refusals) == 1 and "aten.expand.default" in refusals[0], refusals
+    assert "sizes its output by its data" in refusals[0] and "model's or optimizer's state" in refusals[0]
 
 
 def test_a_count_of_what_the_model_got_right_refuses_the_capture() -> None:
