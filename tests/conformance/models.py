@@ -144,12 +144,31 @@ def _gpt2_inputs(i: int) -> tuple:
     return ({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)},)
 
 
+# -- a loss over the unpadded tokens only: ELECTRA's replaced-token detection -----------------
+def _electra() -> tuple[nn.Module, Callable[..., Any]]:
+    from transformers import ElectraConfig, ElectraForPreTraining
+
+    config = ElectraConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=32)
+    model = ElectraForPreTraining(config).train()  # BCE with logits over ``logits[attention_mask == 1]``
+    return model, _kw(_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3)))
+
+
+def _electra_inputs(i: int) -> tuple:
+    """Batches padded by 0, 1 and 2 positions in turn: the loss keeps 16, 15 or 14 tokens."""
+    replaced = torch.randint(0, 2, (BATCH, SEQ), generator=torch.Generator().manual_seed(50 + i))
+    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask[1, SEQ - i % 3:] = 0
+    return ({"input_ids": _ids(i), "attention_mask": mask, "labels": replaced},)
+
+
 ARCHITECTURES = (
     Architecture("llama", _llama, _llama_inputs),
     Architecture("bert", _bert, _bert_inputs),
     Architecture("t5", _t5, _t5_inputs),
     Architecture("vit", _vit, _vit_inputs),
     Architecture("gpt2-checkpointed", _gpt2_checkpointed, _gpt2_inputs),
+    Architecture("electra", _electra, _electra_inputs),
 )
 
 
