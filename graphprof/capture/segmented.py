@@ -303,6 +303,8 @@ class SegmentedCapture:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             write_capture_records(gm, kind, root_type, caller_source(sys._getframe(1)))
             self._prepare(gm)
+            if kind is GraphKind.BACKWARD:
+                _reshape_views(gm)
             n = self._kind_counts[kind] = self._kind_counts.get(kind, 0) + 1
             source = first_source(gm)
             name = f"{kind.value} {n}" + (f" ({root_type})" if root_type else "") + (f" at {source}" if source else "")
@@ -491,3 +493,22 @@ class SegmentedCapture:
             handler.remove_start_callback(self._start_callback)
             handler.remove_end_callback(self._end_callback)
             self.compiled_once = True
+
+
+def _reshape_views(gm: torch.fx.GraphModule) -> None:
+    """Make a compiled backward's ``view`` ops ``reshape``: the same values, without the layout check.
+
+    Why: a gradient computed from tensors whose layouts differ from the
+    trace's (Whisper with encoder layerdrop: a dropped layer leaves the next
+    one its input in the permuted layout of the convolutions' output) comes
+    out of an elementwise op in another layout than the trace saw, and a
+    traced ``view`` of it raised where eager runs on; torch.compile's own
+    runtime raises there too. A ``reshape`` is that same view wherever the
+    view was possible, and a copy of the same values elsewhere; a backward
+    graph is functional, so nothing writes through the view.
+    """
+    views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.view.default]
+    for node in views:
+        node.target = torch.ops.aten.reshape.default
+    if views:
+        gm.recompile()
