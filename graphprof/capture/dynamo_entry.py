@@ -22,6 +22,9 @@ else could differ:
   by dynamo's frame callback, and would not be here);
 * dynamo is in its default stance, no frame callback is active (we are not
   inside another compiled region) and nothing is tracing (dynamo, fx, jit).
+  When dynamo itself traces the call (a loss module's forward calling the
+  model it is given), the entry is not looked at at all: dynamo inlines the
+  forward into the caller's graph, as it does any compiled function it meets.
 
 Anything else, and every call whose guards fail, goes through dynamo as
 before, so a changed shape, ``requires_grad``, grad mode or module attribute
@@ -65,7 +68,7 @@ def _dynamo_would_run_cached_code() -> bool:
     """Whether a call of a compiled function now would be a plain cache lookup in dynamo's default stance."""
     stance = eval_frame._stance
     return (stance.stance == "default" and stance.backend is None and get_eval_frame_callback() is None
-            and torch._guards.TracingContext.try_get() is None and not torch.compiler.is_compiling()
+            and torch._guards.TracingContext.try_get() is None
             and not torch.fx._symbolic_trace.is_fx_symbolic_tracing() and not torch._C._is_tracing())
 
 
@@ -103,6 +106,12 @@ class DirectEntry:
         return (cache_entry.guard_manager, fn) if fn is not None else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            # Dynamo is tracing a frame that calls this module (a loss module's ``criterion(model, x)``):
+            # it inlines the forward into that frame's graph, as it does any torch.compile'd function it
+            # meets. The checks below are host bookkeeping it cannot trace (``get_eval_frame_callback``
+            # broke the caller's graph, with a warning eager never gives); it reads this as True.
+            return self._compiled(*args, **kwargs)
         direct = self._direct() if _dynamo_would_run_cached_code() else None
         if direct is not None:
             guard_manager, fn = direct

@@ -246,7 +246,7 @@ class SegmentedCapture:
         self._class_steps: list[Callable[..., Any]] = []
         if optimizer_step is not None:
             for slot, opt in enumerate(state.optimizers):
-                routed = torch._dynamo.disable(self._optimizer_runner(slot, optimizer_step(opt, primary)),
+                routed = torch._dynamo.disable(self._optimizer_runner(slot, opt, optimizer_step(opt, primary)),
                                                recursive=True)
                 self._class_steps.append(types.MethodType(type(opt).step, opt))
                 self._user_steps.append(self._class_steps[-1])
@@ -382,9 +382,21 @@ class SegmentedCapture:
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _optimizer_runner(self, slot: int, traced: Any) -> Callable[..., Any]:
-        """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline."""
+    def _optimizer_runner(self, slot: int, opt: torch.optim.Optimizer, traced: Any) -> Callable[..., Any]:
+        """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline.
+
+        The graph is of the class's step (its hooks included), not of the step
+        it replaces. Where that is an LR scheduler's wrapper, whose one effect
+        is ``opt._opt_called = True`` before the class's step, the flag is set
+        here as the wrapper sets it: without it, a program whose first
+        ``opt.step()`` ran routed got the scheduler's warning "Detected call of
+        ``lr_scheduler.step()`` before ``optimizer.step()``", which eager never gave.
+        """
+        user_steps = self._user_steps
+
         def step(*args: Any, **kwargs: Any) -> Any:
+            if hasattr(user_steps[slot], "_wrapped_by_lr_sched"):
+                opt._opt_called = True  # type: ignore[attr-defined]
             self._reads.paused = True  # a capture's reads are compile time; a replay makes none
             traced.profiling = self.probing  # plain graph when the step is not recorded
             captures, start = traced.captures, self._clock()

@@ -17,6 +17,7 @@ from torch import nn
 
 import graphprof
 from graphprof.capture.dynamo_entry import DirectEntry
+from graphprof.profile.model import GraphKind
 
 
 def _model() -> nn.Module:
@@ -183,3 +184,53 @@ def test_an_invalidated_cache_entry_goes_through_dynamo(monkeypatch: pytest.Monk
         warnings.simplefilter("ignore")
         traced(*_batch(4, 7))
     assert entry.direct_calls == direct
+
+
+class _Criterion(nn.Module):
+    """A loss module given the model to call (fairseq's ``criterion(model, sample)``)."""
+
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(model(x), y)
+
+
+def test_a_module_called_from_another_compiled_forward_is_inlined_without_a_break_or_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo compiling the criterion's forward meets the model's entry: it must inline the model's
+    forward, not trace graphprof's checks (a graph break, and a warning of dynamo's eager never gives)."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set())  # dynamo warns once per process
+    eager_model = _model()
+    seg_model = copy.deepcopy(eager_model)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1)
+    seg_opt = torch.optim.SGD(seg_model.parameters(), lr=0.1)
+    criterion = _Criterion()
+
+    def make(model: nn.Module, opt: torch.optim.Optimizer):
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = criterion(model, x, y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    eager = make(eager_model, eager_opt)
+    traced = graphprof.trace(make(seg_model, seg_opt), capture="dynamo")
+    breaks = sum(counters["graph_break"].values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            x, y = _batch(4, i)
+            assert torch.equal(eager(x, y), traced(x, y))
+    assert [str(w.message) for w in caught if not str(w.message).startswith("graphprof")] == []
+    assert sum(counters["graph_break"].values()) == breaks
+    capture = traced.runner.capture
+    forwards = [s.name for s in capture.segments if s.kind is GraphKind.FORWARD]
+    assert len(forwards) == 1 and "_Criterion" in forwards[0]  # one graph, the model's ops in it
+    entries = {type(module).__name__: entry for module, entry in capture.modules}
+    assert entries["_Criterion"].direct_calls >= 1  # and its entry still runs it directly
+    for a, b in zip(eager_model.state_dict().values(), seg_model.state_dict().values()):
+        assert torch.equal(a, b)
+    for a, b in zip(eager_model.parameters(), seg_model.parameters()):
+        assert a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad)

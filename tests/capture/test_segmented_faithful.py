@@ -624,6 +624,48 @@ def test_a_scheduler_first_stepped_in_a_segmented_call_finds_its_wrapper_on_the_
     assert _sequential_scheduler_warnings(True) == _sequential_scheduler_warnings(False)
 
 
+def _accumulating_scheduled_run(traced: bool) -> tuple[list[str], nn.Module, torch.optim.Optimizer, Any]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    calls = [0]
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        if calls[0] % 2 == 1:  # gradients accumulated over two calls: the first opt.step() is the 2nd call's
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        calls[0] += 1
+        return loss.detach()
+
+    fn = graphprof.trace(step, capture="dynamo") if traced else step
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(6):
+            losses.append(fn(torch.randn(2, 4, generator=torch.Generator().manual_seed(i))))
+    messages = [str(w.message) for w in caught if "graphprof" not in str(w.message)]
+    return messages, model, opt, (losses, sched.state_dict())
+
+
+def test_an_optimizer_first_stepped_routed_counts_as_stepped_for_its_scheduler() -> None:
+    """The routed step runs the class's step, not the scheduler's wrapper that sets ``opt._opt_called``:
+    a program whose first ``opt.step()`` ran in a segmented call got the scheduler's "Detected call of
+    ``lr_scheduler.step()`` before ``optimizer.step()``", where eager warned of nothing."""
+    eager_warned, eager_model, eager_opt, (eager_losses, eager_sched) = _accumulating_scheduled_run(False)
+    warned, model, opt, (losses, sched) = _accumulating_scheduled_run(True)
+    assert warned == eager_warned == []
+    assert getattr(opt, "_opt_called", None) is getattr(eager_opt, "_opt_called", None) is True
+    assert all(map(torch.equal, eager_losses, losses))
+    assert sched == eager_sched
+    for a, b in zip(eager_model.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+        assert torch.equal(eager_opt.state[a]["momentum_buffer"], opt.state[b]["momentum_buffer"])
+
+
 class _MaskedWrite(nn.Module):
     """A forward writing through a boolean mask: index_put's backward has a data-dependent shape, so
     AOTAutograd cannot compile it, and the frame runs eagerly."""
