@@ -314,6 +314,12 @@ class PythonState:
                     self.pinned.add(id(entry))
                     if _is_number(now) and _is_number(entry.before):
                         ASSIGNED_NUMBERS.add(*location.field)
+                elif scalar is None and _is_number(entry.before) and _is_number(_number_of(now)):
+                    # A module's number the step reads, baked, and rebinds for the next call (BYOL's
+                    # ``ema.beta = tau(k)``, a Gumbel temperature): a replay would go on reading the
+                    # capture call's value. Held by it, and an input from the next capture on.
+                    self.pinned.add(id(entry))
+                    ASSIGNED_NUMBERS.add(*location.field)
                 location.set(real_values(now, made))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
                              loc.set(filled(t, vals)), slots, record)
@@ -518,6 +524,11 @@ def _item_of(container: Any, key: Any) -> Callable[[], Any]:
 
 def _item_of_value(read: Callable[[], Any], key: Any) -> Callable[[], Any]:
     return lambda: read()[key]
+
+
+def _number_of(value: Any) -> Any:
+    """The number ``value`` is, or holds as a traced number (computed from inputs or the graph)."""
+    return value.value if isinstance(value, TracedScalar) else value
 
 
 def _same_number(a: Any, b: Any) -> bool:
