@@ -8,6 +8,11 @@ count in ``forward`` (``self.calls += 1``) and decide on the count. The
 capture call then assigns a number computed from a constant, and a replay
 would assign that same constant on every call.
 
+A step may also read such a number and rebind it for the next call from
+values of its own (BYOL's ``ema.beta = tau(k)``, a temperature annealed at
+the step's end): the read was baked, so a replay went on using the capture
+call's value while the assignment itself was replayed right.
+
 Such an assignment is held by its value at the call's start
 (``PythonState.held``), so the next call sees the change and captures
 again; and the location is noted here, so that this next capture reads the

@@ -127,6 +127,8 @@ class PythonState:
     #: ``object_keys`` of the objects whose fields are watched (each once, wherever the step reaches
     #: it, and instances sharing one ``__dict__`` once).
     objects: set[int] = field(default_factory=set)
+    #: ids of the lists, deques and dicts whose items one entry watches (``_nested_contents``).
+    contained: set[int] = field(default_factory=set)
     #: ids of the tuples and lists of tensors whose items are read where they are kept (``_carried_tensors``).
     carried: set[int] = field(default_factory=set)
     #: Per watched dict (by id): the keys whose tensor, or tuple of tensors, is watched as an entry of its
@@ -152,16 +154,18 @@ class PythonState:
             if isinstance(value, io.IOBase) and not value.closed:
                 raise DataDependentError(f"the step holds the open file {location.describe}, which a replayed "
                                          "graph would not write or read again")
-        contained: set[int] = set()  # the lists, deques and dicts whose contents one entry watches
+        # Those the step's own names hold are watched there, the deepest: not again where they are nested.
+        state.contained = {id(value) for _, value, user_state in reachable if user_state and _contents(value) is not None}
+        named: set[int] = set()  # the lists, deques and dicts whose contents a name's entry watches
         try:
             for location, value, user_state in reachable:
                 contents = _contents(value)
-                if contents is not None and id(value) in contained:
+                if contents is not None and id(value) in named:
                     # One list reached by two names (``hist`` and ``trainer.hist``): its changes are
                     # one effect, of the first; two extended it twice per replay. The name is held.
                     contents = None
                 elif contents is not None:
-                    contained.add(id(value))
+                    named.add(id(value))
                 entry = state._add(_Watched(location, value, contents))
                 state._carried_tensors(entry)
                 if _is_number(value) and (user_state or location.field in ASSIGNED_NUMBERS):
@@ -187,6 +191,22 @@ class PythonState:
             self.watched.append(_Watched(within_location(entry.location, i, f"{label}[{i}]"), item, part_of=entry))
         self.carried.add(id(value))
 
+    def _nested_contents(self, value: Any) -> Any:
+        """The contents of a list, deque or dict inside the step's state, to watch with its entry (None for
+        another value, or one watched elsewhere).
+
+        A closure's ``summ`` that is also ``S["summ"]`` (knowledge-distillation's
+        ``train_kd``) is watched once, where the step names it: its numbers are
+        one input each, and its changes one effect. Watched twice, each number
+        was replaced by a second input over the first, and a refused capture put
+        the first back in the user's dicts. The other place holds the same object.
+        """
+        contents = _contents(value)
+        if contents is None or id(value) in self.contained:
+            return None
+        self.contained.add(id(value))
+        return contents
+
     def _add(self, entry: _Watched) -> _Watched:
         self.watched.append(entry)
         self.containers += entry.snapshot is not None
@@ -206,9 +226,11 @@ class PythonState:
                 self.itemized.setdefault(id(container), set()).add(key)
             elif (depth > 0 and _contents(item) is not None and len(item) <= CONTENTS_LIMIT
                   and self.containers < NESTED_LIMIT):
-                inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item, _contents(item)))
+                inner = self._add(_Watched(item_location(container, key, f"{label}[{key!r}]"), item,
+                                           self._nested_contents(item)))
                 self._carried_tensors(inner)
-                self._watch_items(inner, graph, record, depth - 1)
+                if inner.snapshot is not None:
+                    self._watch_items(inner, graph, record, depth - 1)
             elif isinstance(container, dict) and (isinstance(item, torch.Tensor) and isinstance(key, (str, int))
                                                   or type(item) is tuple and _carried(item)):
                 # ``S["m"] = S["m"] * .9 + x``, ``state["hidden"] = (h, c)``: read where it is kept, as
@@ -228,7 +250,7 @@ class PythonState:
         for name, value in list((fields_of(obj) or {}).items()):
             if not isinstance(name, str):
                 continue
-            entry = self._add(_Watched(attribute_location(obj, name, label), value, _contents(value)))
+            entry = self._add(_Watched(attribute_location(obj, name, label), value, self._nested_contents(value)))
             if _is_number(value):
                 self._make_input(entry, graph, record)
             elif entry.snapshot is not None:
@@ -264,8 +286,9 @@ class PythonState:
                 entry.location.set(scalar)
 
     def restore(self) -> None:
-        """Put every watched value back as it was before the step (a failed or refused capture)."""
-        for entry in self.watched:
+        """Put every watched value back as it was before the step (a failed or refused capture), the
+        last watched first: an entry's ``before`` is what the entries watched earlier left there."""
+        for entry in reversed(self.watched):
             if entry.part_of is not None:
                 continue  # put back with the value it is part of
             if entry.location.get() is not entry.before:
@@ -314,6 +337,12 @@ class PythonState:
                     self.pinned.add(id(entry))
                     if _is_number(now) and _is_number(entry.before):
                         ASSIGNED_NUMBERS.add(*location.field)
+                elif scalar is None and _is_number(entry.before) and _is_number(_number_of(now)):
+                    # A module's number the step reads, baked, and rebinds for the next call (BYOL's
+                    # ``ema.beta = tau(k)``, a Gumbel temperature): a replay would go on reading the
+                    # capture call's value. Held by it, and an input from the next capture on.
+                    self.pinned.add(id(entry))
+                    ASSIGNED_NUMBERS.add(*location.field)
                 location.set(real_values(now, made))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
                              loc.set(filled(t, vals)), slots, record)
@@ -518,6 +547,11 @@ def _item_of(container: Any, key: Any) -> Callable[[], Any]:
 
 def _item_of_value(read: Callable[[], Any], key: Any) -> Callable[[], Any]:
     return lambda: read()[key]
+
+
+def _number_of(value: Any) -> Any:
+    """The number ``value`` is, or holds as a traced number (computed from inputs or the graph)."""
+    return value.value if isinstance(value, TracedScalar) else value
 
 
 def _same_number(a: Any, b: Any) -> bool:
