@@ -93,8 +93,8 @@ class CapturedStep:
     guards: tuple[Guard, ...] = ()
     #: Python values the graph was decided on, checked before each replay (capture/held_values.py).
     held: tuple[HeldValue, ...] = ()
-    #: The modules' parameters, buffers, submodules and hooks it was traced through (None: an
-    #: optimizer-only step, which runs no module).
+    #: The modules' parameters, buffers, submodules and hooks it was traced through (none of an
+    #: optimizer-only step, which runs no module), and its optimizers' step hooks.
     structure: ModuleStructure | None = None
     #: Whether the call was made inside ``torch.autocast``: the graph holds the casts it made, so a
     #: replay runs it with autocast off (the signature keeps the regions, capture/signature.py).
@@ -250,7 +250,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
-    structure = None if optimizer_only else ModuleStructure(state.module_objects())
+    structure = ModuleStructure(() if optimizer_only else state.module_objects(), state.optimizers)
     holder: dict[str, Any] = {}
     # Hooks the step registers on its parameters and leaves (one more each call) cannot be replayed; a
     # refused capture takes the capture call's back (capture/registered_hooks.py).
