@@ -45,9 +45,9 @@ HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_al
               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
 #: The hook dicts of a parameter (``p.register_hook``, ``register_post_accumulate_grad_hook``).
 TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
-_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
-                      "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
-                      "_global_backward_hooks", "_global_backward_pre_hooks")
+MODULE_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+                            "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
+                            "_global_backward_hooks", "_global_backward_pre_hooks")
 #: The hook dicts of an optimizer that run inside its ``step``, and torch's global ones.
 OPTIMIZER_HOOK_DICTS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 GLOBAL_OPTIMIZER_HOOK_DICTS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
@@ -116,7 +116,7 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     dicts = [getattr(m, name, None) for m in modules for name in HOOK_DICTS]
     dicts += [getattr(p, name, None) for m in modules for p in m._parameters.values() if p is not None
               for name in TENSOR_HOOK_DICTS]
-    dicts += [getattr(module_globals, name, None) for name in _GLOBAL_HOOK_DICTS]
+    dicts += [getattr(module_globals, name, None) for name in MODULE_GLOBAL_HOOK_DICTS]
     return _user_hooks(dicts)
 
 
@@ -191,8 +191,9 @@ class ModuleStructure:
         self.modules = tuple(modules)
         self.optimizers = tuple(optimizers)
         #: torch's global hook dicts (holder, names, what) that run inside such a step.
-        self._global_dicts = ([(module_globals, _GLOBAL_HOOK_DICTS, "global module hook")] if self.modules else []) + (
-            [(optimizer_globals, GLOBAL_OPTIMIZER_HOOK_DICTS, "global optimizer hook")] if self.optimizers else [])
+        self._global_dicts = (
+            ([(module_globals, MODULE_GLOBAL_HOOK_DICTS, "global module hook")] if self.modules else [])
+            + ([(optimizer_globals, GLOBAL_OPTIMIZER_HOOK_DICTS, "global optimizer hook")] if self.optimizers else []))
         #: [registrations, next hook id] after the capture call (a list: the generated check reads it).
         self.counts = [-1, -1]
         self._hooks: tuple = ()
