@@ -149,10 +149,14 @@ class TracedFunction:
         self._own_errors_in_a_row: tuple[int, str] = (0, "")
         #: Captures in a row refused by their call's values alone (``_after_call_only_refusal``), and why.
         self._call_only_in_a_row: tuple[int, str] = (0, "")
+        #: Whether the last capture left a hook registered (``_after_hooks_left``) and none was kept since.
+        self._hooks_left_once = False
         self._storm: str | None = None  # why re-capturing stopped
         self._segmented: SegmentedRunner | None = None
         #: Why every call runs as segments (a refused capture with no other path to tell it from).
         self._segments_only: str | None = None
+        #: Why every call runs eagerly, unprofiled (``_after_hooks_left``).
+        self._eager_only: str | None = None
         self._foreign_warned = False  # whether a call inside a mode of the caller's was warned about
         #: Per input signature, the paths that refused capture after another path was captured: a call
         #: that would take one runs as segments, the others replay (capture/refused_paths.py).
@@ -209,6 +213,10 @@ class TracedFunction:
             result = self._fn(*args, **kwargs)
             self._eager_s.append((self._clock() - start) * 1e-9)
             return result
+        if self._eager_only is not None:
+            if self.capture != "auto":
+                raise CaptureError(self._eager_only)
+            return self._fn(*args, **kwargs)
         foreign = foreign_context()
         if foreign is not None:  # the caller's mode sees every op eager runs: only eager runs them all
             if not self._foreign_warned:
@@ -269,9 +277,12 @@ class TracedFunction:
                 return self._after_refused_capture(exc, key, call, start, args, kwargs, leaves)
             stopped = exc
         else:
+            if captured.captured.hooks_left is not None:
+                return self._after_hooks_left(captured.captured.hooks_left, captured.captured.result)
             self._switch_runner(captured)
             self._own_errors_in_a_row = (0, "")
             self._call_only_in_a_row = (0, "")
+            self._hooks_left_once = False
             return captured.captured.result
         return self._after_failed_capture(stopped, args, kwargs)  # outside the handler: no chained error
 
@@ -286,7 +297,7 @@ class TracedFunction:
                     f"itself, as it does eagerly ({error})")
         return f"captured {tries} times in a row, the last time because {reason}"
 
-    def _switch_runner(self, runner: Runner) -> None:
+    def _switch_runner(self, runner: Runner | None) -> None:
         """Make ``runner`` the last call's, keeping the one before when it holds recorded steps."""
         previous = self._runner
         if previous is not None and previous.recorded():
@@ -314,6 +325,24 @@ class TracedFunction:
         self._captures_in_a_row = max(0, self._captures_in_a_row - 1)
         self._call_only_in_a_row = (self._call_only_in_a_row[0] + 1, str(refusal))
         return self._fn(*args, **kwargs)
+
+    def _after_hooks_left(self, hooks: str, result: Any) -> Any:
+        """A capture call that left a hook registered (capture/registered_hooks.py): it stands (it ran the
+        step for real), and its graph is not kept. The first time, it may be a library's one-time install:
+        the next call captures again. Twice in a row, with no graph kept between, the step registers one
+        on every call: every later call runs eagerly, after one warning. Not as segments: torch.compile
+        guards on the hook dicts, and would compile the step's modules again on every call."""
+        if not self._hooks_left_once:
+            self._hooks_left_once = True
+            log.info("graphprof: %s %s; its graph is not kept, and the next call captures again", self.__name__, hooks)
+            return result
+        self._eager_only = (f"graphprof: {self.__name__} {hooks}, on every call it was captured in: eager runs one "
+                            "more on every call, where a replayed graph would run the hooks one capture call ran")
+        self._switch_runner(None)  # no runner runs its calls
+        if self.capture == "auto":
+            warnings.warn(f"{self._eager_only}; it runs eagerly from now on, unprofiled (as torch.compile segments "
+                          "it would compile again on every call)", stacklevel=4)
+        return result
 
     def _refuse_text_path(self, key: Hashable, broken: Guard, last: LastSignature | None) -> bool:
         """Turn the path whose formatted text ``broken`` changed into a refused path, when the step has
@@ -502,6 +531,8 @@ class TracedFunction:
             profiling=self.profiling, sample_rate=self.sample_rate,
             timing=self.timing, device_clock=self._device_clock)
         self.captures += 1
+        if runner.captured.hooks_left is not None:  # not kept (``_after_hooks_left``)
+            return runner
         paths = self._graphs.setdefault(key, [])
         paths.append(Path.of(runner, runner.captured, self._last_signature))  # the record of this call's key
         self._graphs.move_to_end(key)
@@ -564,12 +595,13 @@ class TracedFunction:
         self._cycles.clear()
         self._eager_s.clear()
         self._segmented = None
-        self._segments_only = None
+        self._segments_only = self._eager_only = None
         self._refused.clear()
         self.captures = 0
         self._captures_in_a_row = 0
         self._own_errors_in_a_row = (0, "")
         self._call_only_in_a_row = (0, "")
+        self._hooks_left_once = False
         self._storm = None
         self._last_signature = None
 

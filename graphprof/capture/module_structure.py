@@ -3,7 +3,10 @@
 A replay runs the graph the capture call traced through the modules as they
 were. A user who replaces one between calls (``model.head = nn.Linear(...)``,
 ``layer.bias = nn.Parameter(...)``, a buffer) or adds or removes a forward
-or backward hook would otherwise get the old modules replayed, silently.
+or backward hook would otherwise get the old modules replayed, silently. The
+optimizers' step hooks and torch's global optimizer hooks are the same: a
+replay runs the ones the capture call ran, so one added after it
+(``opt.register_step_post_hook(log)``) never ran, silently.
 
 Comparing every module's parameter, buffer, submodule and hook dicts on
 every call would cost more than some steps' ops, so changes are counted
@@ -34,6 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import nn
 from torch.nn.modules import module as module_globals
+from torch.optim import optimizer as optimizer_globals
 from torch.utils.hooks import RemovableHandle
 
 #: The hook dicts of a module that change what a forward or backward computes.
@@ -41,9 +45,12 @@ HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_al
               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
 #: The hook dicts of a parameter (``p.register_hook``, ``register_post_accumulate_grad_hook``).
 TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
-_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
-                      "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
-                      "_global_backward_hooks", "_global_backward_pre_hooks")
+MODULE_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+                            "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
+                            "_global_backward_hooks", "_global_backward_pre_hooks")
+#: The hook dicts of an optimizer that run inside its ``step``, and torch's global ones.
+OPTIMIZER_HOOK_DICTS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+GLOBAL_OPTIMIZER_HOOK_DICTS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
 
 
 class _Registrations:
@@ -109,7 +116,7 @@ def hook_functions(modules: Sequence[nn.Module]) -> list[Any]:
     dicts = [getattr(m, name, None) for m in modules for name in HOOK_DICTS]
     dicts += [getattr(p, name, None) for m in modules for p in m._parameters.values() if p is not None
               for name in TENSOR_HOOK_DICTS]
-    dicts += [getattr(module_globals, name, None) for name in _GLOBAL_HOOK_DICTS]
+    dicts += [getattr(module_globals, name, None) for name in MODULE_GLOBAL_HOOK_DICTS]
     return _user_hooks(dicts)
 
 
@@ -149,12 +156,8 @@ def optimizer_hook_functions(optimizers: Sequence[Any]) -> list[Any]:
     """The step hooks the optimizers and torch's global optimizer hook dicts hold
     (``opt.register_step_post_hook(lambda o, a, k: log.append(...))``): user code that runs inside the
     step, whose state is the step's to watch, as a module hook's is (``hook_functions``)."""
-    from torch.optim import optimizer as optimizer_module
-
-    dicts = [getattr(o, name, None) for o in optimizers
-             for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")]
-    dicts += [getattr(optimizer_module, name, None) for name in ("_global_optimizer_pre_hooks",
-                                                                 "_global_optimizer_post_hooks")]
+    dicts = [getattr(o, name, None) for o in optimizers for name in OPTIMIZER_HOOK_DICTS]
+    dicts += [getattr(optimizer_globals, name, None) for name in GLOBAL_OPTIMIZER_HOOK_DICTS]
     return _user_hooks(dicts)
 
 
@@ -178,11 +181,19 @@ def _hook_keys(module: Any, names: Sequence[str]) -> tuple:
 class ModuleStructure:
     """What a graph was traced through, and the counts after its capture call."""
 
-    __slots__ = ("modules", "counts", "_hooks", "_hooked", "_globals", "_members", "_kept")
+    __slots__ = ("modules", "optimizers", "counts", "_hooks", "_hooked", "_global_dicts", "_globals", "_members",
+                 "_kept")
 
-    def __init__(self, modules: Sequence[nn.Module]) -> None:
+    def __init__(self, modules: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
+        """``modules``: those the step runs (none for an optimizer-only step, which names its model and
+        never runs it); ``optimizers``: those it steps."""
         REGISTRATIONS.install()  # before the capture call; the counts are taken after it (``settle``)
         self.modules = tuple(modules)
+        self.optimizers = tuple(optimizers)
+        #: torch's global hook dicts (holder, names, what) that run inside such a step.
+        self._global_dicts = (
+            ([(module_globals, MODULE_GLOBAL_HOOK_DICTS, "global module hook")] if self.modules else [])
+            + ([(optimizer_globals, GLOBAL_OPTIMIZER_HOOK_DICTS, "global optimizer hook")] if self.optimizers else []))
         #: [registrations, next hook id] after the capture call (a list: the generated check reads it).
         self.counts = [-1, -1]
         self._hooks: tuple = ()
@@ -199,9 +210,10 @@ class ModuleStructure:
         holders: list[tuple[Any, tuple[str, ...], str]] = [(m, HOOK_DICTS, type(m).__name__) for m in self.modules]
         holders += [(p, TENSOR_HOOK_DICTS, f"{type(m).__name__}'s parameter {name}")
                     for m in self.modules for name, p in m._parameters.items() if p is not None]
+        holders += [(o, OPTIMIZER_HOOK_DICTS, f"{type(o).__name__} optimizer's step") for o in self.optimizers]
         self._hooks = tuple((obj, names, what, _hook_keys(obj, names)) for obj, names, what in holders)
         self._hooked = tuple((obj, names, keys) for obj, names, _, keys in self._hooks if any(keys))
-        self._globals = _hook_keys(module_globals, _GLOBAL_HOOK_DICTS)
+        self._globals = tuple((obj, names, what, _hook_keys(obj, names)) for obj, names, what in self._global_dicts)
         self._members = {id(m): self._members_of(m) for m in self.modules}
 
     def read_where_kept(self, buffers: Iterable[tuple[nn.Module, str]]) -> None:
@@ -220,13 +232,13 @@ class ModuleStructure:
     @property
     def hooks_to_compare(self) -> bool:
         """Whether a call must compare hook dicts too (some module, or the globals, had hooks at capture)."""
-        return bool(self._hooked) or any(self._globals)
+        return bool(self._hooked) or any(any(keys) for _, _, _, keys in self._globals)
 
     def counts_hold(self) -> bool:
         """The per-call test: nothing registered anywhere since, and the hooks that were there still are."""
         return (REGISTRATIONS.count == self.counts[0] and RemovableHandle.next_id == self.counts[1]
                 and all(_hook_keys(obj, names) == keys for obj, names, keys in self._hooked)
-                and (not any(self._globals) or _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) == self._globals))
+                and all(not any(keys) or _hook_keys(obj, names) == keys for obj, names, _, keys in self._globals))
 
     def changed(self) -> str | None:
         """None when the modules are as at capture (new counts that concern none of them are taken as
@@ -242,7 +254,8 @@ class ModuleStructure:
         for obj, names, what, keys in self._hooks:
             if _hook_keys(obj, names) != keys:
                 return f"a hook of a {what} was added or removed"
-        if _hook_keys(module_globals, _GLOBAL_HOOK_DICTS) != self._globals:
-            return "a global module hook was added or removed"
+        for obj, names, what, keys in self._globals:
+            if _hook_keys(obj, names) != keys:
+                return f"a {what} was added or removed"
         self.counts[:] = [REGISTRATIONS.count, RemovableHandle.next_id]  # elsewhere: not this graph's business
         return None

@@ -1,26 +1,41 @@
-"""Hooks the step itself registers on its parameters, or removes, and leaves so: refused, and put back.
+"""Hooks the step registers, or removes, and leaves so: the capture call's graph is not kept.
 
-A step that calls ``torch.autograd.graph.register_multi_grad_hook(params,
-fn)``, ``p.register_hook(fn)`` or ``p.register_post_accumulate_grad_hook(fn)``
-on every call leaves one more hook on the parameters each time: eager's ``fn``
-runs once more on every call (n times in call n). A replayed graph holds the
-hooks the capture call ran, as many as it found, forever after; and the hook
-the capture call added stayed when a capture was refused, so the fallback's
-call added a second one where eager adds one.
+A step that registers a hook on every call and never removes it
+(``model.fc.register_forward_hook(log)``, ``opt.register_step_post_hook(count)``,
+``register_module_forward_hook(fn)``, ``p.register_hook(fn)``,
+``register_multi_grad_hook(params, fn)``) leaves one more each time: eager
+runs n of them in call n. A replayed graph runs the ones the capture call
+ran, as many as it found, forever after, and the hook dicts stay at the
+capture call's count.
 
-So the parameters' hook dicts are compared before and after the capture
-call: one the step changed and did not put back refuses the capture, and a
-capture refused puts them back as they were (``restore``). A hook on a tensor
-the step makes (a multi-grad hook on this call's activations) dies with it
-and changes nothing here; one the step registers and removes again before it
-returns is the same on every call and is replayed as the capture call ran it.
+So the hook dicts the step can reach are compared before and after the
+capture call: its parameters' gradient hooks, its modules' forward, backward
+and state-dict hooks, its optimizers' step and state-dict hooks, and torch's
+global module and optimizer hooks. When the call left one changed
+(``changed``), its graph is not kept: the call itself stands, as a capture
+call always does (it ran the step for real), and the next call captures
+again (tracing's ``_after_hooks_left``). Why not refuse for good at once: a
+library installs a hook lazily, once, the first time a path needs it, and
+keeps a flag that it did (transformers' hook that collects hidden states
+when ``output_hidden_states`` is first switched on); one capture call cannot
+tell that from a hook added on every call. The next capture can: when it
+leaves a hook dict changed again, the step registers hooks on every call.
+Why not refuse this call and run it again eagerly: the capture would have to
+take back the flag with the hook, wherever the library keeps it; a call
+that stands needs nothing taken back.
 
-Modules' and optimizers' hooks are not compared: a library installs one
-lazily, once, the first time a path needs it (transformers' hook that
-collects hidden states when ``output_hidden_states`` is switched on), and
-keeps a flag that it did; one capture call cannot tell that from a hook
-added on every call, and taking it back would leave the flag without its
-hook.
+A capture refused for another reason does take back the hooks the call left
+(``restore``), with the rest of what it changed, so that the step's next run
+registers its own once; and then the modules' attributes too, where a flag
+set beside a hook is kept (a library's ``_hooks_installed``, torch's
+``_is_full_backward_hook``), which nothing else puts back when it is new: a
+flag left without its hook, the step's next run would not install it again.
+
+A hook on a tensor the step makes (a multi-grad hook on this call's
+activations) dies with it and changes nothing here; one the step registers
+and removes again before it returns is the same on every call and is
+replayed as the capture call ran it; graphprof's own (the recorder's global
+hooks) are gone before the comparison.
 """
 
 from __future__ import annotations
@@ -28,36 +43,76 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import torch
+from torch import nn
+from torch.nn.modules import module as module_globals
+from torch.optim import optimizer as optimizer_globals
 
-from graphprof.capture.module_structure import TENSOR_HOOK_DICTS
-from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.module_structure import (GLOBAL_OPTIMIZER_HOOK_DICTS, HOOK_DICTS, MODULE_GLOBAL_HOOK_DICTS,
+                                                OPTIMIZER_HOOK_DICTS, TENSOR_HOOK_DICTS)
+
+#: A module's hooks that run outside the step (``state_dict()``, ``load_state_dict()``): one left by every
+#: call is eager's to run later, n of them after n calls.
+_MODULE_STATE_HOOK_DICTS = ("_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                            "_load_state_dict_post_hooks")
+_OPTIMIZER_STATE_HOOK_DICTS = ("_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks",
+                               "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks")
+_GLOBAL_REGISTRATION_HOOK_DICTS = ("_global_buffer_registration_hooks", "_global_module_registration_hooks",
+                                   "_global_parameter_registration_hooks")
+#: The flag ``register_module_full_backward_hook`` sets beside its hook.
+_GLOBAL_FULL_BACKWARD = "_global_is_full_backward_hook"
 
 
 class RegisteredHooks:
-    """The hook dicts of the step's parameters, with their items when the capture call began."""
+    """The hook dicts the step can reach, with their items when the capture call began."""
 
-    def __init__(self, params: Iterable[torch.Tensor]) -> None:
-        self._before = [(p, name, f"a parameter of shape {tuple(p.shape)}", _items(p, name)) for p in params
-                        for name in TENSOR_HOOK_DICTS]
+    def __init__(self, params: Iterable[torch.Tensor], modules: Iterable[nn.Module] = (),
+                 optimizers: Iterable[torch.optim.Optimizer] = ()) -> None:
+        holders: list[tuple[Any, tuple[str, ...], str]] = [
+            (p, TENSOR_HOOK_DICTS, f"a parameter of shape {tuple(p.shape)}") for p in params]
+        holders += [(m, HOOK_DICTS + _MODULE_STATE_HOOK_DICTS, f"a {type(m).__name__}") for m in modules]
+        holders += [(o, OPTIMIZER_HOOK_DICTS + _OPTIMIZER_STATE_HOOK_DICTS, f"the optimizer {type(o).__name__}")
+                    for o in optimizers]
+        holders += [(module_globals, MODULE_GLOBAL_HOOK_DICTS + _GLOBAL_REGISTRATION_HOOK_DICTS,
+                     "torch's global module hooks"),
+                    (optimizer_globals, GLOBAL_OPTIMIZER_HOOK_DICTS, "torch's global optimizer hooks")]
+        self._before = [(holder, name, what, _items(holder, name)) for holder, names, what in holders
+                        for name in names]
+        #: Each module's attributes (``vars``), and torch's global full-backward flag: what a hook's install
+        #: sets beside it (``register_full_backward_hook``'s flag, a library's ``_hooks_installed``).
+        self._fields = [(m, dict(vars(m))) for m in modules]
+        self._global_flag = vars(module_globals).get(_GLOBAL_FULL_BACKWARD)
 
-    def refuse_changed(self) -> None:
-        """Refuse a step that left a hook dict changed (a hook added that it did not remove)."""
+    def changed(self) -> str | None:
+        """What the step left changed (a hook added that it did not remove, or one removed), or None."""
         for holder, name, what, items in self._before:
             now = _items(holder, name)
             if now != items:
                 added = next((fn for key, fn in now if (key, fn) not in items), None)
-                hook = _named(added)
-                raise DataDependentError(
-                    f"the step registers or removes {hook} on {what} ({name}) and leaves it so: eager has one "
-                    "more (or fewer) on every call, where a replayed graph runs the hooks the capture call ran")
+                return f"registers or removes {_named(added)} on {what} ({name}) and leaves it so"
+        return None
 
     def restore(self) -> None:
-        """Put each hook dict back as it was when the capture call began."""
+        """Put each hook dict back as it was when the capture call began, and, where one had changed, the
+        modules' attributes too: a flag that says the hook is installed (set where the step set it, or
+        added) must not outlive the hook, or the step's next run would not install it again."""
+        changed = False
         for holder, name, _, items in self._before:
             hooks = getattr(holder, name, None)
             if hooks is not None and _items(holder, name) != items:
+                changed = True
                 hooks.clear()
                 hooks.update(items)
+        if not changed:
+            return
+        for module, fields in self._fields:
+            now = vars(module)
+            for name in [name for name in now if name not in fields]:
+                del now[name]
+            for name, value in fields.items():
+                if now.get(name, now) is not value:
+                    now[name] = value
+        if vars(module_globals).get(_GLOBAL_FULL_BACKWARD) is not self._global_flag:
+            setattr(module_globals, _GLOBAL_FULL_BACKWARD, self._global_flag)
 
 
 def _named(hook: Any) -> str:

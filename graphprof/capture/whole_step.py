@@ -93,8 +93,8 @@ class CapturedStep:
     guards: tuple[Guard, ...] = ()
     #: Python values the graph was decided on, checked before each replay (capture/held_values.py).
     held: tuple[HeldValue, ...] = ()
-    #: The modules' parameters, buffers, submodules and hooks it was traced through (None: an
-    #: optimizer-only step, which runs no module).
+    #: The modules' parameters, buffers, submodules and hooks it was traced through (none of an
+    #: optimizer-only step, which runs no module), and its optimizers' step hooks.
     structure: ModuleStructure | None = None
     #: Whether the call was made inside ``torch.autocast``: the graph holds the casts it made, so a
     #: replay runs it with autocast off (the signature keeps the regions, capture/signature.py).
@@ -117,6 +117,10 @@ class CapturedStep:
     #: The warnings its replay issues (capture/step_warnings.py): one the filters now make an error
     #: would stop the replay, perhaps after the update; such a call runs eagerly (``raises_a_warning``).
     step_warnings: tuple[StepWarning, ...] = ()
+
+    #: What hook the capture call registered or removed and left so (capture/registered_hooks.py), or None:
+    #: the call stands, and its graph is not kept.
+    hooks_left: str | None = None
 
     #: The lists and dicts among the arguments that the step changes, and the tensors whose
     #: ``requires_grad`` or ``.grad`` it sets (capture/argument_writes.py): the runner gives it each
@@ -250,11 +254,11 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
     optimizer_only = getattr(fn, OPTIMIZER_ONLY, False)
-    structure = None if optimizer_only else ModuleStructure(state.module_objects())
+    structure = ModuleStructure(() if optimizer_only else state.module_objects(), state.optimizers)
     holder: dict[str, Any] = {}
-    # Hooks the step registers on its parameters and leaves (one more each call) cannot be replayed; a
-    # refused capture takes the capture call's back (capture/registered_hooks.py).
-    holder["hooks"] = RegisteredHooks(state.params.values())
+    # Hooks the step registers and leaves (one more each call) cannot be replayed; a refused capture takes
+    # the capture call's back (capture/registered_hooks.py).
+    holder["hooks"] = RegisteredHooks(state.params.values(), state.module_objects(), state.optimizers)
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
     # The gradients arguments already have (an input that requires grad, given again): read from it.
     input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
@@ -315,7 +319,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         with recorder.active(python.functions), names:
             out = fn(*call_args, **call_kwargs)
         refuse_changed_settings(settings)
-        holder["hooks"].refuse_changed()
+        holder["hooks_left"] = holder["hooks"].changed()
         holder["numpy"].refuse_drawn()
         if recorder.catching is not None:
             recorder.catching.refuse()
@@ -433,7 +437,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 history_outputs=holder["history_outputs"],
                                 cleared_at_start=at_start, drop_unseen=drop_unseen,
                                 dropped_grads_read=any(id(p) in recorder.grad_reads.read for p in clear),
-                                flush_output=recorder.host_sources.flush,
+                                flush_output=recorder.host_sources.flush, hooks_left=holder["hooks_left"],
                                 step_warnings=tuple(recorder.host_sources.step_warnings))
     except BaseException as exc:
         # The step ran (part way or whole): undo it, or a fallback would run it twice. Everything

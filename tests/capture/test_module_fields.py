@@ -155,7 +155,9 @@ def test_a_hugging_face_config_field_changed_between_calls() -> None:
         torch.manual_seed(10 + i)
         got = traced(ids, labels)
         assert torch.equal(expected[0], got[0]) and expected[1] == got[1], f"call {i}: {expected} vs {got}"
-    assert traced.capture_mode == "whole-step" and traced.captures == 2
+    # The call that switches it on installs transformers' hooks that collect the hidden states (once, behind
+    # a flag): its graph is not kept, and the next call's is (capture/registered_hooks.py).
+    assert traced.capture_mode == "whole-step" and traced.captures == 3
 
 
 def test_noted_fields_go_with_their_owner() -> None:

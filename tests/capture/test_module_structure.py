@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import graphprof
 from graphprof.tracing import TracedFunction
@@ -41,6 +42,13 @@ def _halve(module: nn.Module, args: Any, out: torch.Tensor) -> torch.Tensor:
     return out * 0.5
 
 
+def _shrink(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    with torch.no_grad():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                p.mul_(0.5)
+
+
 def _swap_bias(loop: _Loop) -> None:
     with torch.no_grad():
         loop.model[2].bias = nn.Parameter(torch.full((1,), 0.5))
@@ -56,6 +64,9 @@ CHANGES: dict[str, Callable[[int, _Loop], Any]] = {
         else HANDLES[id(t)].pop().remove() if i == 6 else None),
     "a gradient hook on a parameter added and removed": lambda i, t: (
         HANDLES.setdefault(id(t), []).append(t.model[0].weight.register_hook(lambda g: g * 2)) if i == 3
+        else HANDLES[id(t)].pop().remove() if i == 6 else None),
+    "an optimizer step hook added and removed": lambda i, t: (
+        HANDLES.setdefault(id(t), []).append(t.opt.register_step_post_hook(_shrink)) if i == 3
         else HANDLES[id(t)].pop().remove() if i == 6 else None),
     "a gradient hook on a parameter there from the start, removed": lambda i, t: (
         HANDLES.setdefault(id(t), []).append(t.model[2].bias.register_hook(lambda g: g * 0.5)) if i == 0
@@ -102,6 +113,23 @@ def test_a_global_forward_hook_added_and_removed() -> None:
     def shared(i: int) -> None:
         if i == 3:
             handles.append(nn.modules.module.register_module_forward_hook(_halve))
+        elif i == 6:
+            handles.pop().remove()
+
+    try:
+        traced = _compare(lambda i, t: None, shared=shared)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert traced.captures >= 2 and traced.capture_mode == "whole-step"
+
+
+def test_a_global_optimizer_hook_added_and_removed() -> None:
+    handles: list[Any] = []
+
+    def shared(i: int) -> None:
+        if i == 3:
+            handles.append(register_optimizer_step_post_hook(_shrink))
         elif i == 6:
             handles.pop().remove()
 
