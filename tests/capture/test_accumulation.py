@@ -1,13 +1,21 @@
-"""Gradient accumulation as the Hugging Face Trainer writes it: a few graphs, replayed.
+"""Gradient accumulation as the Hugging Face Trainer and mmengine's OptimWrapper write it: a few graphs, replayed.
 
 An accumulation loop's micro-batches meet gradients absent (the first after
-``zero_grad``) or present: a few paths, each a graph that replays. The
-Trainer's loop resets ``self.current_flos = 0`` and then adds floats to it,
-around a ``training_step`` that never reads it; every number reachable from
-the step was held by its type, so int and float took turns breaking the graphs
-and each micro-batch after a reset captured again. A number no code of the
-step names, and that the graph does not use, decided nothing and is not held
-(capture/inputs.py, ``PythonState.held``).
+``zero_grad``) or present, and update or not: a handful of paths, each a graph
+that replays. Two things made such loops capture on every call until they fell
+back to segments:
+
+- the Trainer's loop resets ``self.current_flos = 0`` and then adds floats to
+  it, around a ``training_step`` that never reads it; every number reachable
+  from the step was held by its type, so int and float took turns breaking the
+  graphs. A number no code of the step names, and that the graph does not use,
+  decided nothing and is not held (capture/inputs.py, ``PythonState.held``);
+- a graph captured before the loop's first update was dropped once that
+  update created the optimizer's state, though it neither stepped the
+  optimizer nor read its state: the micro-batch path was captured again, and
+  with the update's own first graph (which does create the state) and a
+  counter's phases, the captures came five in a row (capture/whole_step.py,
+  ``optimizer_state_read``).
 """
 
 from __future__ import annotations
@@ -64,6 +72,20 @@ class _Trainer:
         return loss
 
 
+class _OptimWrapper:
+    """mmengine's ``OptimWrapper.update_params`` with ``accumulative_counts``: the count is the wrapper's."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, accumulation: int) -> None:
+        self.optimizer, self.accumulation, self.inner_count = optimizer, accumulation, 0
+
+    def update_params(self, loss: torch.Tensor) -> None:
+        (loss / self.accumulation).backward()
+        self.inner_count += 1
+        if self.inner_count % self.accumulation == 0:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+
 def _assert_few_graphs(traced: Any, caught: list[warnings.WarningMessage], most: int) -> None:
     assert not [w for w in caught if "graphprof" in str(w.message)], [str(w.message) for w in caught]
     assert traced.captures <= most
@@ -85,4 +107,34 @@ def test_trainer_training_step_alone_replays_with_the_loop_resetting_a_count(acc
             assert_modules_equal(eager.model, traced_trainer.model, f"after call {i}")
     # Gradients absent (after an update) and present: the optimizer's state, created by the loop's
     # first update, changes neither.
-    _assert_few_graphs(traced, caught, 3)
+    _assert_few_graphs(traced, caught, 2)
+
+
+@pytest.mark.parametrize("accumulation", [2, 3])
+def test_optim_wrapper_counting_inside_the_step_replays(accumulation: int) -> None:
+    def make() -> tuple[nn.Module, _OptimWrapper, Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
+        model = _model()
+        wrapper = _OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), accumulation)
+
+        def train_step(data: dict[str, torch.Tensor]) -> torch.Tensor:
+            loss = F.cross_entropy(model(data["inputs"]), data["labels"])
+            wrapper.update_params(loss)
+            return loss.detach()
+
+        return model, wrapper, train_step
+
+    model_a, wrapper_a, step_a = make()
+    model_b, wrapper_b, step_b = make()
+    traced = graphprof.trace(step_b)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(12):
+            a, b = step_a(_batch(i)), traced(_batch(i))
+            assert torch.equal(a, b) and wrapper_a.inner_count == wrapper_b.inner_count, f"call {i}"
+            assert_modules_equal(model_a, model_b, f"after call {i}")
+            for p, q in zip(model_a.parameters(), model_b.parameters()):
+                sa, sb = wrapper_a.optimizer.state[p], wrapper_b.optimizer.state[q]
+                assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    # The first micro-batch after an update (no gradients), the others before an update (gradients:
+    # the one captured before the loop's first update is kept), the update.
+    _assert_few_graphs(traced, caught, accumulation)
