@@ -420,9 +420,12 @@ class PythonState:
                 continue  # a log of tensors the step appends to: not carried, its items not read
             if isinstance(where.keeper, nn.Module) and id(entry) not in self.assigned:
                 continue  # a buffer the step reads: model state (capture/reachable.py, buffer_locations)
-            if (where.place is Place.ATTRIBUTE and isinstance(where.owner, nn.Module) and type(where.key) is str
-                    and id(entry) not in touched and unnamed(where.key)):
-                continue  # ``in_features`` of a Linear: no code that ran could read it
+            if (where.place is Place.ATTRIBUTE and type(where.key) is str and unnamed(where.key)
+                    and (isinstance(where.owner, nn.Module) and id(entry) not in touched or self._unused_input(entry))):
+                # ``in_features`` of a Linear, a trainer's ``current_flos`` that the loop around the step
+                # sets to ``0`` and then adds floats to: no code that ran could read it, so neither its
+                # value nor its type decided anything
+                continue
             items: tuple = ()
             value: Any
             kept_tensor = isinstance(before, torch.Tensor) and id(before) not in model_state
@@ -448,6 +451,12 @@ class PythonState:
         held += [HeldValue(f"{a.describe} is {b.describe}", Place.WITHIN, None, None, Hold.VALUE, True,
                            functools.partial(_same_object, a.get, b.get)) for a, b in self.aliases]
         return tuple(held)
+
+    def _unused_input(self, entry: _Watched) -> bool:
+        """Whether ``entry`` is an input number the step neither assigned nor used in the graph."""
+        scalar = self.inputs.get(id(entry))
+        return (scalar is not None and not scalar.node.users
+                and id(entry) not in self.assigned | self.pinned | self.extended)
 
     def _replaced_keys(self, container: Any) -> set[Any]:
         """The keys of ``container`` whose kept item the step replaces: held by their own entries (their

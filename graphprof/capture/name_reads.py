@@ -35,7 +35,7 @@ from torch import nn
 
 from graphprof.capture.held_values import GENERATED, Place
 from graphprof.capture.scalars import DataDependentError
-from graphprof.capture.sources import installed
+from graphprof.capture.sources import installed, is_machinery
 
 #: What a global had before the call where it had nothing.
 _MISSING = object()
@@ -98,8 +98,9 @@ class NameReads:
         """Offset -> each load in ``code`` (what it reads, and for what); None for library code."""
         if code in self._codes:
             return self._codes[code]
-        self.named.update(code.co_names)
-        self.named.update(c for c in code.co_consts if type(c) is str)
+        if not is_machinery(code.co_filename):  # graphprof's recorder runs in the call, reading its own fields
+            self.named.update(code.co_names)
+            self.named.update(c for c in code.co_consts if type(c) is str)
         loads = None
         # Installed code cannot name the user's variables: what it is given comes from the user's
         # frames or from objects the referrer test looks at.

@@ -139,6 +139,8 @@ class CaptureRecorder:
         self.module_stack: list[nn.Module] = []
         self.scopes: list[str] = []
         self.optimizer_depth = 0
+        #: ids of the optimizers whose ``step`` ran in the capture call.
+        self.stepped_optimizers: set[int] = set()
         self.backward_depth = 0
         #: Backward passes the step ran (``loss.backward()``, ``torch.autograd.grad``).
         self.backwards = 0
@@ -408,6 +410,7 @@ class CaptureRecorder:
 
     def _enter_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer_depth += 1
+        self.stepped_optimizers.add(id(optimizer))
         if self.optimizer_depth == 1:
             self.hyperparameters.enter(optimizer)  # read as eager reads them: when the step starts
 

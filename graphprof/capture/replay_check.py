@@ -141,6 +141,8 @@ def _optimizers(code: _Code, baked: BakedValues, step: CapturedStep) -> None:
         code.fail_if(f"type(groups) is not _list or len(groups) != {len(opt.param_groups)}")
         code.fail_if_any([f"not {code.bind(next(tests), 'group')}(groups[{g}])"
                           for g in range(len(opt.param_groups))])
+    read = step.optimizer_state_read
+    names = [name for name, r in zip(names, read or [True] * len(names)) if r]  # the stateful optimizers'
     code.fail_if_any([f"len({name}.state) != {count}"
                       for name, count in zip(names, step.optimizer_states_at_entry)])
     code.fail_if_any([f"{name}.state is not {code.bind(state_dict, 'state')}"

@@ -24,6 +24,11 @@ _SKIP_DIRS = (
 )
 
 
+def is_machinery(filename: str) -> bool:
+    """Code of graphprof's own capture and replay machinery (not its demo models)."""
+    return filename.startswith(_SKIP_DIRS[1:-1])
+
+
 def is_standard_library(filename: str) -> bool:
     """Code of Python's standard library (``logging``, ``contextlib``)."""
     return filename.startswith(_SKIP_DIRS[-1])

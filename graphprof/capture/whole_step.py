@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -127,8 +127,13 @@ class CapturedStep:
     #: replay's arguments. None when it changes none.
     argument_writes: ArgumentWrites | None = None
 
-    #: Per optimizer, how many parameters had state (``exp_avg``, ``momentum_buffer``) at capture:
-    #: a graph that created the state lazily would create it again on every replay.
+    #: Per optimizer, whether the graph depends on its ``state``: False for one whose state was empty
+    #: and stayed so, that the step did not step and whose ``state`` no code it ran names (the micro-
+    #: batches of an accumulation loop before its first update). Empty: every optimizer's.
+    optimizer_state_read: tuple[bool, ...] = ()
+    #: Per optimizer whose state the graph depends on, how many parameters had state (``exp_avg``,
+    #: ``momentum_buffer``) at capture: a graph that created the state lazily would create it again
+    #: on every replay.
     optimizer_states_at_entry: tuple[int, ...] = ()
     #: The capture call's output (its prints, its logging), made when the capture is committed.
     flush_output: Callable[[], None] = lambda: None
@@ -139,7 +144,7 @@ class CapturedStep:
     #: The outputs (flattened) eager returns with autograd's record (a loss the step's backward used),
     #: and the name of each one's ``grad_fn``: a replay returns them so too (capture/kept_history.py).
     history_outputs: tuple[tuple[int, str], ...] = ()
-    #: Per optimizer, its ``state`` dict at capture: the graph holds the tensors in it, and
+    #: Per optimizer whose state the graph depends on, its ``state`` dict at capture: the graph holds the tensors in it, and
     #: ``load_state_dict`` (a resumed run) puts new ones in a new dict, which another graph must hold.
     optimizer_state_objects: tuple[Any, ...] = ()
     #: The optimizers' per-parameter dicts and values the graph holds (capture/optimizer_state.py).
@@ -158,6 +163,8 @@ class CapturedStep:
 
     #: ``cleared_at_start`` as a list.
     start_clears: list[nn.Parameter] = field(init=False, repr=False)
+    #: The optimizers whose state the graph depends on (``optimizer_state_read``), in order.
+    stateful_optimizers: list[torch.optim.Optimizer] = field(init=False, repr=False)
     #: The parameters whose ``.grad`` entry_mismatch reads, and whether each had one at capture.
     entry_checked: tuple[list[nn.Parameter], tuple[bool, ...]] = field(init=False, repr=False)
     #: The guards' compiled check (``compile_guards``: after the passes, which may touch the graph).
@@ -173,6 +180,7 @@ class CapturedStep:
         # is in clear_grads) is neither read nor accumulated into: eager and the graph compute the
         # same new gradient whether or not one exists when the call starts, so it is not checked.
         self.start_clears = self.clear_grads if self.cleared_at_start is None else self.cleared_at_start
+        self.stateful_optimizers = stateful(self.state.optimizers, self.optimizer_state_read)
         cleared = {id(p) for p in self.clear_grads}
         kept = [i for i, p in enumerate(self.grad_params) if id(p) not in cleared]
         self.entry_checked = ([self.grad_params[i] for i in kept],
@@ -205,12 +213,13 @@ class CapturedStep:
                         "(accumulation)")
         if self.dropped_grads_read and self.clear_grads[0].grad is None:  # the step reads them: it sees none
             return "parameters' gradients were dropped before the call, and the step reads them"
-        if any(o.state is not s for o, s in zip(self.state.optimizers, self.optimizer_state_objects)):
+        optimizers = self.stateful_optimizers
+        if any(o.state is not s for o, s in zip(optimizers, self.optimizer_state_objects)):
             return OPTIMIZER_STATE_REPLACED
-        if tuple(len(o.state) for o in self.state.optimizers) != self.optimizer_states_at_entry:
+        if tuple(len(o.state) for o in optimizers) != self.optimizer_states_at_entry:
             return OPTIMIZER_STATE_CREATED
         entries = self.optimizer_state_entries
-        if entries is not None and entries.replaced(self.state.optimizers):
+        if entries is not None and entries.replaced(optimizers):
             return OPTIMIZER_STATE_VALUE_REPLACED
         return None
 
@@ -238,6 +247,17 @@ OPTIMIZER_STATE_VALUE_REPLACED = "a value in the optimizer's per-parameter state
 NEVER_AGAIN = frozenset({OPTIMIZER_STATE_CREATED, OPTIMIZER_STATE_REPLACED, OPTIMIZER_STATE_VALUE_REPLACED})
 
 
+def _holds_values(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.state`` holds any value (its per-parameter dicts may exist, empty: reading
+    ``state[p]`` of its defaultdict makes one)."""
+    return any(optimizer.state.values())
+
+
+def stateful(optimizers: Sequence[torch.optim.Optimizer], read: tuple[bool, ...]) -> list[torch.optim.Optimizer]:
+    """The ``optimizers`` whose state a graph depends on (``read``, per optimizer; empty: all)."""
+    return list(optimizers) if not read else [o for o, r in zip(optimizers, read) if r]
+
+
 def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> CapturedStep:
     """Run ``fn(*args, **kwargs)`` once under make_fx and return the captured step."""
     refuse_caught_exceptions(fn)  # before anything runs: nothing to undo
@@ -250,6 +270,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     modes = module_modes(state.module_objects())
     optimizer_states = tuple(len(o.state) for o in state.optimizers)
     optimizer_state_objects = tuple(o.state for o in state.optimizers)
+    optimizer_values_at_entry = tuple(map(_holds_values, state.optimizers))
     optimizer_state_before = snapshot(state.optimizers)
     autocast = torch._C._is_any_autocast_enabled()
     # An optimizer-only step names the model for its parameters' names, never runs it.
@@ -415,6 +436,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         out = pytree.tree_unflatten([s.value if isinstance(s, TracedScalar) else s.read() if isinstance(s, KeptResult)
                                      else s for s in holder["out_flat"]], holder["out_spec"])
         unnamed = unnamed_attributes(holder["names"], state.module_objects(), leaves, params)
+        # An optimizer the step neither stepped nor named the state of, whose state was empty and still is
+        # (a micro-batch before the loop's first update): the graph holds none of it, and decided nothing
+        # on it, so the state the loop's update creates afterwards does not make it stale.
+        state_read = tuple(held or _holds_values(o) or id(o) in recorder.stepped_optimizers or not unnamed("state")
+                           for o, held in zip(state.optimizers, optimizer_values_at_entry))
+        optimizers = stateful(state.optimizers, state_read)
         return CapturedStep(gm, in_spec, positions, holder["out_spec"], params, clear, state, result=out,
                                 undo=undo, guards=distinct_guards(recorder.guards),
                                 held=_held(python.held(model_state, unread_lists(
@@ -429,9 +456,11 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                 # A parameter first met during the step (registered by it) as it is now.
                                 requires_grad_at_entry=tuple(map(flags.at_entry, params)),
                                 modes_at_entry=modes.all_at_entry, modes_read=not unnamed("training"),
-                                optimizer_states_at_entry=optimizer_states,
-                                optimizer_state_objects=optimizer_state_objects, argument_writes=writes,
-                                optimizer_state_entries=OptimizerStateEntries.of(state.optimizers),
+                                optimizer_state_read=state_read,
+                                optimizer_states_at_entry=tuple(c for c, r in zip(optimizer_states, state_read) if r),
+                                optimizer_state_objects=tuple(s for s, r in zip(optimizer_state_objects, state_read)
+                                                              if r), argument_writes=writes,
+                                optimizer_state_entries=OptimizerStateEntries.of(optimizers),
                                 inference_outputs=tuple(i for i, leaf in enumerate(holder["out_flat"])
                                                         if isinstance(leaf, torch.Tensor) and leaf.is_inference()),
                                 history_outputs=holder["history_outputs"],

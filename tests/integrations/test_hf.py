@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -33,16 +34,17 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def _train(tmp_path: Path, profile: bool):
+def _train(tmp_path: Path, profile: bool, accumulation: int = 1, steps: int = 9, **options: Any):
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=WIDTH, n_layer=LAYERS, n_head=2,
                         bos_token_id=0, eos_token_id=0)  # built offline from a config: no weights downloaded
     model = GPT2LMHeadModel(config)
     args = TrainingArguments(output_dir=str(tmp_path / ("p" if profile else "e")), per_device_train_batch_size=BATCH,
-                             max_steps=9, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no",
+                             max_steps=steps, logging_steps=1,
+                             gradient_accumulation_steps=accumulation, report_to="none", use_cpu=True, save_strategy="no",
                              dataloader_num_workers=0, disable_tqdm=True, seed=0)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens())
-    profiler = gp_hf.profile_trainer(trainer) if profile else None
+    profiler = gp_hf.profile_trainer(trainer, **options) if profile else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
@@ -72,6 +74,22 @@ def test_trainer_steps_profiled_with_results_bitwise_equal(tmp_path: Path) -> No
     assert u.tokens_per_s == pytest.approx(tokens / u.step.time_s)
     assert u.samples_per_s == pytest.approx(BATCH / u.step.time_s)
     assert "utilisation against peak" in profile.report() or "no peak known" in profile.report()
+
+
+def test_gradient_accumulation_replays_a_few_graphs_bitwise(tmp_path: Path) -> None:
+    """With accumulation the micro-batches meet gradients absent (the first after the optimizer's
+    zero_grad) or present, and the loop around the step changes the trainer's Python state
+    (``current_flos`` set to ``0`` then added floats to, ``log_history`` appended to) that the step
+    never reads: a few graphs, one per kind of micro-batch, replay to the end, without a warning."""
+    _, eager_model, eager_losses, _ = _train(tmp_path, profile=False, accumulation=2, steps=8)
+    # One eager micro-batch: graphprof captures before the Trainer's first update creates AdamW's state.
+    trainer, model, losses, profiler = _train(tmp_path, profile=True, accumulation=2, steps=8, eager_steps=1)
+    assert losses == eager_losses and len(losses) == 8
+    eager_state, state = eager_model.state_dict(), model.state_dict()
+    assert all(torch.equal(eager_state[k], state[k]) for k in eager_state)
+    traced = profiler.traced
+    assert traced.capture_mode == "whole-step" and traced.captures == 2
+    assert len(profiler.get_profile().steps) >= 2
 
 
 def test_bad_eager_steps() -> None:
