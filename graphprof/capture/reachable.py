@@ -244,6 +244,17 @@ class _Walk:
                 yield item_location(fields, name, f"{label}.{name}"), value, True
                 self.roots.append((f"{label}.{name}", value))
 
+    def optimizer(self, optimizer: torch.optim.Optimizer, label: str) -> Iterator[tuple[Location, Any, bool]]:
+        """An optimizer's own fields (``optimizer_fields``), and what a ``step`` set on the object binds
+        and names: a wrapper of the user's (``opt.step = counted``, counting or logging, then calling the
+        step it replaced) runs in the step as a helper does. Why: its counter was counted in the capture
+        call only, and the replays neither counted nor logged, silently. Torch's wrapper (an LR
+        scheduler's) and a library's are not the user's code: nothing of theirs is followed."""
+        yield from optimizer_fields(optimizer, label, self.seen)
+        own_step = vars(optimizer).get("step")
+        if own_step is not None:
+            yield from self.bound(f"{label}.step", own_step)
+
     def bound(self, name: str, value: Any) -> Iterator[tuple[Location, Any, bool]]:
         """What a callable the step holds binds, and the function it runs: a partial's arguments
         (``log = partial(append_to, history)``) and a bound method's object (``update = tracker.update``).
@@ -325,7 +336,7 @@ class _Walk:
                 yield from self.kept_callables(obj, label)
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
                 seen.add(id(obj))
-                yield from optimizer_fields(obj, label, seen)
+                yield from self.optimizer(obj, label)
             if isinstance(obj, torch.amp.GradScaler) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from scaler_fields(obj, label)
@@ -344,7 +355,7 @@ class _Walk:
                 for k, v in fields.items():
                     if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                         seen.add(id(v))
-                        yield from optimizer_fields(v, f"{label}.{k}", seen)
+                        yield from self.optimizer(v, f"{label}.{k}")
                     if isinstance(v, torch.amp.GradScaler) and id(v) not in seen:
                         seen.add(id(v))
                         yield from scaler_fields(v, f"{label}.{k}")
@@ -353,7 +364,7 @@ class _Walk:
                 if isinstance(o, torch.optim.Optimizer):  # ``self.optimizers = [opt]``: an optimizer's own fields
                     if id(o) not in seen:  # (walked as a plain object's, its groups' numbers became inputs
                         seen.add(id(o))    # twice over, and were left in the user's groups)
-                        yield from optimizer_fields(o, olabel, seen)
+                        yield from self.optimizer(o, olabel)
                     continue
                 if isinstance(o, nn.Module):
                     members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
