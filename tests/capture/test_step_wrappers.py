@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 import graphprof
+from graphprof.capture.segmented import OptimizerRun
 
 CALLS = 7
 #: How each twin is traced: whole-step replay, segments after a tensor branch, segments asked for.
-CAPTURES = [("fx", False)]
+CAPTURES = [("fx", False), ("auto", True), ("dynamo", False)]
 
 
 def _inputs() -> list[torch.Tensor]:
@@ -107,3 +108,66 @@ def test_a_counting_wrapper_counts_every_call(capture: str, branch: bool) -> Non
 def test_a_wrapper_logging_the_learning_rate_logs_every_calls_rate(capture: str, branch: bool) -> None:
     _assert_twins(_logging_lr, capture, branch)
 
+
+def test_the_step_a_wrapper_calls_is_still_profiled_in_segments() -> None:
+    """The wrapper runs, and the optimizer's step it calls is the routed whole-step graph, profiled."""
+    fn = _assert_twins(_counting, "dynamo", False)
+    assert any(isinstance(e, OptimizerRun) and e.stamps for e in fn._segmented.capture.timeline.events)
+
+
+#: The step a script's module-level wrapper calls (``_script_counted``), as ``inner = opt.step`` at a script's top.
+_script_inner: Any = None
+_script_calls = [0]
+
+
+def _script_counted(*args: Any, **kwargs: Any) -> Any:
+    _script_calls[0] += 1
+    return _script_inner(*args, **kwargs)
+
+
+def _script_run(capture: str | None) -> tuple[int, list[torch.Tensor]]:
+    """A script's loop whose wrapper keeps the step it replaced in a global: its count, and the parameters."""
+    global _script_inner
+    step, kept = _loop(lambda opt, kept: None, branch=False)
+    opt = kept["opt"]
+    _script_inner, _script_calls[0] = opt.step, 0
+    opt.step = _script_counted  # type: ignore[method-assign]
+    fn = graphprof.trace(step, capture=capture) if capture else step
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # StepLR's: its wrapper is no longer opt.step, in eager too
+        for x in _inputs():
+            fn(x)
+    if capture:
+        assert any(isinstance(e, OptimizerRun) and e.stamps for e in fn._segmented.capture.timeline.events)
+    return _script_calls[0], [p.detach().clone() for p in kept["model"].parameters()]
+
+
+def test_a_wrapper_keeping_its_step_in_a_global_runs_and_its_step_is_routed() -> None:
+    eager_calls, eager_params = _script_run(None)
+    calls, params = _script_run("dynamo")
+    assert calls == eager_calls == CALLS
+    assert all(torch.equal(a, b) for a, b in zip(eager_params, params))
+
+
+def test_a_wrapper_the_step_installs_in_a_segmented_call_stays_installed() -> None:
+    """A step that sets ``opt.step`` itself keeps it, as in eager: the routed step graphprof put in
+    place for the call was given back over it."""
+    def installing(opt: torch.optim.Optimizer, kept: dict[str, Any]) -> None:
+        kept["install"] = lambda: _counting(opt, kept)
+
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]:
+        step, kept = _loop(installing, branch=False)
+
+        def installs_at_call_2(x: torch.Tensor) -> torch.Tensor:
+            kept["seen"] = kept.get("seen", 0) + 1
+            if kept["seen"] == 2:
+                kept["install"]()
+            return step(x)
+
+        return installs_at_call_2, kept
+
+    (eager_step, eager), (traced_step, traced) = make(), make()
+    fn = graphprof.trace(traced_step, capture="dynamo")
+    for i, x in enumerate(_inputs()):
+        assert torch.equal(eager_step(x), fn(x))
+        assert traced["calls"] == eager["calls"], f"after call {i}"
