@@ -34,7 +34,7 @@ from torch import nn
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES
 from graphprof.capture.locations import (
     DATA_TYPES, Location, attribute_location, called_function, cell_location, data_fields, default_locations,
-    fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, users_file,
+    fields_of, first_visit, item_location, object_fields, own_attribute_location, tuple_slot, user_class, user_module, users_file,
     watched_object, wrapper_chain,
 )
 from graphprof.capture.scaler_state import scaler_fields
@@ -252,6 +252,7 @@ class _Walk:
         scheduler's) and a library's are not the user's code: nothing of theirs is followed."""
         yield from optimizer_fields(optimizer, label, self.seen)
         own_step = vars(optimizer).get("step")
+        yield own_attribute_location(optimizer, "step", label), own_step, False  # set, replaced or removed later
         if own_step is not None:
             yield from self.bound(f"{label}.step", own_step)
 

@@ -171,3 +171,26 @@ def test_a_wrapper_the_step_installs_in_a_segmented_call_stays_installed() -> No
     for i, x in enumerate(_inputs()):
         assert torch.equal(eager_step(x), fn(x))
         assert traced["calls"] == eager["calls"], f"after call {i}"
+
+
+@pytest.mark.parametrize("installed_at", [1, 3])
+def test_a_wrapper_set_or_taken_off_between_calls_is_a_new_capture(installed_at: int) -> None:
+    """A wrapper put on the optimizer after the capture (or taken off after a capture with it) runs on
+    the calls after, as in eager: the graph captured without it replayed the update without its count."""
+    def run(traced: bool) -> list[int]:
+        step, kept = _loop(lambda opt, kept: None, branch=False)
+        opt, counts = kept["opt"], []
+        fn = graphprof.trace(step, capture="fx") if traced else step
+        for i, x in enumerate(_inputs()):
+            if i == installed_at:
+                _counting(opt, kept)
+            if i == 5:
+                del opt.step
+            fn(x)
+            counts.append(kept["calls"])
+        return counts
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # StepLR's: its wrapper is no longer opt.step, in eager too
+        assert run(True) == run(False)
+
