@@ -410,7 +410,10 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
     They are the user's state, like a plain object's: a number is an input and
     its change an effect. Why: its ``step`` runs only in the capture call, and
     a counter it kept there stayed at that call's value in every replay.
-    Torch's own optimizer classes keep nothing else. Why the objects it keeps:
+    Torch's own optimizer classes keep nothing else public: a public field on
+    one of theirs is the user's (``self.calls += 1`` in a wrapper the user
+    bound to it as its ``step``), watched as a custom optimizer's; their
+    private fields are torch's. Why the objects it keeps:
     a wrapper's ``step`` decides on their fields (accelerate's
     ``AcceleratedOptimizer`` steps only when ``self.gradient_state.sync_gradients``
     is set): a segmented step's optimizer is captured on its own, with nothing
@@ -418,10 +421,9 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
     call, accumulating ones included. ``seen``: objects whose fields were
     yielded already (the caller's).
     """
-    if (type(optimizer).__module__ or "").startswith("torch."):
-        return
+    torch_class = (type(optimizer).__module__ or "").startswith("torch.")
     for k, v in list(vars(optimizer).items()):
-        if k in TORCH_OPTIMIZER_FIELDS:
+        if k in TORCH_OPTIMIZER_FIELDS or torch_class and (not isinstance(k, str) or k.startswith("_")):
             continue
         yield attribute_location(optimizer, k, label), v, True
         if isinstance(v, torch.optim.Optimizer):  # ``Lookahead(base)``: the optimizer it wraps, as an optimizer

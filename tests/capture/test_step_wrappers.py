@@ -11,6 +11,7 @@ silently: the parameters matched, the user's counts and logs did not.
 from __future__ import annotations
 
 import functools
+import types
 import warnings
 from typing import Any, Callable
 
@@ -194,3 +195,23 @@ def test_a_wrapper_set_or_taken_off_between_calls_is_a_new_capture(installed_at:
         warnings.simplefilter("ignore")  # StepLR's: its wrapper is no longer opt.step, in eager too
         assert run(True) == run(False)
 
+
+@pytest.mark.parametrize("capture", ["fx", "dynamo"])
+def test_a_wrapper_bound_to_the_optimizer_counts_on_it(capture: str) -> None:
+    """``opt.step = MethodType(counted, opt)`` counting in ``self.calls``: a field the user set on one of
+    torch's optimizers, which the walk took for torch's own and a replay never counted."""
+    def bound_counter(opt: torch.optim.Optimizer, kept: dict[str, Any]) -> None:
+        inner = opt.step
+        opt.calls = 0  # type: ignore[attr-defined]
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return inner(*args, **kwargs)
+
+        opt.step = types.MethodType(counted, opt)  # type: ignore[method-assign]
+
+    (eager_step, eager), (traced_step, traced) = _loop(bound_counter, False), _loop(bound_counter, False)
+    fn = graphprof.trace(traced_step, capture=capture)
+    for i, x in enumerate(_inputs()):
+        assert torch.equal(eager_step(x), fn(x)), f"loss differs after call {i}"
+        assert traced["opt"].calls == eager["opt"].calls == i + 1, f"after call {i}"
