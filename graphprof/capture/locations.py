@@ -50,6 +50,26 @@ def attribute_location(obj: Any, name: str, label: str) -> Location:
                     Place.ATTRIBUTE, obj, name)
 
 
+def own_attribute_location(obj: Any, name: str, label: str) -> Location:
+    """``obj.name`` as the object itself holds it, in its ``__dict__``: None where only its class has one.
+
+    Why not ``attribute_location``: a method read through the object is a new
+    bound method at every read, never the captured one. Held so (an
+    optimizer's ``step``), a wrapper the user sets on the object, or takes off
+    it, between calls is a change the next call captures anew, where a replay
+    of the graph captured without it kept counting, or not, as before.
+    """
+    fields = vars(obj)
+
+    def put(value: Any) -> None:
+        if value is None:
+            fields.pop(name, None)
+        else:
+            fields[name] = value
+
+    return Location(f"{label}.{name}", functools.partial(fields.get, name), put, Place.WITHIN, obj, name)
+
+
 def cell_location(cell: types.CellType, label: str) -> Location:
     def put(v: Any) -> None:
         cell.cell_contents = v

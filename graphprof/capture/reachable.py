@@ -34,7 +34,7 @@ from torch import nn
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES
 from graphprof.capture.locations import (
     DATA_TYPES, Location, attribute_location, called_function, cell_location, data_fields, default_locations,
-    fields_of, first_visit, item_location, object_fields, tuple_slot, user_class, user_module, users_file,
+    fields_of, first_visit, item_location, object_fields, own_attribute_location, tuple_slot, user_class, user_module, users_file,
     watched_object, wrapper_chain,
 )
 from graphprof.capture.scaler_state import scaler_fields
@@ -244,6 +244,18 @@ class _Walk:
                 yield item_location(fields, name, f"{label}.{name}"), value, True
                 self.roots.append((f"{label}.{name}", value))
 
+    def optimizer(self, optimizer: torch.optim.Optimizer, label: str) -> Iterator[tuple[Location, Any, bool]]:
+        """An optimizer's own fields (``optimizer_fields``), and what a ``step`` set on the object binds
+        and names: a wrapper of the user's (``opt.step = counted``, counting or logging, then calling the
+        step it replaced) runs in the step as a helper does. Why: its counter was counted in the capture
+        call only, and the replays neither counted nor logged, silently. Torch's wrapper (an LR
+        scheduler's) and a library's are not the user's code: nothing of theirs is followed."""
+        yield from optimizer_fields(optimizer, label, self.seen)
+        own_step = vars(optimizer).get("step")
+        yield own_attribute_location(optimizer, "step", label), own_step, False  # set, replaced or removed later
+        if own_step is not None:
+            yield from self.bound(f"{label}.step", own_step)
+
     def bound(self, name: str, value: Any) -> Iterator[tuple[Location, Any, bool]]:
         """What a callable the step holds binds, and the function it runs: a partial's arguments
         (``log = partial(append_to, history)``) and a bound method's object (``update = tracker.update``).
@@ -325,7 +337,7 @@ class _Walk:
                 yield from self.kept_callables(obj, label)
             if isinstance(obj, torch.optim.Optimizer) and id(obj) not in seen:
                 seen.add(id(obj))
-                yield from optimizer_fields(obj, label, seen)
+                yield from self.optimizer(obj, label)
             if isinstance(obj, torch.amp.GradScaler) and id(obj) not in seen:
                 seen.add(id(obj))
                 yield from scaler_fields(obj, label)
@@ -344,7 +356,7 @@ class _Walk:
                 for k, v in fields.items():
                     if isinstance(v, torch.optim.Optimizer) and id(v) not in seen:
                         seen.add(id(v))
-                        yield from optimizer_fields(v, f"{label}.{k}", seen)
+                        yield from self.optimizer(v, f"{label}.{k}")
                     if isinstance(v, torch.amp.GradScaler) and id(v) not in seen:
                         seen.add(id(v))
                         yield from scaler_fields(v, f"{label}.{k}")
@@ -353,7 +365,7 @@ class _Walk:
                 if isinstance(o, torch.optim.Optimizer):  # ``self.optimizers = [opt]``: an optimizer's own fields
                     if id(o) not in seen:  # (walked as a plain object's, its groups' numbers became inputs
                         seen.add(id(o))    # twice over, and were left in the user's groups)
-                        yield from optimizer_fields(o, olabel, seen)
+                        yield from self.optimizer(o, olabel)
                     continue
                 if isinstance(o, nn.Module):
                     members = [(f"{olabel}.{p}" if p else olabel, m) for p, m in o.named_modules()]
@@ -398,7 +410,10 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
     They are the user's state, like a plain object's: a number is an input and
     its change an effect. Why: its ``step`` runs only in the capture call, and
     a counter it kept there stayed at that call's value in every replay.
-    Torch's own optimizer classes keep nothing else. Why the objects it keeps:
+    Torch's own optimizer classes keep nothing else public: a public field on
+    one of theirs is the user's (``self.calls += 1`` in a wrapper the user
+    bound to it as its ``step``), watched as a custom optimizer's; their
+    private fields are torch's. Why the objects it keeps:
     a wrapper's ``step`` decides on their fields (accelerate's
     ``AcceleratedOptimizer`` steps only when ``self.gradient_state.sync_gradients``
     is set): a segmented step's optimizer is captured on its own, with nothing
@@ -406,10 +421,9 @@ def optimizer_fields(optimizer: torch.optim.Optimizer, label: str,
     call, accumulating ones included. ``seen``: objects whose fields were
     yielded already (the caller's).
     """
-    if (type(optimizer).__module__ or "").startswith("torch."):
-        return
+    torch_class = (type(optimizer).__module__ or "").startswith("torch.")
     for k, v in list(vars(optimizer).items()):
-        if k in TORCH_OPTIMIZER_FIELDS:
+        if k in TORCH_OPTIMIZER_FIELDS or torch_class and (not isinstance(k, str) or k.startswith("_")):
             continue
         yield attribute_location(optimizer, k, label), v, True
         if isinstance(v, torch.optim.Optimizer):  # ``Lookahead(base)``: the optimizer it wraps, as an optimizer

@@ -55,6 +55,7 @@ from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
 from graphprof.capture.state import discover_state
+from graphprof.capture.step_wrappers import route_wrapped_step, users_wrapper
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.runtime.codegen import compile_graph
@@ -244,6 +245,8 @@ class SegmentedCapture:
         self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
         self._forwards = [self._own_frame(forward) for _, forward in self.modules]  # as installed
         self._class_steps: list[Callable[..., Any]] = []
+        #: Per optimizer, a wrapper of the user's run eagerly, and its dynamo-disabled self (``_eager_wrapper``).
+        self._eager_wrappers: dict[int, tuple[Any, Callable[..., Any]]] = {}
         if optimizer_step is not None:
             for slot, opt in enumerate(state.optimizers):
                 routed = torch._dynamo.disable(self._optimizer_runner(slot, opt, optimizer_step(opt, primary)),
@@ -464,24 +467,52 @@ class SegmentedCapture:
         return OptimizerRun(slot, start, end)
 
     # -- calling ----------------------------------------------------------------------
-    def _install(self) -> list[tuple[Any, str, Any]]:
-        saved: list[tuple[Any, str, Any]] = []
+    def _install(self) -> list[tuple[Any, str | None, Any, Any]]:
+        """Put the compiled forwards and routed steps in place: (owner, attribute, the user's value,
+        graphprof's), the owner a ``Location`` and no attribute where a wrapper's step was routed."""
+        saved: list[tuple[Any, str | None, Any, Any]] = []
         for (obj, _), replacement in zip(self.modules, self._forwards):
-            saved.append((obj, "forward", obj.__dict__.get("forward", _MISSING)))
+            saved.append((obj, "forward", obj.__dict__.get("forward", _MISSING), replacement))
             obj.__dict__["forward"] = replacement
         for slot, (opt, replacement) in enumerate(self.optimizers):
             own = opt.__dict__.get("step", _MISSING)
-            saved.append((opt, "step", own))
             self._user_steps[slot] = self._class_steps[slot] if own is _MISSING else own
+            if own is not _MISSING and users_wrapper(own):  # the user's wrapper runs; the step it calls is routed
+                swapped = route_wrapped_step(own, opt, replacement)
+                if swapped is not None:
+                    saved += [(place, None, step, replacement) for place, step in swapped]
+                else:
+                    saved.append((opt, "step", own, self._eager_wrapper(slot, own)))
+                    opt.__dict__["step"] = saved[-1][3]
+                continue
+            saved.append((opt, "step", own, replacement))
             if hasattr(own, "_wrapped_by_lr_sched"):  # an LR scheduler's first step checks for its wrapper,
                 replacement._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # warning if it is gone
             opt.__dict__["step"] = replacement
         return saved
 
+    def _eager_wrapper(self, slot: int, wrapper: Any) -> Callable[..., Any]:
+        """A wrapper of the user's whose step no cell holds (capture/step_wrappers.py), run as Python,
+        never traced by dynamo: dynamo traced Adam's update differently from eager (the module's
+        docstring). Made once per wrapper, so that code dynamo traces keeps the entry it guards."""
+        kept = self._eager_wrappers.get(slot)
+        if kept is None or kept[0] is not wrapper:
+            log.info("graphprof: %s: the step set on optimizer %d calls its optimizer's step in a way graphprof "
+                     "cannot route; it runs eagerly, and its ops are missing from the profile", self._name, slot + 1)
+            kept = self._eager_wrappers[slot] = (wrapper, torch._dynamo.disable(wrapper, recursive=True))
+        return kept[1]  # type: ignore[no-any-return]
+
     @staticmethod
     def _uninstall(saved: list) -> None:
-        for obj, attr, old in reversed(saved):
-            if old is _MISSING:
+        """Give the user's values back where graphprof's are still in place. Why only there: a step
+        that sets ``opt.step`` itself (a wrapper installed at some call) keeps it, as in eager."""
+        for obj, attr, old, installed in reversed(saved):
+            if attr is None:  # where a wrapper keeps its step (``route_wrapped_step``)
+                if obj.get() is installed:
+                    obj.set(old)
+            elif obj.__dict__.get(attr, _MISSING) is not installed:
+                continue
+            elif old is _MISSING:
                 obj.__dict__.pop(attr, None)
             else:
                 obj.__dict__[attr] = old
