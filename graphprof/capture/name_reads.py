@@ -319,8 +319,9 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
     effects): ``sum(hist[-3:])`` or ``len(hist)`` after ``hist.append(loss.item())`` would be
     computed from the capture call's items and length, as constants, on every replay, and
     silently differ from eager. Reading back the item just appended (``hist[-1]``) is a graph
-    value, and allowed. Without a trace, or with names loaded dynamically, nothing is known."""
-    if not names.active or names.dynamic or not names.read_uses:
+    value, and allowed. Without a trace nothing is known. Names loaded dynamically (``getattr``,
+    ``vars``) may read a list unseen, but a read seen is one all the same: it refuses."""
+    if not names.active or not names.read_uses:
         return
     extended = {id(e.before) for e in python.watched if id(e) in python.extended}
     for entry in python.watched:  # each name the list is reached by (``hist``, ``trainer.hist``)

@@ -80,9 +80,18 @@ def _dict_item_mean(w: Any, loss: torch.Tensor) -> float:
     return sum(logs["loss"]) / len(logs["loss"])
 
 
+def _count_beside_getattr(w: Any, loss: torch.Tensor) -> int:
+    """``getattr`` anywhere in the step (``getattr(model, "module", model)``) loads names dynamically:
+    the read of the list was then not looked at, and every replay appended the capture call's length."""
+    getattr(w["trainer"], "unwrapped", None)
+    hist = w["hist"]
+    hist.append(len(hist))
+    return len(hist)
+
+
 READERS: dict[str, Reader] = {"a moving average": _moving_average, "a count": _scaled_by_count,
                               "the previous item": _previous_before_append, "an attribute's mean": _attribute_mean,
-                              "a dict item's mean": _dict_item_mean}
+                              "a dict item's mean": _dict_item_mean, "a count beside getattr": _count_beside_getattr}
 
 
 def _run(log: Reader) -> tuple[Any, list[str]]:
