@@ -607,7 +607,8 @@ class TracedFunction:
 
     @property
     def capture_mode(self) -> str | None:
-        """How the last call ran: "whole-step", "segments", or None before any replay."""
+        """How the last call ran: "whole-step", "segments", or None before any replay and once every call
+        runs eagerly (a step registering hooks on every call)."""
         if isinstance(self._runner, WholeStepRunner):
             return "whole-step"
         return "segments" if isinstance(self._runner, SegmentedRunner) else None

@@ -30,6 +30,7 @@ import torch
 
 from graphprof.capture.locations import Location, called_function, cell_location, item_location, wrapper_chain
 
+
 def function_of(step: Any) -> Any:
     """The function a ``step`` set on an object runs: a partial's, a bound method's, a callable object's."""
     target = called_function(step)
