@@ -301,6 +301,13 @@ class CaptureRecorder:
         if small:
             with _disable_current_modes(), torch.no_grad():
                 originals = [t.detach().clone() for t in small]
+        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], torch.Tensor):
+            # A tensor torch itself reads as a number, made from constants alone
+            # (``x.view(n, torch.div(s, w, rounding_mode="trunc"))`` in Longformer: a size computed as a
+            # tensor from two ints): the same number on every call. Any other such read refuses below.
+            number = self.value_guards.constant_number(args[0])
+            if number is not None:
+                return number
         try:
             out = func(*args, **kwargs)
             self.data_sized.note_op(func, args, kwargs, out)

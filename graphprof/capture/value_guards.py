@@ -161,6 +161,19 @@ class ValueGuards:
         """The real value of ``func(tensor)``, kept as a guard; DataDependentError when none can be kept."""
         return self._guard(tensor, *VALUE_READS[func], where)
 
+    def constant_number(self, tensor: torch.Tensor) -> Any:
+        """The value of a one-element ``tensor`` computed from the capture's constants alone (no input,
+        no state, nothing random): the same on every call, so no guard. None for any other tensor."""
+        node = self.tensor_node(tensor)
+        if not isinstance(node, torch.fx.Node) or tensor.numel() != 1:
+            return None
+        prefix, _ = self.prefix(node, _item, "a tensor read as a number")
+        if prefix is None or prefix.placeholders or prefix.increments or any(
+                self._refusal(n, False) for n, _ in prefix.constants):
+            return None
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
+            return tensor.item()
+
     def read_sizes(self, func: Any, args: tuple, kwargs: dict, where: str) -> Any:
         """``func(*args, **kwargs)``, a read of the sizes of ``args[0]``, a tensor sized by its data
         (capture/data_sizes.py): its sizes are kept as a guard, or DataDependentError."""

@@ -114,3 +114,44 @@ def test_each_parameter_keeps_its_own_step_count_once_the_counts_differ(foreach:
     traced = assert_bitwise_against_eager(two_heads_adam(foreach), lambda i: (*_batch(i), i in (0, 1) or i % 3 == 0),
                                           10, profiling=True)
     assert traced.capture_mode == "whole-step" and traced.captures == 2
+
+
+def _viewed_by(size: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[], tuple[nn.Module, Any]]:
+    """A step viewing an activation with a size given as a tensor, which torch reads as a number."""
+    def make() -> tuple[nn.Module, Any]:
+        model = nn.Linear(8, 8)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            h = model(x)
+            h = h.view(h.size(0), size(h, y), 4)
+            loss = h.square().mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+    return make
+
+
+def test_a_size_computed_as_a_tensor_from_constants_replays_whole_step() -> None:
+    """Longformer's ``_chunk``: ``torch.div(h.size(1), w, rounding_mode="trunc")`` is a tensor made from
+    two ints, which ``view`` reads as a number. Every Longformer step was refused for that read; the
+    number is the same on every call, as its constants are."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = assert_bitwise_against_eager(
+            _viewed_by(lambda h, y: torch.div(h.size(1), 4, rounding_mode="trunc")), _batch, CALLS)
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
+    assert not [w for w in caught if "graphprof" in str(w.message)]
+
+
+def test_a_size_read_from_a_tensor_the_call_gives_still_refuses() -> None:
+    """The same read of a number computed from an argument's values: not a constant; refused, as before."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = assert_bitwise_against_eager(
+            _viewed_by(lambda h, y: (y.abs() * 0 + 0.5).sum().long()), _batch, CALLS)
+    assert traced.capture_mode == "segments"
+    refusals = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
+    assert len(refusals) == 1 and "_local_scalar_dense" in refusals[0], refusals
