@@ -66,6 +66,8 @@ from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
 
 aten = torch.ops.aten
+#: The op torch runs where it reads a tensor as a number (``.item()``, a size given as a tensor).
+_LOCAL_SCALAR_DENSE = aten._local_scalar_dense.default
 _RF_ENTER = {torch.ops.profiler._record_function_enter_new.default}
 _RF_EXIT = {torch.ops.profiler._record_function_exit._RecordFunction}
 # Host reads of tensor values that a static graph cannot replay.
@@ -301,7 +303,7 @@ class CaptureRecorder:
         if small:
             with _disable_current_modes(), torch.no_grad():
                 originals = [t.detach().clone() for t in small]
-        if func is torch.ops.aten._local_scalar_dense.default and isinstance(args[0], torch.Tensor):
+        if func is _LOCAL_SCALAR_DENSE and isinstance(args[0], torch.Tensor):
             # A tensor torch itself reads as a number, made from constants alone
             # (``x.view(n, torch.div(s, w, rounding_mode="trunc"))`` in Longformer: a size computed as a
             # tensor from two ints): the same number on every call. Any other such read refuses below.
