@@ -50,7 +50,7 @@ from torch._dynamo.backends.common import aot_autograd
 from graphprof.capture import host_reads
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
-from graphprof.capture.identity_dropout import drop_skipped_dropouts
+from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
 from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
 from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
@@ -267,6 +267,7 @@ class SegmentedCapture:
 
         def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             drop_skipped_dropouts(gm)  # no copies eager does not make (capture/identity_dropout.py)
+            use_eager_dropouts(gm)  # and eager's roundings in half precision on CPU
             made = len(self.segments)
             split = split_gradient_uses(gm, example_inputs)  # eager's order of gradient sums (capture/gradient_uses.py)
             try:
