@@ -1,4 +1,5 @@
-"""Dropout that eager execution skips is skipped in segments too (no copy where eager makes none).
+"""Dropout in segments does what eager's does: nothing where eager skips it, eager's own ops on a CPU
+tensor in half precision.
 
 Eager ``F.dropout(x, p, training)`` returns ``x`` itself when ``p == 0`` or
 not training (ATen's ``_dropout_impl``: no kernel, no copy). AOTAutograd's
@@ -14,6 +15,18 @@ So before AOTAutograd sees dynamo's graph, a dropout call whose ``p`` and
 input, exactly what eager returns (the same tensor). Any other dropout
 (``p > 0`` in training, or arguments only known at run time) is left to
 AOTAutograd as before.
+
+And on CPU, eager's dropout (ATen's ``_dropout_impl``) makes a noise tensor
+in the input's dtype, ``bernoulli_(1 - p).div_(1 - p)``, and multiplies by
+it, forward and backward; AOTAutograd's decomposition is ``native_dropout``,
+whose scale ``1 / (1 - p)`` is applied in float. In float32 and float64 the
+two are the same numbers; in bfloat16 and float16 the noise's rounded scale
+(1.109375 for p = 0.1) is not, and a step under CPU autocast that fell back
+to segments got gradients a bf16 bit away from eager's from the first call.
+So such a dropout is given eager's ops before AOTAutograd sees it
+(``eager_dropout``): the same draws from the generator, the same roundings.
+On CUDA eager itself takes ``native_dropout`` (its fused kernel), so only
+CPU tensors are rewritten.
 """
 
 from __future__ import annotations
@@ -45,6 +58,42 @@ def eager_skips(node: torch.fx.Node) -> bool:
     if type(p) not in (int, float) or type(training) is not bool or not 0.0 <= p <= 1.0:  # type: ignore[operator]
         return False  # run-time values, or one eager rejects: AOTAutograd's graph does what eager does
     return p == 0 or not training
+
+
+def eager_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    """ATen's CPU dropout, op for op: a noise tensor in the input's dtype, scaled there, and a product."""
+    if p == 0 or not training or input.numel() == 0:
+        return input
+    if p == 1:
+        zero = torch.zeros((), dtype=input.dtype, device=input.device)
+        return input.mul_(zero) if inplace else input * zero
+    noise = torch.empty_like(input).bernoulli_(1 - p).div_(1 - p)
+    return input.mul_(noise) if inplace else input * noise
+
+
+def _half_precision_cpu(node: torch.fx.Node) -> bool:
+    value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    return (isinstance(value, torch.Tensor) and value.device.type == "cpu"
+            and value.dtype in (torch.bfloat16, torch.float16))
+
+
+def use_eager_dropouts(gm: torch.fx.GraphModule) -> int:
+    """Make each dropout of a CPU tensor in half precision eager's ops; returns how many were changed."""
+    changed = 0
+    for node in gm.graph.nodes:
+        values = _arguments(node) if node.op == "call_function" else None
+        if values is None or not isinstance(values["input"], torch.fx.Node) or not _half_precision_cpu(values["input"]):
+            continue
+        p, training = values["p"], values.get("training", values.get("train"))
+        if type(p) not in (int, float) or type(training) is not bool:
+            continue  # run-time values: left to AOTAutograd
+        inplace = values.get("inplace", node.target is torch.dropout_)
+        node.target = eager_dropout
+        node.args, node.kwargs = (values["input"], p, training, inplace), {}
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def drop_skipped_dropouts(gm: torch.fx.GraphModule) -> int:

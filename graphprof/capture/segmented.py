@@ -50,7 +50,8 @@ from torch._dynamo.backends.common import aot_autograd
 from graphprof.capture import host_reads
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
-from graphprof.capture.identity_dropout import drop_skipped_dropouts
+from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
+from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
 from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
@@ -266,10 +267,14 @@ class SegmentedCapture:
 
         def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             drop_skipped_dropouts(gm)  # no copies eager does not make (capture/identity_dropout.py)
+            use_eager_dropouts(gm)  # and eager's roundings in half precision on CPU
             made = len(self.segments)
+            split = split_gradient_uses(gm, example_inputs)  # eager's order of gradient sums (capture/gradient_uses.py)
             try:
                 with quiet():  # what torch warns while graphprof compiles is not the step's: eager never compiles
-                    return aot(gm, example_inputs)
+                    if split is None:
+                        return aot(gm, example_inputs)
+                    return _expanding(aot(split[0], split[1]), split[2])
             except Exception as exc:
                 del self.segments[made:]  # a forward compiled before its backward failed: never run
                 self._not_compiled(root_type, exc)
@@ -536,6 +541,15 @@ class SegmentedCapture:
             handler.remove_start_callback(self._start_callback)
             handler.remove_end_callback(self._end_callback)
             self.compiled_once = True
+
+
+def _expanding(compiled: Callable[..., Any], split: SplitInputs) -> Callable[..., Any]:
+    """``compiled`` called with the caller's inputs, a split input handed once per read; never traced by
+    dynamo, as AOTAutograd's own function is not."""
+    def run(*args: Any) -> Any:
+        return compiled(*split.expand(args))
+
+    return torch._dynamo.disable(run, reason="runs a graph graphprof compiled")
 
 
 def _reshape_views(gm: torch.fx.GraphModule) -> None:

@@ -1,4 +1,4 @@
-"""Dropout that eager skips (p == 0, or not training) makes no copy in segments; other dropout is unchanged.
+"""Dropout in segments: no copy where eager skips it (p == 0, or not training), eager's ops in half precision on CPU.
 
 Each step runs eagerly and under ``capture="dynamo"`` on identical copies
 (same seed, so dropout masks match) and must agree bitwise; the forward
@@ -16,8 +16,9 @@ import torch.fx
 from torch import nn
 
 import graphprof
-from graphprof.capture.identity_dropout import drop_skipped_dropouts, eager_skips
+from graphprof.capture.identity_dropout import drop_skipped_dropouts, eager_dropout, eager_skips
 from graphprof.profile.model import GraphKind
+from tests.helpers import assert_bitwise_against_eager
 
 
 class _Net(nn.Module):
@@ -112,3 +113,44 @@ def test_replacing_returns_the_input_itself() -> None:
     assert drop_skipped_dropouts(gm) == 1
     t = torch.randn(3)
     assert gm(t) is t  # as eager's F.dropout(t, 0.0) returns t
+
+
+@pytest.mark.parametrize("precision", ["autocast", "bf16-model", "fp16-model"])
+def test_half_precision_dropout_rounds_as_eager_in_segments(precision: str) -> None:
+    """Eager scales CPU dropout's noise in the input's dtype (1.109375 for p = 0.1 in bfloat16);
+    AOTAutograd's ``native_dropout`` scaled in float: a bf16 bit away from eager's gradients."""
+    def make() -> tuple[nn.Module, object]:
+        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.1), nn.Linear(16, 4))
+        if precision != "autocast":
+            model = model.to(torch.bfloat16 if precision == "bf16-model" else torch.float16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        dtype = next(model.parameters()).dtype
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast"):
+                loss = nn.functional.mse_loss(model(x.to(dtype)).float(), y)
+            if not torch.isfinite(loss):  # a branch on a tensor: the step falls back to segments
+                return None
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    def inputs(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's one warning
+        traced = assert_bitwise_against_eager(make, inputs, 4, profiling=True)
+    assert traced.capture_mode == "segments"
+
+
+def test_eager_dropout_is_eagers_own_ops() -> None:
+    x = torch.randn(64, dtype=torch.bfloat16)
+    for p, training in [(0.1, True), (0.0, True), (0.3, False), (1.0, True)]:
+        torch.manual_seed(3)
+        expected = nn.functional.dropout(x, p, training)
+        torch.manual_seed(3)
+        assert torch.equal(eager_dropout(x, p, training), expected)
