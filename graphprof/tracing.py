@@ -500,8 +500,9 @@ class TracedFunction:
 
     def _segmented_runner(self) -> SegmentedRunner:
         if self._segmented is None:
+            # In "auto" mode segments run only after the step warned why: later recompiles are logged.
             self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size,
-                                              self._optimizer_graph)
+                                              self._optimizer_graph, warned=self.capture == "auto")
         return self._segmented
 
     def _optimizer_graph(self, opt: torch.optim.Optimizer, model: torch.nn.Module | None) -> "OptimizerGraph":

@@ -197,7 +197,7 @@ class SegmentedCapture:
 
     def __init__(self, fn: Callable[..., Any], prepare: Callable[[torch.fx.GraphModule], None],
                  clock: Clock, optimizer_step: Callable[[torch.optim.Optimizer, nn.Module | None], Callable[..., Any]]
-                 | None = None, name: str = "") -> None:
+                 | None = None, name: str = "", warned: bool = False) -> None:
         self.segments: list[Segment] = []
         self.probing = False
         self.compiled_once = False
@@ -210,7 +210,9 @@ class SegmentedCapture:
         self._kind_counts: dict[GraphKind, int] = {}
         self._compiling: _Compiling | None = None
         self._trace_numpy: bool | None = None  # the user's setting, while a compile runs without it
-        self._recompiles_warned = False
+        #: Whether the step already warned, as a step that fell back to segments did: its recompiles are
+        #: logged, so that the user has the one warning about the step.
+        self._recompiles_warned = warned
         self._uncompiled_warned = False
         #: dynamo's RandomVariable and its own check, while a compile sees no ``random.Random``.
         self._random_objects: tuple[Any, Any] | None = None

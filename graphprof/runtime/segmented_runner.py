@@ -35,14 +35,14 @@ class SegmentedRunner:
     """A torch.compile'd version of the user's function, with per-signature step buffers."""
 
     def __init__(self, name: str, fn: Callable[..., Any], clock: Clock, limit: int | None, cache_size: int,
-                 optimizer_step: Callable[..., Any] | None = None) -> None:
+                 optimizer_step: Callable[..., Any] | None = None, warned: bool = False) -> None:
         self._name = name
         self._clock = clock
         self._limit = limit
         self._cache_size = cache_size
         self._comm: CommTimer | None = comm_timer_for(fn, clock)  # DDP bucket allreduce times
         self._fsdp: FsdpCommTimer | None = fsdp_timer_for(fn, clock)  # FSDP2 collectives and memory
-        self.capture = SegmentedCapture(fn, prepare_graph, clock, optimizer_step, name)
+        self.capture = SegmentedCapture(fn, prepare_graph, clock, optimizer_step, name, warned)
         self.capture.probing = False
         if self._fsdp is not None:
             self._fsdp.sink = lambda event: self.capture.timeline.events.append(event)

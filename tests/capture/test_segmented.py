@@ -8,6 +8,8 @@ needs a tolerance it says so.
 
 from __future__ import annotations
 
+import logging
+
 import sys
 import warnings
 
@@ -189,3 +191,30 @@ def test_recompiles_after_the_first_call_warn_once() -> None:
             assert torch.equal(fn(torch.arange(4.0), k), torch.arange(4.0).roll(k, 0) * 2)
     recompiles = [str(w.message) for w in caught if "after the first call" in str(w.message)]
     assert len(recompiles) == 1 and "later compiles are logged" in recompiles[0], recompiles
+
+
+def test_a_step_that_fell_back_warns_once_and_logs_its_recompiles(caplog: pytest.LogCaptureFixture) -> None:
+    """In ``auto`` mode the step runs as segments only after one warning saying why; a forward dynamo
+    compiles again later is logged, not a second warning."""
+    class Shift(nn.Module):
+        def forward(self, x, k):
+            return x.roll(k, 0) * 2
+
+    model = Shift()
+
+    def step(x, k):
+        y = model(x, k)
+        return y + 1 if torch.rand([]) < 0.5 else y  # a branch on a random draw: no static graph
+
+    fn = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, logger="graphprof"):
+        warnings.simplefilter("always")
+        for k in range(1, 6):
+            torch.manual_seed(k)
+            expected = step(torch.arange(4.0), k)
+            torch.manual_seed(k)
+            assert torch.equal(fn(torch.arange(4.0), k), expected)
+    assert fn.capture_mode == "segments"
+    warned = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(warned) == 1 and "cannot capture" in warned[0], warned
+    assert any("after the first call" in r.getMessage() for r in caplog.records)
