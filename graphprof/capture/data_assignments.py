@@ -105,20 +105,21 @@ class DataAssignments:
     """The ``.data`` assignments of the capture call: each accepted one made, with its host node."""
 
     def __init__(self, graph: torch.fx.Graph, tensor_node: Callable[[torch.Tensor], Any],
-                 context: Callable[[], Any], state: StateIndex,
-                 storages: dict[int, tuple[Any, int, Any]]) -> None:
+                 context: Callable[[], Any], state: StateIndex, targets: frozenset[int]) -> None:
         self.graph = graph
         self.tensor_node = tensor_node
         self.context = context
         self.state = state
-        self.storages = storages
+        #: ids of the tensors that may be given new data (``storages_of``'s keys). Not their data: the
+        #: recorder outlives the capture, and the old storage of a tensor given new data would with it.
+        self.targets = targets
         #: ids of the tensors given new data by an accepted assignment.
         self.assigned: set[int] = set()
 
     def assign(self, setter: Any, target: torch.Tensor, value: Any) -> None:
         """Make ``target.data = value`` (``setter``: torch's), and the node that makes it in every replay;
         refuses what a replay could not repeat (see the module's docstring)."""
-        if id(target) not in self.storages:
+        if id(target) not in self.targets:
             raise _refusal(self.state, target, ", a tensor that is no parameter or buffer of the step's modules")
         if not isinstance(value, torch.Tensor):
             setter(target, value)  # torch's own error, as eager's
@@ -138,11 +139,11 @@ class DataAssignments:
         effect_node(self.graph, "assign .data", apply, [node], self.context()).meta[ASSIGNED_DATA] = target
         self.assigned.add(id(target))
 
-    def refuse_unseen(self) -> None:
-        """Refuse a parameter or buffer given new data by no assignment recorded here (made with the
-        recorder's modes off: ``restore_data_assignments`` gives them theirs back when it raises). In-place
-        updates (an optimizer's) keep the address."""
-        unseen = [t for t, address, _ in self.storages.values()
+    def refuse_unseen(self, storages: dict[int, tuple[Any, int, Any]]) -> None:
+        """Refuse a parameter or buffer of ``storages`` given new data by no assignment recorded here (made
+        with the recorder's modes off: ``restore_data_assignments`` gives them theirs back when it raises).
+        In-place updates (an optimizer's) keep the address."""
+        unseen = [t for t, address, _ in storages.values()
                   if id(t) not in self.assigned and t.data_ptr() != address]
         if unseen:
             raise _refusal(self.state, unseen[0])

@@ -135,7 +135,7 @@ class CaptureRecorder:
     """Capture-time context; entered inside the function make_fx traces."""
 
     def __init__(self, tracer: Any, state: StateIndex, arguments: tuple[torch.Tensor, ...] = (),
-                 catching: CatchingFrames | None = None, storages: dict[int, tuple[Any, int, Any]] | None = None) -> None:
+                 catching: CatchingFrames | None = None, data_targets: frozenset[int] | None = None) -> None:
         self.tracer = tracer
         self.graph: torch.fx.Graph = tracer.graph
         self.state = state
@@ -190,8 +190,8 @@ class CaptureRecorder:
         self.function_records: list[CaptureRecord] = []  # custom Functions being applied
         self.functions = FunctionApplies(self._enter_function, self.function_records.pop, self._link_function)
         #: ``p.data = ...`` made in the step, replayed where it made them (None: not recorded).
-        self.data_assignments = None if storages is None else DataAssignments(
-            self.graph, self.tensor_node, lambda: self.context(()), state, storages)
+        self.data_assignments = None if data_targets is None else DataAssignments(
+            self.graph, self.tensor_node, lambda: self.context(()), state, data_targets)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:

@@ -289,7 +289,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         mode = get_proxy_mode()
         assert mode is not None  # make_fx runs this function under its proxy mode
         recorder = CaptureRecorder(mode.tracer, state, tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor)),
-                                   CatchingFrames(fn), storages)
+                                   CatchingFrames(fn), frozenset(storages))
         holder["recorder"] = recorder
         placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
         filled = list(leaves)
@@ -397,7 +397,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     try:
         with one_fake_mode(), code_when_asked():  # one mode for the ops' metadata, not one per op
             gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
-        holder["recorder"].data_assignments.refuse_unseen()
+        holder["recorder"].data_assignments.refuse_unseen(storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         _link_scalar_outputs(gm, {i: leaf for i, leaf in enumerate(holder["out_flat"]) if isinstance(leaf, KeptResult)})

@@ -38,13 +38,19 @@ def _data(model: nn.Module) -> list[torch.Tensor]:
     return [t.data for t in [*model.parameters(), *model.buffers()]]
 
 
+def _holders(t: torch.Tensor) -> int:
+    """How many tensors (and storage objects) hold ``t``'s storage."""
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
 def _storage_facts(model: nn.Module, before: list[torch.Tensor], versions: bool) -> tuple[Any, ...]:
-    """Per tensor of ``model``: whether it got new storage since ``before`` (``_data`` then), its version
-    counter (when ``versions``) and ``requires_grad``; and which tensors share storage (by their positions)."""
+    """Per tensor of ``model``: whether it got new storage since ``before`` (``_data`` then), how many hold
+    the storage it had then (no more than eager's once it was replaced), its version counter (when
+    ``versions``) and ``requires_grad``; and which tensors share storage (by their positions)."""
     tensors = [*model.parameters(), *model.buffers()]
     addresses = [t.data_ptr() for t in tensors]
     shared = [addresses.index(a) for a in addresses]
-    return (tuple((a != old.data_ptr(), t._version if versions else None, t.requires_grad)
+    return (tuple((a != old.data_ptr(), _holders(old), t._version if versions else None, t.requires_grad)
                   for t, a, old in zip(tensors, addresses, before)), tuple(shared))
 
 
