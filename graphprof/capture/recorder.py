@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
+from graphprof.capture.data_assignments import DataAssignments, is_data_setter
 from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
@@ -134,7 +135,7 @@ class CaptureRecorder:
     """Capture-time context; entered inside the function make_fx traces."""
 
     def __init__(self, tracer: Any, state: StateIndex, arguments: tuple[torch.Tensor, ...] = (),
-                 catching: CatchingFrames | None = None) -> None:
+                 catching: CatchingFrames | None = None, data_targets: frozenset[int] | None = None) -> None:
         self.tracer = tracer
         self.graph: torch.fx.Graph = tracer.graph
         self.state = state
@@ -188,6 +189,9 @@ class CaptureRecorder:
         self.recompute = CheckpointRecompute(self._enter_recompute, self._exit_recompute)
         self.function_records: list[CaptureRecord] = []  # custom Functions being applied
         self.functions = FunctionApplies(self._enter_function, self.function_records.pop, self._link_function)
+        #: ``p.data = ...`` made in the step, replayed where it made them (None: not recorded).
+        self.data_assignments = None if data_targets is None else DataAssignments(
+            self.graph, self.tensor_node, lambda: self.context(()), state, data_targets)
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
@@ -476,6 +480,8 @@ class _ScalarMode(TorchFunctionMode):
         func = original(func)  # a segmented step's host-read timer may have wrapped the method
         if func is _ITEM:
             return self.recorder.traced_item(args[0])
+        if is_data_setter(func) and self.recorder.data_assignments is not None:
+            return self.recorder.data_assignments.assign(func, *args)
         if func in VALUE_READS:
             return self.recorder.value_guards.read(func, args[0], user_source(2))
         if func is _ONE_HOT and _one_hot_by_scatter_applies(args, kwargs):

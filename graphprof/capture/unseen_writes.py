@@ -1,16 +1,11 @@
 """What the trace cannot see the step do with tensors, found around it and refused.
 
-make_fx records aten ops. Two things a step does with tensors are none:
-
-* giving a parameter or buffer new data (``p.data = ...``,
-  ``nn.utils.vector_to_parameters``): the graph computes the new values and
-  drops them, so a replay would leave the old data in place;
-* reading tensors from an argument torch's flattening does not open (a
-  ``UserDict`` batch, a dataclass, a plain object): the argument is one
-  opaque value of the signature, so the graph holds its tensors as the
-  capture call's constants.
-
-Both are found by looking before and after the trace, and refuse the capture.
+make_fx records aten ops. Reading tensors from an argument torch's
+flattening does not open (a ``UserDict`` batch, a dataclass, a plain object)
+is none: the argument is one opaque value of the signature, so the graph
+holds its tensors as the capture call's constants. It is found by looking
+after the trace, and refuses the capture. (Giving a parameter new data,
+``p.data = ...``, is no op either: capture/data_assignments.py replays it.)
 
 And one thing it reads: a tensor that is neither an argument nor state the
 step reaches (parameters, buffers, optimizer state, gradients, tensors it
@@ -34,48 +29,6 @@ from torch import nn
 
 from graphprof.capture.scalars import DataDependentError
 from graphprof.passes.records import CAPTURE
-
-
-def storages_of(state: Any) -> dict[int, tuple[Any, int, Any]]:
-    """id -> (tensor, address of its data, its data) for every parameter and buffer of the step's
-    modules (the data kept to be put back)."""
-    tensors = list(state.params.values())
-    tensors += [b for _, module in state.modules.values() for b in module._buffers.values() if b is not None]
-    found: dict[int, tuple[Any, int, Any]] = {}
-    for t in tensors:
-        try:
-            found[id(t)] = (t, t.data_ptr(), t.data)
-        except RuntimeError:  # a tensor without storage of its own (a DTensor, a meta tensor)
-            continue
-    return found
-
-
-def restore_data_assignments(before: dict[int, tuple[Any, int, Any]]) -> list[tuple[Any, Any]]:
-    """Give every parameter and buffer that got new data (``p.data = ...``) since ``before`` its own
-    data back; returns them, with that data.
-
-    Why: the write log undoes in-place writes only, and an assignment is no op. A capture refused
-    after one (MoCo's momentum update ``pk.data = pk.data * m + pq.data * (1 - m)``, then
-    ``int(queue_ptr)``) left the new data in place, and the fallback applied the update again.
-    Run before the write log's undo: that writes the originals into the data put back here."""
-    changed = [(t, data) for t, address, data in before.values() if t.data_ptr() != address]
-    for t, data in changed:
-        t.data = data
-    return changed
-
-
-def refuse_data_assignments(state: Any, before: dict[int, tuple[Any, int, Any]]) -> None:
-    """Refuse a step that gave a parameter or buffer new data (``p.data = ...``,
-    ``nn.utils.vector_to_parameters``): the assignment is no op of the trace, so a replay would
-    compute the new values and drop them. In-place updates (an optimizer's) keep the address.
-    Every tensor given new data gets its own back first: the write log undoes in-place writes only."""
-    changed = restore_data_assignments(before)
-    if not changed:
-        return
-    record = state.describe(changed[0][0])
-    name = record.name if record is not None else f"a {tuple(changed[0][0].shape)} tensor"
-    raise DataDependentError(f"the step assigns new data to {name} (.data = ...), which a replayed graph "
-                             "would not repeat")
 
 
 def tensors_in_argument_objects(leaves: list[Any]) -> dict[int, str]:

@@ -65,8 +65,8 @@ from graphprof.capture.fake_values import one_fake_mode
 from graphprof.capture.switched_flags import SwitchedFlags, module_modes, parameter_flags
 from graphprof.capture.numpy_draws import NumpyDraws
 from graphprof.capture.torch_objects import TorchObjects
-from graphprof.capture.unseen_writes import (refuse_data_assignments, refuse_unknown_constants,
-                                             restore_data_assignments, storages_of, tensors_in_argument_objects)
+from graphprof.capture.data_assignments import restore_data_assignments, storages_of
+from graphprof.capture.unseen_writes import refuse_unknown_constants, tensors_in_argument_objects
 from graphprof.passes.graph_modules import code_when_asked
 from graphprof.passes.records import CAPTURE
 
@@ -289,7 +289,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         mode = get_proxy_mode()
         assert mode is not None  # make_fx runs this function under its proxy mode
         recorder = CaptureRecorder(mode.tracer, state, tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor)),
-                                   CatchingFrames(fn))
+                                   CatchingFrames(fn), frozenset(storages))
         holder["recorder"] = recorder
         placeholders = [n for n in recorder.graph.nodes if n.op == "placeholder"]
         filled = list(leaves)
@@ -397,7 +397,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     try:
         with one_fake_mode(), code_when_asked():  # one mode for the ops' metadata, not one per op
             gm = make_fx(traced, tracing_mode="real")(*(leaves[i] for i in positions))
-        refuse_data_assignments(state, storages)
+        holder["recorder"].data_assignments.refuse_unseen(storages)
         guard_baked_sizes(gm.graph, holder["recorder"].value_guards, holder["recorder"].guards)
         _link_scalar_outputs(gm, holder["scalar_outputs"])
         _link_scalar_outputs(gm, {i: leaf for i, leaf in enumerate(holder["out_flat"]) if isinstance(leaf, KeptResult)})

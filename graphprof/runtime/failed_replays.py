@@ -37,6 +37,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from graphprof.capture.data_assignments import assigned_data
 from graphprof.capture.grad_scaler import OVERFLOW_CHECK, GradientsOverflowed, overflow_checks
 from graphprof.capture.host_nodes import SILENT_AGAIN, is_reader
 from graphprof.capture.scalars import DataDependentError
@@ -246,15 +247,19 @@ def refuse_unsafe_overflow_checks(step: CapturedStep) -> frozenset[torch.fx.Node
     storage is small, so a replay keeps a copy of it and puts it back before
     eager's run (runtime/kept_buffers.py). Returns the ``get_attr`` nodes of
     the buffers written before a check (none for a graph without checks),
-    when their storage is ``KEPT_BUFFER_BYTES`` at most.
+    when their storage is ``KEPT_BUFFER_BYTES`` at most. Not a buffer the
+    step gives new data (``.data = ...``, capture/data_assignments.py): the
+    copy's storage would be the capture call's, not the one a replay writes.
     """
     graph = step.graph_module.graph
     checks = overflow_checks(graph)
     if not checks:
         return frozenset()
     nodes = list(graph.nodes)
+    assigned = assigned_data(graph)  # their storage changes with every replay: not kept, a write to one refuses
     buffers = frozenset(n for n in nodes if n.op == "get_attr" and getattr(n.meta.get(STATE), "role", None)
-                        is StateRole.BUFFER and isinstance(attribute(step.graph_module, n), torch.Tensor))
+                        is StateRole.BUFFER and isinstance(value := attribute(step.graph_module, n), torch.Tensor)
+                        and id(value) not in assigned)
     used: set[torch.fx.Node] = set()
     for check in checks:
         _refuse_unless_unchanged(step, nodes, check, buffers, used, "")

@@ -418,3 +418,30 @@ def test_a_check_after_a_parameter_was_written_is_refused() -> None:
     assert len(messages) == 1, messages
     assert "comes after the step has written 0.weight (clamp_" in messages[0] and "segments" in messages[0]
     assert traced.capture_mode == "segments"
+
+
+class _AveragedCounts(_Loop):
+    """``_Counting``'s buffer, written in the forward before the scaler's check, then given new data after
+    the update (``seen.data = ...``): its storage is another after every replay, so a copy of the one the
+    capture call left cannot put it back."""
+
+    def __init__(self) -> None:
+        super().__init__("sgd momentum", unscale=False)
+        self.model = nn.Sequential(nn.Linear(8, 16), _Counting(), nn.ReLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = super().step(x, y)
+        with torch.no_grad():
+            seen = self.model[1].seen
+            seen.data = seen.data * 0.5
+        return loss
+
+
+def test_a_check_after_a_buffer_given_new_data_was_written_is_refused() -> None:
+    eager, copy = _AveragedCounts(), _AveragedCounts()
+    traced, messages = _compare_loops(eager, copy, 7)
+    _assert_buffers(eager, copy, "after the last call")
+    assert len(messages) == 1, messages
+    assert "comes after the step has written 1.seen" in messages[0] and "segments" in messages[0]
+    assert traced.capture_mode == "segments"
