@@ -54,6 +54,12 @@ def reader_node(graph: torch.fx.Graph, read: Callable[[], Any], name: str, recor
     return node
 
 
+def mark_reader(node: torch.fx.Node) -> None:
+    """Mark ``node`` a reader (``is_reader``): made elsewhere (arithmetic on a number, reading an array at
+    the number's index), it reads Python state and changes none."""
+    node.meta[_READER] = True
+
+
 def is_reader(node: torch.fx.Node) -> bool:
     """Whether ``node`` is a reader (``reader_node``): it reads Python state and changes none."""
     return bool(node.meta.get(_READER))

@@ -45,6 +45,7 @@ from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
 from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
                                          item_location, object_keys, plain_object, within_location)
+from graphprof.capture.indexed_arrays import indexed_view
 from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, real_values, refusal,
@@ -142,6 +143,9 @@ class PythonState:
     #: The user's functions the step can run (``reachable_locations``'s walk): their names of ``math``'s
     #: functions are wrapped as the module's are while the capture runs (capture/math_calls.py).
     functions: list[types.FunctionType] = field(default_factory=list)
+    #: id(entry) -> the view put where a numpy array of the step's is kept, while the capture runs: its
+    #: indexing by the step's numbers is read by each replay (capture/indexed_arrays.py).
+    arrays: dict[int, Any] = field(default_factory=dict)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
@@ -172,6 +176,8 @@ class PythonState:
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:
                     state._watch_items(entry, graph, record, NESTED_DEPTH)
+                else:
+                    state._index_array(entry)
         except BaseException:
             state.restore()  # no input scalar may stay in the user's objects
             raise
@@ -266,6 +272,18 @@ class PythonState:
             return
         self.inputs[id(entry)] = scalar
 
+    def _index_array(self, entry: _Watched) -> None:
+        """Put a view of a numpy array the step keeps where it is kept, for the capture's length: its items
+        read at the step's numbers are read by each replay (capture/indexed_arrays.py)."""
+        view = indexed_view(entry.before, entry.location.describe, entry.location.get)
+        if view is None:
+            return
+        try:
+            entry.location.set(view)
+        except Exception:  # a read-only place: indexed as before
+            return
+        self.arrays[id(entry)] = view
+
     def real_numbers(self, real: bool) -> None:
         """Put the numbers back where inputs still hold their scalars (``real``), or the scalars back
         where those numbers still are.
@@ -319,6 +337,9 @@ class PythonState:
             if entry.part_of is not None:
                 continue  # read through another entry, whose change is the effect
             location, now = entry.location, entry.location.get()
+            if id(entry) in self.arrays and now is self.arrays[id(entry)]:
+                location.set(entry.before)  # read, not written: the user's array again
+                continue
             if location.place is Place.ITEM and (id(location.owner), location.key) in updated:
                 # ``out["c"] = {"c": loss.item()}`` where ``out["c"]`` held a dict: the dict's update is the
                 # effect. Set again from here, it put the capture call's values back after every update.

@@ -55,6 +55,7 @@ from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
 from graphprof.capture.kept_history import BackwardNodes
 from graphprof.capture.rng_calls import RngStateCalls
+from graphprof.capture.saved_numbers import SavedNumbers, passed_through
 from graphprof.capture.scheduler_fields import SchedulerFields
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.scalars import (
@@ -173,6 +174,8 @@ class CaptureRecorder:
         self.catching = catching
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
+        #: Input numbers autograd saved for a backward not yet run (capture/saved_numbers.py).
+        self.saved_numbers = SavedNumbers(self.guards)
         self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
@@ -335,7 +338,8 @@ class CaptureRecorder:
         # The innermost call's scalars first: a literal is linked to the number its own call was given.
         scalars = [s for group in reversed(self.pending_scalars) for s in group]
         used: set[int] = set()
-        for node in self._new_nodes(before):
+        new = self._new_nodes(before)
+        for node in new:
             if node.op != "call_function":
                 continue
             node.meta[CAPTURE] = record
@@ -344,6 +348,9 @@ class CaptureRecorder:
                 link_scalars(node, scalars, used, innermost if isinstance(innermost, CallScalars) else None)
         for linked in LINKED_SINKS:
             linked |= used
+        if self.saved_numbers:
+            grad_node = torch._C._current_autograd_node()
+            self.saved_numbers.op_ran(None if grad_node is None else grad_node._sequence_nr(), new)
         # Autograd numbers each node it creates; the counter moved only if this
         # op created one, and then the newest number is this op's backward node.
         seq = torch.autograd._get_sequence_nr()
@@ -356,6 +363,9 @@ class CaptureRecorder:
             # The graph holds the value (an unlinked literal, or one autograd saved for a backward
             # that computes with it in C++): replay only while it is the same.
             if s.is_input and (id(s) not in used or differentiable):
+                if id(s) in used and self.saved_numbers.defer(func, new, s, seq - 1, record.source,
+                                                              self._called_with(s)):
+                    continue  # linked in the backward that uses it, where it does as it is
                 self.guards.append(Guard(operator.eq, (s.node, s.value), True, record.source))
             elif differentiable and id(s) in used:  # read from a tensor: a new number every call
                 raise DataDependentError(
@@ -363,6 +373,13 @@ class CaptureRecorder:
                     "keeps it as a number, which a static graph would replay with the capture call's value; keep "
                     "it a tensor (.detach() instead of .item())")
         return out
+
+    def _called_with(self, scalar: TracedScalar) -> Any:
+        """The torch function the step's call gave ``scalar`` to (None: not known)."""
+        for call in reversed(self.pending_scalars):
+            if isinstance(call, CallScalars) and any(s is scalar for s in call):
+                return call.func
+        return None
 
     def traced_item(self, tensor: torch.Tensor) -> TracedScalar:
         with _disable_current_modes():
@@ -394,6 +411,7 @@ class CaptureRecorder:
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
                 yield self
+                self.saved_numbers.settle()
         finally:
             PENDING_SINKS.pop()
             GUARD_SINKS.pop()
@@ -506,5 +524,7 @@ class _ScalarMode(TorchFunctionMode):
         if self.recorder.data_sized.read_by_step(func, args):
             return self.recorder.value_guards.read_sizes(func, args, kwargs, user_source(2))
         if contains_traced_scalar(args) or contains_traced_scalar(kwargs):
+            if passed_through(func):  # its body gives them to the one op that takes them
+                return func(*args, **kwargs)
             return call_with_scalars(func, args, kwargs)
         return func(*args, **kwargs)

@@ -402,11 +402,15 @@ def _numpy_round(value: Any, decimals: int) -> Any:
 _NEW_TENSOR = (torch.tensor, torch.as_tensor, torch.asarray)
 
 
-def recorded_call(fn: Callable[..., Any], operands: tuple) -> Any:
+def recorded_call(fn: Callable[..., Any], operands: tuple, where: str | None = None) -> Any:
     """``fn(*operands)`` as a ``TracedScalar`` whose node calls ``fn`` at replay (an operand must be one);
-    NotImplemented when an operand is not a number."""
+    NotImplemented when an operand is not a number. ``where`` names the result where a message names it
+    (by default, where its operands came from)."""
     first = next(op for op in operands if isinstance(op, TracedScalar))
-    return first._record(fn, *operands)
+    result = first._record(fn, *operands)
+    if where is not None and isinstance(result, TracedScalar):
+        result._where = where
+    return result
 
 
 def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -88,9 +88,9 @@ def test_a_flag_a_weight_and_a_counter_three_levels_down_are_the_steps_state() -
             kept.cfg.loss.scale.w = 0.5
 
     traced = _same_calls(make, change, lambda kept: (kept.cfg.stats.epoch.count, kept.cfg.stats.epoch.seen))
-    # One capture more for each change, as for a field one level down: the weight multiplies a tensor,
-    # which the graph specialises to (a guard on its value).
-    assert traced.captures == 3
+    # One capture more for the flag, as for a field one level down. The weight multiplies the loss and is
+    # read at run time, in the forward and where the backward uses it (capture/saved_numbers.py).
+    assert traced.captures == 2
 
 
 @pytest.mark.parametrize("made", ["imported from a file", "types.ModuleType"])

@@ -86,8 +86,9 @@ def test_a_partial_binding_the_model_and_a_config_replays_and_counts() -> None:
             assert torch.equal(eager(x), traced(x))
             assert_modules_equal(eager_model, model, f"after call {i}")
     assert cfg == eager_cfg and cfg["calls"] == 6
-    # One graph per scale: autograd saves it for the backward (the README's "one graph per value").
-    assert traced.capture_mode == "whole-step" and traced.captures == 2
+    # One graph for every scale: autograd saves it for the backward of a product, which uses it as it is,
+    # so the backward reads it at run time too (capture/saved_numbers.py).
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
 
 
 _CALLS = 12
