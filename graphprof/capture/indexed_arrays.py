@@ -29,9 +29,10 @@ the array refuses: a replay would not write again.
 
 Only ``float64`` (numpy's schedules; its items are ``numpy.float64``, a
 subclass of ``float``, which every path of graphprof takes as a number) and
-one dimension (one index, one number): others are indexed as before. An
-array numpy makes from the view during the step (``view * 2``) is of its
-class but indexed as a plain array.
+one dimension (one index, one number): others are indexed as before.
+numpy's functions of the view give plain arrays (``view * 2``); an array a
+method of the view makes (``view.copy()``) is of its class but indexed,
+printed and pickled as a plain array.
 """
 
 from __future__ import annotations
@@ -118,6 +119,17 @@ def _view_type() -> type:
 
         def __reduce__(self) -> Any:
             array = self._graphprof_array
-            return super().__reduce__() if array is None else array.__reduce__()
+            # An array derived from the view pickles as the plain array it is to the user: this class
+            # is local, and pickle cannot name it (a checkpoint holding it would not save).
+            return (self.view(numpy.ndarray) if array is None else array).__reduce__()
+
+        # Printed as the plain array it stands for: numpy's repr names an array's class.
+        def __repr__(self) -> str:
+            return repr(self.view(numpy.ndarray))
+
+        # numpy's functions of the view (``view * 2``, ``numpy.exp(view)``) give plain arrays, as eager's.
+        def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+            plain = array.view(numpy.ndarray)
+            return plain[()] if return_scalar else plain
 
     return IndexedArray

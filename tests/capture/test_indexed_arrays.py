@@ -205,3 +205,43 @@ def test_a_step_writing_into_the_array_is_not_replayed() -> None:
             assert all(torch.equal(a, b) for a, b in zip(eager_model.parameters(), model.parameters()))
     assert traced.capture_mode != "whole-step"
     assert any("writes into the numpy array" in str(w.message) for w in caught)
+
+
+
+def test_the_schedule_and_arrays_derived_from_it_print_as_plain_arrays(capsys: pytest.CaptureFixture[str]) -> None:
+    """During the capture call the schedule is graphprof's view of it; printed, it and the arrays the step
+    derives from it read as eager's (numpy's repr names an array's class)."""
+    def make() -> tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]:
+        torch.manual_seed(0)
+        schedule = np.linspace(1.0, 2.0, 6) * 1e-2
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        kept: dict[str, Any] = {"it": 0, "model": model}
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            it = kept["it"]
+            print(repr(schedule), repr(schedule * 2), repr(schedule.copy()), type(np.exp(schedule)).__name__)
+            for group in opt.param_groups:
+                group["lr"] = schedule[it]
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            kept["it"] = it + 1
+            return loss.detach()
+        return step, kept
+
+    runs = []
+    for traced in (False, True):
+        step, kept = make()
+        fn = graphprof.trace(step) if traced else step
+        printed = []
+        for i in range(4):
+            fn(torch.full((3,), float(i)))
+            printed.append(capsys.readouterr().out)
+        runs.append((printed, [p.detach().clone() for p in kept["model"].parameters()]))
+        if traced:
+            assert fn.captures == 1 and fn.capture_mode == "whole-step"
+    (printed_e, params_e), (printed_t, params_t) = runs
+    assert printed_t == printed_e
+    assert all(torch.equal(a, b) for a, b in zip(params_e, params_t))
