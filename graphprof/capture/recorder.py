@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
+from graphprof.capture.copied_values import COPYING_METHODS, copied_values
 from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
 from graphprof.capture.host_reads import original
@@ -79,6 +80,7 @@ _REFUSED = {
     original(torch.Tensor.__float__): "float() of a tensor",
     original(torch.Tensor.__int__): "int() of a tensor",
     original(torch.Tensor.__index__): "using a tensor as an index",
+    **COPYING_METHODS,
     torch.Tensor.__repr__: "printing a tensor",
     torch.Tensor.__format__: "formatting a tensor",
 }
@@ -483,9 +485,10 @@ class _ScalarMode(TorchFunctionMode):
         if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
             # ``print(f"loss {loss:.4f}")``: torch formats a 0-dim tensor as its ``.item()``
             return format(self.recorder.traced_item(args[0]), *args[1:])
-        if func in _REFUSED:
+        refused = _REFUSED.get(func) or copied_values(func, args, kwargs)
+        if refused is not None:
             raise DataDependentError(
-                f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "
+                f"{refused} at {user_source(2)} reads a tensor's value on the host, "
                 "which a static graph cannot replay"
             )
         if func in _BACKWARD_ENTRIES:
