@@ -18,7 +18,8 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 * custom autograd Functions: their backward belongs to the application
   (``custom_functions.py``);
 * a host read of a tensor value computed from inputs only (``bool(t)``) is
-  kept as a value guard (``value_guards.py``); other host reads refuse.
+  kept as a value guard (``value_guards.py``); other host reads refuse,
+  even where the step's code catches the refusal (``refusals``).
 """
 
 from __future__ import annotations
@@ -172,6 +173,10 @@ class CaptureRecorder:
         self.raised: str | None = None
         #: Code the step calls that catches exceptions around an op (None: not looked for).
         self.catching = catching
+        #: The refusals of host reads of tensors made while the step runs, first first: code that catches
+        #: one (a helper's ``try``; numpy, which falls back from ``__index__`` to another conversion) goes
+        #: on with a value the graph would bake in, so the capture refuses all the same.
+        self.refusals: list[DataDependentError] = []
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
         self.data_sized = DataSizedTensors()
@@ -391,7 +396,14 @@ class CaptureRecorder:
                     self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
-                yield self
+                try:
+                    yield self
+                except Exception as exc:
+                    if self.refusals and not isinstance(exc, DataDependentError):
+                        raise self.refusals[0] from exc  # what the step did after catching it: not the reason
+                    raise
+                if self.refusals:  # the step caught it and went on with a value a graph would bake in
+                    raise self.refusals[0]
         finally:
             PENDING_SINKS.pop()
             GUARD_SINKS.pop()
@@ -479,7 +491,11 @@ class _ScalarMode(TorchFunctionMode):
         if func is _ITEM:
             return self.recorder.traced_item(args[0])
         if func in VALUE_READS:
-            return self.recorder.value_guards.read(func, args[0], user_source(2))
+            try:
+                return self.recorder.value_guards.read(func, args[0], user_source(2))
+            except DataDependentError as exc:
+                self.recorder.refusals.append(exc)
+                raise
         if func is _ONE_HOT and _one_hot_by_scatter_applies(args, kwargs):
             return _one_hot_by_scatter(*args, **kwargs)
         if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
@@ -487,10 +503,10 @@ class _ScalarMode(TorchFunctionMode):
             return format(self.recorder.traced_item(args[0]), *args[1:])
         refused = _REFUSED.get(func) or copied_values(func, args, kwargs)
         if refused is not None:
-            raise DataDependentError(
-                f"{refused} at {user_source(2)} reads a tensor's value on the host, "
-                "which a static graph cannot replay"
-            )
+            error = DataDependentError(f"{refused} at {user_source(2)} reads a tensor's value on the host, "
+                                       "which a static graph cannot replay")
+            self.recorder.refusals.append(error)
+            raise error
         if func in _BACKWARD_ENTRIES:
             self.recorder.backwards += 1
             self.recorder.backward_depth += 1
