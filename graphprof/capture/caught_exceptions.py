@@ -12,7 +12,9 @@ an LBFGS closure) is read before anything runs, once per code object: a
 catch anything. Code the step calls (a helper's ``try``, a
 ``contextlib.suppress``) is found while the capture runs
 (``CatchingFrames``): an op that runs inside such a block of code that is
-not torch's refuses the capture when the step returns.
+not torch's refuses the capture when the step returns. A ``try`` around a
+host read of a tensor alone (no op inside) catches graphprof's refusal of the
+read: the recorder notes it, and the capture refuses all the same.
 """
 
 from __future__ import annotations

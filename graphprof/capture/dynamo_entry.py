@@ -30,21 +30,34 @@ Anything else, and every call whose guards fail, goes through dynamo as
 before, so a changed shape, ``requires_grad``, grad mode or module attribute
 still recompiles (and is reported) exactly as it would without this. A stale
 graph is never run: the guards checked are the ones dynamo would check.
+
+A forward that raises its own error (a shape bug: eager raises
+``RuntimeError: mat1 and mat2 shapes cannot be multiplied`` on every call)
+fails while dynamo traces it on fake tensors: dynamo raised its
+``TorchRuntimeError`` with the meta kernel's message, and its fake tensor
+logger printed a traceback eager never prints. When that happens in the
+entry's own frame, nothing of the call has run yet: the forward runs
+eagerly instead, which raises the user's own error (or returns what eager
+returns), and the fake tensor logger is silent while a call compiles.
 """
 
 from __future__ import annotations
 
 import dis
+import logging
 import types
 from typing import Any, Callable
 
 import torch
 from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, get_eval_frame_callback
 from torch._dynamo import eval_frame
+from torch._dynamo.exc import TorchRuntimeError
 from torch._dynamo.guards import DeletedGuardManagerWrapper
 
 _OWN_GLOBALS = ("__compiled_fn", "__import_torch_dot__dynamo_dot_utils")
 _ALLOWED_CALLS = 3  # record_pregraph_bytecode_enter, the compiled graph, record_pregraph_bytecode_exit
+#: Logs every op that fails on fake tensors while dynamo traces (see the module's docstring).
+_FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 
 def _runs_only_its_graph(code: types.CodeType) -> bool:
@@ -72,6 +85,14 @@ def _dynamo_would_run_cached_code() -> bool:
             and not torch.fx._symbolic_trace.is_fx_symbolic_tracing() and not torch._C._is_tracing())
 
 
+def _failed_in_frame(exc: TorchRuntimeError, code: types.CodeType) -> bool:
+    """Whether dynamo raised ``exc`` while tracing a frame of ``code`` itself (not a graph break's resume
+    function, which runs after part of the call has): before any of the call ran."""
+    stack = getattr(exc, "real_stack", None)
+    first = stack[0] if stack else None
+    return first is not None and first.name == code.co_name and first.filename == code.co_filename
+
+
 class DirectEntry:
     """``entry`` compiled by dynamo, called directly when dynamo's own guards say its one graph applies.
 
@@ -82,6 +103,7 @@ class DirectEntry:
     def __init__(self, entry: Callable[..., Any], compiled: Callable[..., Any]) -> None:
         self._entry = entry
         self._compiled = compiled
+        self._eager = torch._dynamo.disable(entry)  # where dynamo failed to trace the forward
         self._code = entry.__code__
         self._free = dict(zip(entry.__code__.co_freevars, (c.cell_contents for c in entry.__closure__ or ())))
         self._known: tuple[types.CodeType, Callable[..., Any] | None] | None = None
@@ -118,4 +140,12 @@ class DirectEntry:
             if guard_manager.check({"args": args, "kwargs": kwargs, **self._free}):
                 self.direct_calls += 1
                 return fn(*args, **kwargs)
-        return self._compiled(*args, **kwargs)
+        logged, _FAKE_TENSOR_LOG.disabled = _FAKE_TENSOR_LOG.disabled, True
+        try:
+            return self._compiled(*args, **kwargs)
+        except TorchRuntimeError as exc:
+            if not _failed_in_frame(exc, self._code):
+                raise
+        finally:
+            _FAKE_TENSOR_LOG.disabled = logged
+        return self._eager(*args, **kwargs)  # outside the handler: its error is not chained to dynamo's

@@ -18,7 +18,8 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 * custom autograd Functions: their backward belongs to the application
   (``custom_functions.py``);
 * a host read of a tensor value computed from inputs only (``bool(t)``) is
-  kept as a value guard (``value_guards.py``); other host reads refuse.
+  kept as a value guard (``value_guards.py``); other host reads refuse,
+  even where the step's code catches the refusal (``refusals``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
+from graphprof.capture.copied_values import COPYING_METHODS, copied_values
 from graphprof.capture.data_assignments import DataAssignments, is_data_setter
 from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
@@ -81,6 +83,7 @@ _REFUSED = {
     original(torch.Tensor.__float__): "float() of a tensor",
     original(torch.Tensor.__int__): "int() of a tensor",
     original(torch.Tensor.__index__): "using a tensor as an index",
+    **COPYING_METHODS,
     torch.Tensor.__repr__: "printing a tensor",
     torch.Tensor.__format__: "formatting a tensor",
 }
@@ -172,6 +175,10 @@ class CaptureRecorder:
         self.raised: str | None = None
         #: Code the step calls that catches exceptions around an op (None: not looked for).
         self.catching = catching
+        #: The refusals of host reads of tensors made while the step runs, first first: code that catches
+        #: one (a helper's ``try``; numpy, which falls back from ``__index__`` to another conversion) goes
+        #: on with a value the graph would bake in, so the capture refuses all the same.
+        self.refusals: list[DataDependentError] = []
         #: Outcomes of branches on input scalars, checked before every replay.
         self.guards: list[Guard] = []
         #: Input numbers autograd saved for a backward not yet run (capture/saved_numbers.py).
@@ -410,7 +417,14 @@ class CaptureRecorder:
                     self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
-                yield self
+                try:
+                    yield self
+                except Exception as exc:
+                    if self.refusals and not isinstance(exc, DataDependentError):
+                        raise self.refusals[0] from exc  # what the step did after catching it: not the reason
+                    raise
+                if self.refusals:  # the step caught it and went on with a value a graph would bake in
+                    raise self.refusals[0]
                 self.saved_numbers.settle()
         finally:
             PENDING_SINKS.pop()
@@ -501,17 +515,22 @@ class _ScalarMode(TorchFunctionMode):
         if is_data_setter(func) and self.recorder.data_assignments is not None:
             return self.recorder.data_assignments.assign(func, *args)
         if func in VALUE_READS:
-            return self.recorder.value_guards.read(func, args[0], user_source(2))
+            try:
+                return self.recorder.value_guards.read(func, args[0], user_source(2))
+            except DataDependentError as exc:
+                self.recorder.refusals.append(exc)
+                raise
         if func is _ONE_HOT and _one_hot_by_scatter_applies(args, kwargs):
             return _one_hot_by_scatter(*args, **kwargs)
         if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
             # ``print(f"loss {loss:.4f}")``: torch formats a 0-dim tensor as its ``.item()``
             return format(self.recorder.traced_item(args[0]), *args[1:])
-        if func in _REFUSED:
-            raise DataDependentError(
-                f"{_REFUSED[func]} at {user_source(2)} reads a tensor's value on the host, "
-                "which a static graph cannot replay"
-            )
+        refused = _REFUSED.get(func) or copied_values(func, args, kwargs)
+        if refused is not None:
+            error = DataDependentError(f"{refused} at {user_source(2)} reads a tensor's value on the host, "
+                                       "which a static graph cannot replay")
+            self.recorder.refusals.append(error)
+            raise error
         if func in _BACKWARD_ENTRIES:
             self.recorder.backwards += 1
             self.recorder.backward_depth += 1

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import graphprof
+from tests.helpers import assert_bitwise_against_eager
 
 
 def _skipping_step() -> tuple[Callable[[torch.Tensor], Any], nn.Module]:
@@ -139,4 +140,45 @@ def test_an_op_inside_a_catching_block_refuses_the_capture_before_any_bad_batch(
             assert torch.equal(eager(idx), traced(idx)), f"call {i}"
     messages = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(messages) == 1 and "catches exceptions around its ops" in messages[0], messages
+    assert traced.capture_mode == "segments"
+
+
+def _is_set(flag: torch.Tensor, handler: str) -> bool:
+    """A helper that guards a host read with a ``try``: no op runs inside it, so nothing there is seen
+    catching around an op; graphprof's refusal of the read is what it catches."""
+    try:
+        return bool(flag)
+    except RuntimeError:
+        if handler == "raise":
+            raise ValueError("the mean could not be read") from None
+        return False
+
+
+@pytest.mark.parametrize("handler", ["return False", "raise"])
+def test_a_refusal_the_steps_code_catches_still_refuses_the_capture(handler: str) -> None:
+    """The helper caught graphprof's refusal of ``bool(mean > 25)`` and went on with False: the capture
+    call's path became the graph, and every replay took it whatever the timesteps drawn. Or it raised its
+    own error, which eager never raises. The refusal made during the capture is final either way."""
+    def make() -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            t = torch.randint(0, 50, (3,))
+            scale = t.float() / 50
+            if _is_set(t.float().mean() > 25, handler):
+                scale = scale * 2
+            loss = (model(x).squeeze(1) * scale).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = assert_bitwise_against_eager(
+            make, lambda i: (torch.randn(3, 4, generator=torch.Generator().manual_seed(i)),), calls=6)
+    messages = [str(w.message) for w in caught if str(w.message).startswith("graphprof")]
+    assert len(messages) == 1 and "branching on a tensor" in messages[0], messages
     assert traced.capture_mode == "segments"

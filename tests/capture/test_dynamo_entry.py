@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 import graphprof
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.profile.model import GraphKind
+from tests.helpers import assert_modules_equal
 
 
 def _model() -> nn.Module:
@@ -234,3 +236,43 @@ def test_a_module_called_from_another_compiled_forward_is_inlined_without_a_brea
         assert torch.equal(a, b)
     for a, b in zip(eager_model.parameters(), seg_model.parameters()):
         assert a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad)
+
+
+def test_a_forward_that_raises_its_own_error_raises_it_as_eager_does(capfd: pytest.CaptureFixture[str]) -> None:
+    """A batch of the wrong width (a shape bug, or one bad batch among good ones) fails while dynamo traces
+    the forward on fake tensors: the caller got dynamo's ``TorchRuntimeError`` with the meta kernel's
+    message, and a traceback on stderr, where eager raises ``RuntimeError: mat1 and mat2 shapes cannot be
+    multiplied``. Every call's error, result and parameters equal eager's, and nothing more is printed."""
+    def make() -> tuple[nn.Module, Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(8, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = model(x).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    traced = graphprof.trace(step, capture="dynamo")
+    widths = [8, 6, 8, 6, 6, 8]
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for i, width in enumerate(widths):
+            x = torch.randn(4, width, generator=torch.Generator().manual_seed(i))
+            outcomes = []
+            for fn in (eager, traced):
+                try:
+                    outcomes.append(fn(x))
+                except Exception as exc:  # the step's own error, compared below
+                    outcomes.append(exc)
+            expected, got = outcomes
+            if isinstance(expected, Exception):
+                assert type(got) is type(expected) and str(got) == str(expected), f"call {i}: {got!r}"
+            else:
+                assert torch.equal(expected, got), f"call {i}"
+            assert_modules_equal(eager_model, model, f"after call {i}")
+    assert capfd.readouterr().err == ""
