@@ -21,6 +21,18 @@ call's tensors; its other arguments (``need_weights=False``) are the
 capture call's. Only a module in eval mode is asked (in training mode no
 fast path exists), which costs one more forward of such a module, in the
 capture call only.
+
+The kernel runs the live module, in every replay, and a replay runs none of
+the step's Python: what the forward reads besides its arguments is what the
+step found there, not what the step set before the call. So the call keeps
+what the step may set around it, and the kernel sets it for the call and
+puts the live value back after it: the grad mode, and the ``training`` flag
+of the module and of each of its modules. A step that trains, then
+evaluates (``model.eval()``, ``no_grad``) and calls ``model.train()`` ran
+its evaluation in training mode on every replay: dropout drew from the
+RNG, and the result differed, silently. The flags the step found are the
+replay check's (capture/baked_values.py), and those it leaves are set at the
+graph's end (capture/switched_flags.py).
 """
 
 from __future__ import annotations
@@ -53,13 +65,23 @@ class _Call:
     spec: pytree.TreeSpec  # of (args, kwargs)
     leaves: list[Any]  # the non-tensor leaves; _TENSOR where a tensor goes
     grad_enabled: bool
+    modes: list[tuple[nn.Module, bool]]  # each of the module's modules, and its ``training`` flag in the call
     out_spec: pytree.TreeSpec | None = None
     out_leaves: list[Any] | None = None  # the output's non-tensor leaves (MHA's weights: None)
 
     def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         args, kwargs = _filled(self.leaves, tensors, self.spec)
-        with torch.set_grad_enabled(self.grad_enabled):
-            out = self.forward(self.module, *args, **kwargs)
+        live = [module.training for module, _ in self.modes]
+        try:
+            for module, mode in self.modes:
+                if module.training is not mode:  # a replay runs no ``model.eval()`` of the step's
+                    module.training = mode
+            with torch.set_grad_enabled(self.grad_enabled):
+                out = self.forward(self.module, *args, **kwargs)
+        finally:
+            for (module, mode), was in zip(self.modes, live):
+                if was is not mode:
+                    module.training = was
         flat, self.out_spec = pytree.tree_flatten(out)
         self.out_leaves = [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in flat]
         return [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
@@ -131,7 +153,7 @@ def _as_one_op(forward: Callable[..., Any], module: nn.Module, args: tuple, kwar
     leaves, spec = pytree.tree_flatten((args, kwargs))
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
     call = _Call(forward, module, spec, [_TENSOR if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves],
-                 torch.is_grad_enabled())
+                 torch.is_grad_enabled(), [(m, m.training) for m in module.modules()])
     handle = next(_HANDLES)
     _CALLS[handle] = call
     outputs = torch.ops.graphprof.eager_forward(handle, tensors)

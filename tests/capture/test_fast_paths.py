@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import graphprof
+from tests.helpers import assert_modules_equal
 
 CALLS = 5
 
@@ -83,3 +84,70 @@ def test_a_training_module_is_captured_op_by_op() -> None:
         traced(_batch(i)[0])
     ops = {node.op for _, node in traced.get_profile().iter_nodes()}
     assert not any(op.startswith("graphprof.eager_forward") for op in ops) and any("addmm" in op or "linear" in op for op in ops), ops
+
+
+def _training_then_evaluating(kind: str) -> tuple[nn.Module, torch.optim.Optimizer, Callable[..., Any]]:
+    """A step that trains a module with dropout, then evaluates it (``eval()``, ``no_grad``) and puts it back
+    in training mode: the evaluation takes the fused path, the training does not."""
+    torch.manual_seed(0)
+    module: nn.Module
+    if kind == "MultiheadAttention":
+        module = nn.MultiheadAttention(8, 2, dropout=0.1, batch_first=True)
+    else:
+        layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.1, batch_first=True)
+        module = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=True)
+
+    def run(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        if isinstance(module, nn.MultiheadAttention):
+            return module(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+        return module(x, src_key_padding_mask=pad)
+
+    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+    held_out, held_out_pad = _batch(99)
+
+    def step(x: torch.Tensor, pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = run(x, pad).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        module.eval()
+        with torch.no_grad():
+            evaluated = run(held_out, held_out_pad)
+        module.train()
+        return loss.detach(), evaluated
+    return module, opt, step
+
+
+def _assert_same_optimizer_state(a: torch.optim.Optimizer, b: torch.optim.Optimizer, where: str) -> None:
+    state_a, state_b = a.state_dict()["state"], b.state_dict()["state"]
+    assert state_a.keys() == state_b.keys(), where
+    for key, values in state_a.items():
+        for name, value in values.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(state_b[key][name])), f"{name} {where}"
+
+
+@pytest.mark.parametrize("kind", ["MultiheadAttention", "TransformerEncoder"])
+def test_an_evaluation_inside_a_training_step_replays_in_eval_mode(kind: str) -> None:
+    """The step's ``eval()`` runs only in the capture call: the recorded forward sets the modes it had then.
+    It ran in training mode on every replay: dropout drew from the RNG and the evaluation differed by ~1."""
+    module_a, opt_a, eager = _training_then_evaluating(kind)
+    module_b, opt_b, step = _training_then_evaluating(kind)
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's nested-tensor prototype notice
+        for i in range(CALLS + 1):
+            x, pad = _batch(i)
+            torch.manual_seed(1000 + i)  # one global generator for both: each call starts from the same state
+            expected = eager(x, pad)
+            rng_after_eager = torch.get_rng_state()
+            torch.manual_seed(1000 + i)
+            got = traced(x, pad)
+            where = f"after call {i}"
+            assert torch.equal(torch.get_rng_state(), rng_after_eager), f"RNG state {where}"
+            assert torch.equal(expected[0], got[0]), f"loss {where}"
+            keep = ~_batch(99)[1][..., None].expand_as(expected[1])  # padded rows: no number eager promises
+            assert torch.equal(expected[1][keep], got[1][keep]), f"evaluation {where}"
+            assert_modules_equal(module_a, module_b, where)
+            _assert_same_optimizer_state(opt_a, opt_b, where)
+            assert [m.training for m in module_a.modules()] == [m.training for m in module_b.modules()], where
+    assert traced.capture_mode == "whole-step"
