@@ -20,7 +20,10 @@ eager takes it, in the capture call and in every replay. The op takes the
 call's tensors; its other arguments (``need_weights=False``) are the
 capture call's. Only a module in eval mode is asked (in training mode no
 fast path exists), which costs one more forward of such a module, in the
-capture call only.
+capture call only. The stand-in ``forward`` is left out of the stack a
+warning is blamed on (capture/step_warnings.py ``_STAND_INS``), as eager's
+stack has torch's own there: a warning under it (torch's "mismatched
+key_padding_mask and attn_mask") is the step's, issued by every replay.
 
 The kernel runs the live module, in every replay, and a replay runs none of
 the step's Python: what the forward reads besides its arguments is what the

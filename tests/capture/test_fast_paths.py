@@ -151,3 +151,50 @@ def test_an_evaluation_inside_a_training_step_replays_in_eval_mode(kind: str) ->
             _assert_same_optimizer_state(opt_a, opt_b, where)
             assert [m.training for m in module_a.modules()] == [m.training for m in module_b.modules()], where
     assert traced.capture_mode == "whole-step"
+
+
+def _attention_with_mismatched_masks(mode: str) -> tuple[nn.Module, Callable[..., Any]]:
+    """The ``nn.Transformer`` tutorial's masks: a float causal mask and a bool padding mask, which torch's
+    ``F._canonical_mask`` warns about (Python's ``warnings.warn``) on every call. In training mode the
+    module's forward runs op by op, in eval mode without autograd it is recorded as one op."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).train(mode == "training")
+    opt = torch.optim.SGD(mha.parameters(), lr=0.1)
+    causal = nn.Transformer.generate_square_subsequent_mask(6)
+
+    def step(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        with torch.set_grad_enabled(mode == "training"):
+            out = mha(x, x, x, key_padding_mask=pad, attn_mask=causal, need_weights=False)[0]
+        if mode == "training":
+            loss = out.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return out
+    return mha, step
+
+
+@pytest.mark.parametrize("profiling", [True, False], ids=["profiling", "plain"])
+@pytest.mark.parametrize("mode", ["training", "eval"])
+def test_a_warning_inside_the_modules_forward_is_issued_on_every_call(mode: str, profiling: bool) -> None:
+    """While a step is captured, the modules' ``forward`` is graphprof's stand-in; a warning under it was
+    not the step's, so it was issued once, by the capture call, and never by a replay."""
+    module_a, eager = _attention_with_mismatched_masks(mode)
+    module_b, step = _attention_with_mismatched_masks(mode)
+    traced = graphprof.trace(step, profiling=profiling)
+    for i in range(CALLS + 1):
+        x, pad = _batch(i)
+        issued = []
+        for fn in (eager, traced):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = fn(x, pad)
+            issued.append((out, [(w.category, str(w.message), w.filename, w.lineno) for w in caught]))
+        (expected, eager_warnings), (got, traced_warnings) = issued
+        where = f"call {i}"
+        assert len(eager_warnings) == 1 and traced_warnings == eager_warnings, where
+        keep = ~pad[..., None].expand_as(expected) if mode == "eval" else torch.ones_like(expected, dtype=torch.bool)
+        assert torch.equal(expected[keep], got[keep]), where
+        assert_modules_equal(module_a, module_b, where)
+    assert traced.capture_mode == "whole-step"
