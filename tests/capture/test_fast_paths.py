@@ -8,6 +8,7 @@ ops one by one and differed from eager in the last bits (6e-8), silently.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any, Callable
 
@@ -198,3 +199,118 @@ def test_a_warning_inside_the_modules_forward_is_issued_on_every_call(mode: str,
         assert torch.equal(expected[keep], got[keep]), where
         assert_modules_equal(module_a, module_b, where)
     assert traced.capture_mode == "whole-step"
+
+
+def _evaluating_attention(where: str) -> tuple[nn.Module, Callable[..., Any]]:
+    """An eval-mode attention in the autocast region ``where`` says: one the step enters around it
+    ("step"), or none of its own ("caller", whose call is made in one)."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    def step(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        region = torch.autocast("cpu", dtype=torch.bfloat16) if where == "step" else contextlib.nullcontext()
+        with torch.no_grad(), region:
+            return mha(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+    return mha, step
+
+
+@pytest.mark.parametrize("where", ["step", "caller"])
+def test_a_recorded_forward_runs_in_the_autocast_region_of_its_call(where: str) -> None:
+    """The step's ``torch.autocast`` around the attention is not entered by a replay, and a replay of a call
+    made inside one runs its graph with autocast off: the recorded forward ran in neither, and returned
+    float32 where eager returns bfloat16."""
+    model_a, eager = _evaluating_attention(where)
+    model_b, step = _evaluating_attention(where)
+    traced = graphprof.trace(step)
+    for i in range(CALLS + 1):
+        x, pad = _batch(i)
+        with torch.autocast("cpu", dtype=torch.bfloat16) if where == "caller" else contextlib.nullcontext():
+            expected, got = eager(x, pad), traced(x, pad)
+        keep = ~pad[..., None].expand_as(expected)  # padded rows: no number eager promises
+        assert expected.dtype == got.dtype and torch.equal(expected[keep], got[keep]), f"call {i}"
+        assert_modules_equal(model_a, model_b, f"after call {i}")
+    assert traced.capture_mode == "whole-step"
+    assert any(node.op.startswith("graphprof.eager_forward") for _, node in traced.get_profile().iter_nodes())
+
+
+@pytest.fixture
+def fused_path_setting() -> Any:
+    """``torch.backends.mha``'s fast-path setting, put back as it was after the test."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    yield torch.backends.mha.set_fastpath_enabled
+    torch.backends.mha.set_fastpath_enabled(before)
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["enabled-later", "disabled-later"])
+def test_the_fused_path_setting_of_a_call_selects_its_graph(first: bool, fused_path_setting: Any) -> None:
+    """A graph captured with the fused path disabled holds the attention op by op, where eager takes the
+    fused path once it is enabled again (other last bits): the setting is part of the graph's key."""
+    eager, traced = _attention(), graphprof.trace(_attention())
+    for i in range(CALLS + 1):
+        fused_path_setting(first if i < 3 else not first)
+        x, pad = _batch(i)
+        expected, got = eager(x, pad), traced(x, pad)
+        keep = ~pad[..., None].expand_as(expected)
+        assert torch.equal(expected[keep], got[keep]), f"call {i}"
+    assert traced.capture_mode == "whole-step"
+
+
+def test_a_step_that_enables_the_fused_path_for_its_evaluation(fused_path_setting: Any) -> None:
+    """The step's own ``set_fastpath_enabled(True)`` before the attention is not run by a replay: the
+    recorded forward enables the path as the capture call had it, and the step's ``False`` after it is kept."""
+    def make() -> Callable[..., Any]:
+        attend = _attention()
+
+        def step(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+            torch.backends.mha.set_fastpath_enabled(True)
+            out = attend(x, pad)
+            torch.backends.mha.set_fastpath_enabled(False)
+            return out
+        return step
+
+    eager, traced = make(), graphprof.trace(make())
+    for i in range(CALLS + 1):
+        fused_path_setting(False)
+        x, pad = _batch(i)
+        expected = eager(x, pad)
+        fused_path_setting(False)
+        got = traced(x, pad)
+        assert torch.backends.mha.get_fastpath_enabled() is False, f"call {i}"
+        keep = ~pad[..., None].expand_as(expected)
+        assert torch.equal(expected[keep], got[keep]), f"call {i}"
+    assert traced.capture_mode == "whole-step"
+
+
+
+def test_a_step_that_leaves_the_fused_path_disabled_is_not_replayed(fused_path_setting: Any) -> None:
+    """A replay would not disable the path again where the caller enabled it between calls: the step runs
+    another way, and says so once."""
+    def make() -> tuple[nn.Module, Callable[..., Any]]:
+        torch.manual_seed(0)
+        mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        opt = torch.optim.SGD(mha.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+            torch.backends.mha.set_fastpath_enabled(False)  # a library's set-up, run on every call
+            loss = mha(x, x, x, key_padding_mask=pad, need_weights=False)[0].pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return mha, step
+
+    (module_a, eager), (module_b, step) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS + 1):
+            x, pad = _batch(i)
+            fused_path_setting(True)
+            expected = eager(x, pad)
+            fused_path_setting(True)
+            got = traced(x, pad)
+            assert torch.backends.mha.get_fastpath_enabled() is False, f"call {i}"
+            assert torch.equal(expected, got), f"call {i}"
+            assert_modules_equal(module_a, module_b, f"after call {i}")
+    refusals = [str(w.message) for w in caught if str(w.message).startswith("graphprof")]
+    assert len(refusals) == 1 and "fused attention path" in refusals[0], refusals
