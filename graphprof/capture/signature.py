@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any, Hashable
 
 import torch
+import torch.backends.mha
 from torch.utils._device import DeviceContext
 
+from graphprof.capture.autocast_regions import autocast_state
 from graphprof.capture.batches import flatten_call
 from graphprof.capture.whole_step import is_number_input
 
@@ -60,39 +62,30 @@ def signature(args: tuple, kwargs: dict) -> tuple[Hashable, list[Any]]:
 WITH_GRAD = "requires grad, with a .grad"
 
 _any_autocast = torch._C._is_any_autocast_enabled
-
-
-def autocast_state() -> tuple[tuple[str, torch.dtype], ...] | None:
-    """The autocast regions the call is made in (device and dtype of each), None outside any.
-
-    A graph traced inside ``torch.autocast`` holds its casts; one traced outside
-    holds none. So the state is part of the key, like the grad mode.
-    """
-    if not _any_autocast():
-        return None
-    return tuple((device, torch.get_autocast_dtype(device)) for device in torch._C._autocast_supported_devices()
-                 if torch.is_autocast_enabled(device))
-
-
 _inference_mode = torch.is_inference_mode_enabled
 _SDPA_FLAGS = (torch._C._get_flash_sdp_enabled, torch._C._get_mem_efficient_sdp_enabled, torch._C._get_math_sdp_enabled,
                torch._C._get_cudnn_sdp_enabled)
+_mha_fastpath = torch.backends.mha.get_fastpath_enabled
 
 
-def ambient_state() -> tuple[bool, tuple[bool, ...], tuple[Any, ...]]:
+def ambient_state() -> tuple[bool, tuple[bool, ...], tuple[Any, ...], bool]:
     """Whether the call is made under ``torch.inference_mode()``, which scaled-dot-product attention
-    backends are enabled (``sdpa_kernel(SDPBackend.MATH)`` around the call), and the default devices
+    backends are enabled (``sdpa_kernel(SDPBackend.MATH)`` around the call), the default devices
     set around it (``torch.set_default_device``, ``with torch.device(...)``: the device its factories
-    make tensors on, which the graph holds).
+    make tensors on, which the graph holds), and whether the fused attention path is enabled
+    (``torch.backends.mha.set_fastpath_enabled``).
 
     Why in the key: a graph captured under inference mode returns inference
     tensors, which a call under ``no_grad`` would get from it where eager gives
     plain ones (an in-place update of one then raised); and the attention
     kernel the graph was captured with is the one it replays, where eager
-    picks by the flags of the call (other last bits).
+    picks by the flags of the call (other last bits): an eval-mode
+    ``nn.MultiheadAttention`` or ``nn.TransformerEncoder`` takes its fused
+    path only where it is enabled, and the graph holds the path it took
+    (capture/fast_paths.py).
     """
     flash, efficient, math, cudnn = _SDPA_FLAGS
-    return _inference_mode(), (flash(), efficient(), math(), cudnn()), _default_devices()
+    return _inference_mode(), (flash(), efficient(), math(), cudnn()), _default_devices(), _mha_fastpath()
 
 
 def _function_modes() -> list[Any]:

@@ -77,9 +77,11 @@ _CAPTURE_FILE = os.path.join(_PACKAGE_DIR, "capture", "whole_step.py")
 _ENTRY_FILE = os.path.join(_PACKAGE_DIR, "tracing.py")
 #: graphprof's frames that run while an op of the traced step is dispatched (its modes' handlers).
 _DISPATCH_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
-#: graphprof's stand-ins that call what eager calls from the same place (``Function.apply`` while a step
-#: is captured): left out of eager's stack, as if the caller had called torch's own.
-_STAND_INS = frozenset({(os.path.join(_PACKAGE_DIR, "capture", "custom_functions.py"), "apply")})
+#: graphprof's stand-ins that call what eager calls from the same place (``Function.apply``, and the
+#: attention and encoder modules' ``forward``, while a step is captured): left out of eager's stack, as if
+#: the caller had called torch's own.
+_STAND_INS = frozenset({(os.path.join(_PACKAGE_DIR, "capture", "custom_functions.py"), "apply"),
+                        (os.path.join(_PACKAGE_DIR, "capture", "fast_paths.py"), "forward")})
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def _step_part(frame: FrameType | None) -> tuple[list[FrameType], FrameType] | N
         if filename == _CAPTURE_FILE:  # the step's caller: what lies above is eager's caller's
             return stack, frame
         if (filename, frame.f_code.co_name) in _STAND_INS:
-            pass  # a custom autograd Function's forward (checkpoint's input check), as eager's stack has it
+            pass  # a stand-in (checkpoint's Function, an attention module's forward), not in eager's stack
         elif _is_graphprofs(filename):
             if frame.f_code.co_name not in _DISPATCH_HANDLERS:
                 return None  # graphprof's own code, or what it runs outside the trace

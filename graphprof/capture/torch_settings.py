@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+import torch.backends.mha
 
 from graphprof.capture.scalars import DataDependentError
 
@@ -38,6 +39,7 @@ _SETTINGS: tuple[tuple[str, Callable[[], Any]], ...] = (
      lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())),
     ("thread count (torch.set_num_threads)", torch.get_num_threads),
     ("float32 matmul precision (torch.set_float32_matmul_precision)", torch.get_float32_matmul_precision),
+    ("fused attention path (torch.backends.mha.set_fastpath_enabled)", torch.backends.mha.get_fastpath_enabled),
 )
 
 
