@@ -143,3 +143,46 @@ def test_a_dtype_set_and_put_back_in_the_step_refuses_and_makes_eagers_tensors()
             assert got.dtype == expected.dtype == torch.float64 and torch.equal(got, expected), f"call {i}"
     messages = [str(w.message) for w in caught if "cannot capture" in str(w.message)]
     assert len(messages) == 1 and "set_default_dtype" in messages[0], messages
+
+
+@pytest.mark.parametrize("refused_later", [False, True], ids=["left-changed", "refused-after-it"])
+@pytest.mark.parametrize("name", ["grad mode", "fused attention path"])
+def test_a_step_that_flips_a_setting_flips_it_once(name: str, refused_later: bool) -> None:
+    """A step that flips a setting from what it finds (``set_grad_enabled(not is_grad_enabled())``): the
+    refused capture's flip is taken back before the step runs another way, or it flipped twice. Refused
+    for leaving it changed, or for a branch on the loss after it."""
+    read, write = {"grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+                   "fused attention path": (torch.backends.mha.get_fastpath_enabled,
+                                            torch.backends.mha.set_fastpath_enabled)}[name]
+    start = read()
+
+    def run(traced: bool) -> list[bool]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            write(not read())
+            opt.zero_grad()
+            with torch.enable_grad():
+                loss = model(x).pow(2).mean()
+                loss.backward()
+            if refused_later and loss > 100:  # a branch on the model's output: no static graph
+                return loss.detach()
+            opt.step()
+            return loss.detach()
+
+        fn = graphprof.trace(step) if traced else step
+        seen = []
+        try:
+            for i in range(CALLS):
+                fn(torch.randn(2, 4, generator=torch.Generator().manual_seed(i)))
+                seen.append(read())
+        finally:
+            write(start)
+        return seen
+
+    expected = run(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the refusal's one warning is tested above
+        assert run(True) == expected
