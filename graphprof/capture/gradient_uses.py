@@ -25,6 +25,7 @@ splitting it would change what the write or the caller sees.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -71,17 +72,28 @@ def _writes(user: torch.fx.Node) -> bool:
 def _inplace_argument(target: Any, args: tuple[Any, ...]) -> bool:
     """Whether ``inplace=True`` is given by position (``F.relu(x, True)``)."""
     try:
-        bound = inspect.signature(target).bind_partial(*args)
-    except (TypeError, ValueError):
+        position = _inplace_position(target)
+    except TypeError:  # a target that cannot be a cache key
         return False
-    return bound.arguments.get("inplace") is True
+    return position is not None and position < len(args) and args[position] is True
+
+
+@functools.lru_cache(maxsize=None)
+def _inplace_position(target: Any) -> int | None:
+    """Where a function takes ``inplace`` by position (None: it takes none). Read once per function: a
+    graph asks of every call in it."""
+    try:
+        parameters = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    return parameters.index("inplace") if "inplace" in parameters else None
 
 
 def _splittable(node: torch.fx.Node, example: Any) -> bool:
     if not isinstance(example, torch.Tensor) or not example.requires_grad:
         return False
-    users = list(node.users)
-    return sum(_reads(user, node) for user in users) > 1 and not any(_writes(user) for user in users)
+    users = list(node.users)  # a graph that writes in place is not split at all: only the output is left out here
+    return sum(_reads(user, node) for user in users) > 1 and all(user.op in _READERS for user in users)
 
 
 def _example_copy(example: torch.Tensor) -> torch.Tensor:

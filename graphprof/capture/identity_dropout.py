@@ -47,17 +47,27 @@ def _arguments(node: torch.fx.Node) -> dict[str, object] | None:
     return {**defaults, **dict(zip(names, node.args)), **node.kwargs}
 
 
-def eager_skips(node: torch.fx.Node) -> bool:
-    """Whether eager execution would return this dropout's input unchanged (no copy, same tensor)."""
-    if node.op != "call_function":
-        return False
-    values = _arguments(node)
+def _constant_dropout(node: torch.fx.Node) -> tuple[torch.fx.Node, float, bool, bool] | None:
+    """A dropout's input, ``p``, training flag and whether it is in place, where ``p`` and the flag are
+    constants eager accepts; None for any other node (run-time values, or a ``p`` eager rejects: those
+    are left to AOTAutograd, whose graph does what eager does)."""
+    values = _arguments(node) if node.op == "call_function" else None
     if values is None or not isinstance(values.get("input"), torch.fx.Node):
-        return False
+        return None
     p, training = values["p"], values.get("training", values.get("train"))
     if type(p) not in (int, float) or type(training) is not bool or not 0.0 <= p <= 1.0:  # type: ignore[operator]
-        return False  # run-time values, or one eager rejects: AOTAutograd's graph does what eager does
-    return p == 0 or not training
+        return None
+    inplace = values.get("inplace", node.target is torch.dropout_)
+    return values["input"], p, training, bool(inplace)  # type: ignore[return-value]
+
+
+def eager_skips(node: torch.fx.Node) -> bool:
+    """Whether eager execution would return this dropout's input unchanged (no copy, same tensor)."""
+    return _skipped(_constant_dropout(node))
+
+
+def _skipped(dropout: tuple[torch.fx.Node, float, bool, bool] | None) -> bool:
+    return dropout is not None and (dropout[1] == 0 or not dropout[2])
 
 
 def eager_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
@@ -72,7 +82,7 @@ def eager_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, in
 
 
 def _half_precision_cpu(node: torch.fx.Node) -> bool:
-    value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    value = node.meta.get("example_value")
     return (isinstance(value, torch.Tensor) and value.device.type == "cpu"
             and value.dtype in (torch.bfloat16, torch.float16))
 
@@ -81,15 +91,10 @@ def use_eager_dropouts(gm: torch.fx.GraphModule) -> int:
     """Make each dropout of a CPU tensor in half precision eager's ops; returns how many were changed."""
     changed = 0
     for node in gm.graph.nodes:
-        values = _arguments(node) if node.op == "call_function" else None
-        if values is None or not isinstance(values["input"], torch.fx.Node) or not _half_precision_cpu(values["input"]):
+        dropout = _constant_dropout(node)
+        if dropout is None or not _half_precision_cpu(dropout[0]):
             continue
-        p, training = values["p"], values.get("training", values.get("train"))
-        if type(p) not in (int, float) or type(training) is not bool:
-            continue  # run-time values: left to AOTAutograd
-        inplace = values.get("inplace", node.target is torch.dropout_)
-        node.target = eager_dropout
-        node.args, node.kwargs = (values["input"], p, training, inplace), {}
+        node.target, node.args, node.kwargs = eager_dropout, dropout, {}
         changed += 1
     if changed:
         gm.recompile()
@@ -100,10 +105,9 @@ def drop_skipped_dropouts(gm: torch.fx.GraphModule) -> int:
     """Replace each dropout eager would skip by its input; returns how many were replaced."""
     replaced = 0
     for node in list(gm.graph.nodes):
-        if eager_skips(node):
-            values = _arguments(node)
-            assert values is not None
-            node.replace_all_uses_with(values["input"])  # type: ignore[arg-type]
+        dropout = _constant_dropout(node)
+        if dropout is not None and _skipped(dropout):
+            node.replace_all_uses_with(dropout[0])
             gm.graph.erase_node(node)
             replaced += 1
     if replaced:
