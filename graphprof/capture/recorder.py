@@ -53,6 +53,7 @@ from graphprof.capture.caught_exceptions import CatchingFrames
 from graphprof.capture.grad_reads import GradReads
 from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
+from graphprof.capture.parsed_numbers import ParsedNumbers, scalar_tensors
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
@@ -187,6 +188,8 @@ class CaptureRecorder:
         self.saved_numbers = SavedNumbers(self.guards)
         #: Batch norm's ``1.0 / float(num_batches_tracked)`` (capture/cumulative_averages.py).
         self.cumulative_averages = CumulativeAverages(self.traced_item)
+        #: Tensors torch's argument parser reads as numbers (capture/parsed_numbers.py).
+        self.parsed_numbers = ParsedNumbers(self.traced_item, self._last_node)
         self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
@@ -325,7 +328,14 @@ class CaptureRecorder:
             # A tensor torch itself reads as a number, made from constants alone
             # (``x.view(n, torch.div(s, w, rounding_mode="trunc"))`` in Longformer: a size computed as a
             # tensor from two ints): the same number on every call. Any other such read refuses below.
-            number = self.value_guards.constant_number(args[0])
+            # A tensor the step passed where the op takes a number is read at replay (capture/parsed_numbers.py);
+            # one from before the step first, which no check holds constant (a scale the step decays in place).
+            kept = self.is_preexisting(args[0])
+            number = self.parsed_numbers.read(args[0]) if kept else None
+            if number is None:
+                number = self.value_guards.constant_number(args[0])
+            if number is None and not kept:
+                number = self.parsed_numbers.read(args[0])
             if number is not None:
                 return number
         try:
@@ -556,4 +566,7 @@ class _ScalarMode(TorchFunctionMode):
             if passed_through(func):  # its body gives them to the one op that takes them
                 return func(*args, **kwargs)
             return call_with_scalars(func, args, kwargs)
+        tensors = scalar_tensors(args, kwargs)
+        if tensors:  # torch's argument parser may read one as a number
+            return self.recorder.parsed_numbers.call(func, args, kwargs, tensors)
         return func(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""A learning rate given as a tensor (``Adam(params, lr=torch.tensor(1e-2), fused=True)``) replays one graph.
+"""A learning rate given as a tensor (``Adam(params, lr=torch.tensor(1e-2))``) replays one graph.
 
 The fused kernels take the rate as a tensor, and torch's schedulers write
 it in place (``fill_``). graphprof did not know the group's tensor as the
@@ -6,6 +6,9 @@ optimizer's state, so the graph would have held it as the capture call's
 constant: the capture was refused and the step ran as segments. It is now
 state the graph reads where the group keeps it; a group given another
 tensor captures again (capture/baked_values.py bakes the rate by identity).
+The per-parameter Adam, AdamW and SGD pass the rate (divided by the bias
+correction) as a tensor where the op takes a number, which torch's argument
+parsing reads on the host: that read is replayed (capture/parsed_numbers.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import graphprof
 from tests.helpers import assert_same_optimizer_loop, optimizer_loop
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "adam": lambda p: torch.optim.Adam(p, lr=torch.tensor(1e-2)),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2), weight_decay=0.05),
+    "sgd": lambda p: torch.optim.SGD(p, lr=torch.tensor(1e-2), momentum=0.9),
     "adam-fused": lambda p: torch.optim.Adam(p, lr=torch.tensor(1e-2), fused=True),
     "adamw-fused": lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2), weight_decay=0.05, fused=True),
     "sgd-fused": lambda p: torch.optim.SGD(p, lr=torch.tensor(1e-2), momentum=0.9, fused=True),
