@@ -81,3 +81,33 @@ def test_a_number_read_for_a_backward_that_keeps_it_is_refused() -> None:
     warned = [str(w.message) for w in caught if "graphprof" in str(w.message)]
     assert len(warned) == 1 and "backward keeps it as a number" in warned[0], warned
     assert traced.capture_mode != "whole-step"
+
+
+@pytest.mark.parametrize("use", ["index", "narrow"])
+def test_a_kept_index_tensor_the_step_advances_is_refused_not_kept(use: str) -> None:
+    """``out[k]`` and ``out.narrow(0, k, 2)`` with ``k`` a 0-dim tensor the step keeps and advances in place
+    (a ring position, 0, 1, 2, 0, ...): torch reads ``k`` as an index, which a graph would hold. Every
+    replay used the capture call's position, silently; the capture is refused now, with one warning."""
+    def make() -> tuple[nn.Module, Any]:
+        model = nn.Linear(8, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        kept = {"k": torch.tensor(0)}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            out = model(x)
+            out = out[kept["k"]] if use == "index" else out.narrow(0, kept["k"], 2)
+            loss = out.square().mean()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                kept["k"].add_(1).remainder_(3)
+            return loss.detach()
+        return model, step
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = assert_bitwise_against_eager(make, _inputs, calls=6, profiling=True)
+    warned = [str(w.message) for w in caught if "graphprof" in str(w.message)]
+    assert len(warned) == 1 and "_local_scalar_dense" in warned[0], warned
+    assert traced.capture_mode == "segments"
