@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -110,6 +111,13 @@ def uninstall() -> None:
 def original(func: Any) -> Any:
     """The method a wrapper stands for (``func`` itself otherwise): what torch-function handlers compare."""
     return getattr(func, "__graphprof_original__", func)
+
+
+def past_wrappers(frame: types.FrameType | None) -> types.FrameType | None:
+    """The first frame from ``frame`` outwards that is not a wrapper's: where the step made a host read."""
+    while frame is not None and frame.f_code.co_name == "host_read" and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame
 
 
 def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:

@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
 from graphprof.capture.copied_values import COPYING_METHODS, copied_values
+from graphprof.capture.cumulative_averages import CumulativeAverages, unused_by_backward
 from graphprof.capture.data_assignments import DataAssignments, is_data_setter
 from graphprof.capture.data_sizes import DataSizedTensors
 from graphprof.capture.host_calls import SchedulerCalls
@@ -52,6 +53,7 @@ from graphprof.capture.caught_exceptions import CatchingFrames
 from graphprof.capture.grad_reads import GradReads
 from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
+from graphprof.capture.parsed_numbers import ParsedNumbers, scalar_tensors
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
@@ -88,6 +90,7 @@ _REFUSED = {
     torch.Tensor.__format__: "formatting a tensor",
 }
 _FORMAT = torch.Tensor.__format__
+_FLOAT = original(torch.Tensor.__float__)
 _BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
 
 _ONE_HOT = torch._C._nn.one_hot
@@ -183,6 +186,10 @@ class CaptureRecorder:
         self.guards: list[Guard] = []
         #: Input numbers autograd saved for a backward not yet run (capture/saved_numbers.py).
         self.saved_numbers = SavedNumbers(self.guards)
+        #: Batch norm's ``1.0 / float(num_batches_tracked)`` (capture/cumulative_averages.py).
+        self.cumulative_averages = CumulativeAverages(self.traced_item)
+        #: Tensors torch's argument parser reads as numbers (capture/parsed_numbers.py).
+        self.parsed_numbers = ParsedNumbers(self.traced_item, self._last_node)
         self.data_sized = DataSizedTensors()
         self.value_guards = ValueGuards(self.graph, tracer.root, self.tensor_node, state, self.guards)
         self.schedulers = SchedulerCalls(self.graph, self.tensor_node, lambda: self.context(()),
@@ -321,7 +328,14 @@ class CaptureRecorder:
             # A tensor torch itself reads as a number, made from constants alone
             # (``x.view(n, torch.div(s, w, rounding_mode="trunc"))`` in Longformer: a size computed as a
             # tensor from two ints): the same number on every call. Any other such read refuses below.
-            number = self.value_guards.constant_number(args[0])
+            # A tensor the step passed where the op takes a number is read at replay (capture/parsed_numbers.py);
+            # one from before the step first, which no check holds constant (a scale the step decays in place).
+            kept = self.is_preexisting(args[0])
+            number = self.parsed_numbers.read(args[0]) if kept else None
+            if number is None:
+                number = self.value_guards.constant_number(args[0])
+            if number is None and not kept:
+                number = self.parsed_numbers.read(args[0])
             if number is not None:
                 return number
         try:
@@ -374,7 +388,7 @@ class CaptureRecorder:
                                                               self._called_with(s)):
                     continue  # linked in the backward that uses it, where it does as it is
                 self.guards.append(Guard(operator.eq, (s.node, s.value), True, record.source))
-            elif differentiable and id(s) in used:  # read from a tensor: a new number every call
+            elif differentiable and id(s) in used and not unused_by_backward(new, s):  # a new number every call
                 raise DataDependentError(
                     f"a value read from a tensor with .item() at {record.source} reaches {func}, whose backward "
                     "keeps it as a number, which a static graph would replay with the capture call's value; keep "
@@ -426,6 +440,7 @@ class CaptureRecorder:
                 if self.refusals:  # the step caught it and went on with a value a graph would bake in
                     raise self.refusals[0]
                 self.saved_numbers.settle()
+                self.cumulative_averages.settle()
         finally:
             PENDING_SINKS.pop()
             GUARD_SINKS.pop()
@@ -515,6 +530,9 @@ class _ScalarMode(TorchFunctionMode):
         if is_data_setter(func) and self.recorder.data_assignments is not None:
             return self.recorder.data_assignments.assign(func, *args)
         if func in VALUE_READS:
+            factor_count = self.recorder.cumulative_averages.read(args[0], sys._getframe(1)) if func is _FLOAT else None
+            if factor_count is not None:  # batch norm's ``1.0 / float(num_batches_tracked)``
+                return factor_count
             try:
                 return self.recorder.value_guards.read(func, args[0], user_source(2))
             except DataDependentError as exc:
@@ -542,8 +560,13 @@ class _ScalarMode(TorchFunctionMode):
                 self.recorder.backward_depth -= 1
         if self.recorder.data_sized.read_by_step(func, args):
             return self.recorder.value_guards.read_sizes(func, args, kwargs, user_source(2))
+        if self.recorder.cumulative_averages.pending:  # its forward's ``F.batch_norm`` takes the traced factor
+            kwargs = self.recorder.cumulative_averages.momentum(func, kwargs, sys._getframe(1))
         if contains_traced_scalar(args) or contains_traced_scalar(kwargs):
             if passed_through(func):  # its body gives them to the one op that takes them
                 return func(*args, **kwargs)
             return call_with_scalars(func, args, kwargs)
+        tensors = scalar_tensors(args, kwargs)
+        if tensors:  # torch's argument parser may read one as a number
+            return self.recorder.parsed_numbers.call(func, args, kwargs, tensors)
         return func(*args, **kwargs)

@@ -237,7 +237,11 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
                     index.name(b, StateRecord(full, StateRole.BUFFER, path))
     for oi, opt in enumerate(optimizers):
         index.optimizers.append(opt)
-        for group in opt.param_groups:
+        for gi, group in enumerate(opt.param_groups):
+            for key, value in group.items():  # a tensor learning rate, updated in place by its schedulers
+                if isinstance(value, torch.Tensor) and id(value) not in index.tensors:
+                    index.name(value, StateRecord(f"optimizer{oi}.param_groups[{gi}].{key}",
+                                                  StateRole.OPTIMIZER_STATE, ""))
             for pi, p in enumerate(group["params"]):
                 if id(p) not in index.tensors:
                     index.name(p, StateRecord(f"optimizer{oi}.param{pi}", StateRole.PARAMETER, ""))
@@ -251,7 +255,8 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
 
 
 def state_tensors(index: StateIndex) -> Iterator[torch.Tensor]:
-    """The tensors the step's state holds: parameters, modules' buffers, optimizers' state."""
+    """The tensors the step's state holds: parameters, modules' buffers, optimizers' state and tensors
+    their groups hold (a tensor learning rate)."""
     yield from index.params.values()
     for _, module in index.modules.values():
         yield from module.parameters(recurse=False)
@@ -259,6 +264,8 @@ def state_tensors(index: StateIndex) -> Iterator[torch.Tensor]:
     for optimizer in index.optimizers:
         for per_param in optimizer.state.values():
             yield from (v for v in per_param.values() if isinstance(v, torch.Tensor))
+        for group in optimizer.param_groups:
+            yield from (v for k, v in group.items() if k != "params" and isinstance(v, torch.Tensor))
 
 
 def add_parameter(index: StateIndex, param: nn.Parameter) -> None:
