@@ -8,7 +8,9 @@ replay returned the capture call's average, silently. The capture call's
 trace of the user's frames notes each load of the list that is not an
 append; such a step is profiled as segments, with a warning, and equals
 eager. Reading back the item just appended (``hist[-1]``) is this call's own
-value, a graph value, and stays whole-step.
+value, a graph value, and stays whole-step; so do a list of numbers' length,
+items and sum read where the step names the list (capture/growing_lists.py,
+tests/capture/test_growing_lists.py).
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ def _count_beside_getattr(w: Any, loss: torch.Tensor) -> int:
     return len(hist)
 
 
-READERS: dict[str, Reader] = {"a moving average": _moving_average, "a count": _scaled_by_count,
-                              "the previous item": _previous_before_append, "an attribute's mean": _attribute_mean,
-                              "a dict item's mean": _dict_item_mean, "a count beside getattr": _count_beside_getattr}
+#: Each reads the list through a local name (``hist = w["hist"]``), which the list's view does not answer.
+READERS: dict[str, Reader] = {"a moving average": _moving_average, "the previous item": _previous_before_append,
+                              "a count beside getattr": _count_beside_getattr}
 
 
 def _run(log: Reader) -> tuple[Any, list[str]]:
@@ -126,7 +128,9 @@ def _last_appended(w: Any, loss: torch.Tensor) -> float:
     return w["hist"][-1] * 2  # this call's own value (``h = w["hist"]`` first would count as a read)
 
 
-@pytest.mark.parametrize("log", [_append_only, _last_appended], ids=["append only", "the item just appended"])
-def test_appending_and_reading_back_the_new_item_stay_whole_step(log: Reader) -> None:
+@pytest.mark.parametrize("log", [_append_only, _last_appended, _scaled_by_count, _attribute_mean, _dict_item_mean],
+                         ids=["append only", "the item just appended", "a count", "an attribute's mean",
+                              "a dict item's mean"])
+def test_appending_and_reading_back_stay_whole_step(log: Reader) -> None:
     traced, messages = _run(log)
     assert traced.capture_mode == "whole-step" and not messages

@@ -1,0 +1,117 @@
+"""A step that appends ``loss.item()`` to a list and reads the list is replayed whole-step, equal to eager.
+
+``len(losses)``, ``losses[-1]``, ``sum(losses[-k:])``, ``sum(losses) /
+len(losses)`` and a branch on ``len(losses) % k`` are read by every replay
+where eager reads them (capture/growing_lists.py); the step used to be
+refused and run as segments on every call. Each case runs an eager twin and
+a traced twin and compares, after every call, the parameters, the list (its
+items and that it is the user's list), the printed text and the returned
+values.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphprof
+
+CALLS = 7
+Log = Callable[[dict, torch.Tensor], Any]
+
+
+def _make(log: Log) -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], nn.Module, dict]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    state: dict[str, Any] = {"losses": []}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> Any:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item(), log(state, loss)
+
+    return step, model, state
+
+
+def _print_every_two(s: dict, loss: torch.Tensor) -> None:
+    s["losses"].append(loss.item())
+    if len(s["losses"]) % 2 == 0:
+        print("step %d loss %.5f mean %.5f" % (len(s["losses"]), s["losses"][-1], sum(s["losses"][-2:]) / 2))
+
+
+def _running_mean(s: dict, loss: torch.Tensor) -> dict:
+    s["losses"].append(loss.item())
+    return {"avg": sum(s["losses"]) / len(s["losses"]), "n": len(s["losses"])}
+
+
+def _window_once_full(s: dict, loss: torch.Tensor) -> Any:
+    s["losses"].append(loss.item())
+    if len(s["losses"]) >= 3:
+        return sum(s["losses"][-3:]) / 3
+    return None
+
+
+def _previous(s: dict, loss: torch.Tensor) -> float:
+    previous = s["losses"][-1] if s["losses"] else 0.0  # the last call's value, read before this call appends
+    s["losses"].append(loss.item())
+    return previous - s["losses"][-1] + s["losses"][0]
+
+
+LOGS: dict[str, Log] = {"print every two": _print_every_two, "running mean": _running_mean,
+                        "window once full": _window_once_full, "previous item": _previous}
+
+
+def _calls(log: Log, capsys: pytest.CaptureFixture[str]) -> tuple[Any, list[str]]:
+    (eager, eager_model, eager_state), (step, model, state) = _make(log), _make(log)
+    kept = state["losses"]
+    traced = graphprof.trace(step, profiling=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            a = eager(x, y)
+            eager_out = capsys.readouterr().out
+            b = traced(x, y)
+            assert capsys.readouterr().out == eager_out, f"printed text differs at call {i}"
+            assert a == b, f"returned values differ at call {i}"
+            assert state["losses"] == eager_state["losses"] and state["losses"] is kept, f"the list differs at call {i}"
+            for p, q in zip(eager_model.parameters(), model.parameters()):
+                assert torch.equal(p, q), f"parameters differ at call {i}"
+    return traced, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("case", list(LOGS))
+def test_a_list_the_step_appends_to_and_reads_is_replayed_whole_step(case: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    traced, messages = _calls(LOGS[case], capsys)
+    assert messages == [] and traced.capture_mode == "whole-step"
+    assert traced.captures <= 3  # one graph per path: the branch's two outcomes, a short list's lengths
+
+
+def _window_of_ten(s: dict, loss: torch.Tensor) -> float:
+    s["losses"].append(loss.item())
+    return sum(s["losses"][-10:]) / len(s["losses"][-10:])  # the whole list while it is shorter than ten
+
+
+def _iterated(s: dict, loss: torch.Tensor) -> float:
+    s["losses"].append(loss.item())
+    return max(s["losses"])  # iterates the list: not answered by its view
+
+
+@pytest.mark.parametrize("log", [_window_of_ten, _iterated], ids=["a short window", "max of the list"])
+def test_reads_a_replay_cannot_repeat_still_equal_eager(log: Log, capsys: pytest.CaptureFixture[str]) -> None:
+    """A window longer than the list is guarded by the list's length (a capture per length, then segments,
+    with one warning); ``max`` iterates the list, which the view does not answer: refused, with one warning."""
+    traced, messages = _calls(log, capsys)
+    assert len(messages) <= 1
+    if log is _iterated:
+        assert traced.capture_mode == "segments" and len(messages) == 1
