@@ -44,6 +44,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import gc
 import operator
 import sys
 import types
@@ -177,6 +178,13 @@ class ListView(list):
     def __eq__(self, other: Any) -> bool:
         return bool(self._plain(lambda: list.__eq__(self, other)))
 
+    # A copy the step makes (``copy.deepcopy(state)``, a checkpoint it pickles) is a plain list, as eager's.
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self._plain(lambda: (list, (list.__getitem__(self, slice(None)),)))
+
+    def __copy__(self) -> list:
+        return list(self._plain(lambda: list.__getitem__(self, slice(None))))
+
     __hash__ = None  # type: ignore[assignment]  # a list's
 
 
@@ -232,3 +240,45 @@ def put_back(view: ListView) -> None:
         raise DataDependentError(
             f"the step reads {view.describe}, a list it also appends to, at {view.plain}: a replay would read the "
             "items and length the capture call found, not the ones eager finds")
+
+
+def unviewed(value: Any) -> Any:
+    """``value`` (the step's result) with each view in it, and in the lists, tuples and dicts in it, the user's
+    list again (``return self.history``): lists and dicts changed in place, a tuple holding one rebuilt."""
+    if type(value) is ListView:
+        return value.real
+    if type(value) is list or isinstance(value, dict):
+        keys: Iterable[Any] = range(len(value)) if isinstance(value, list) else list(value)
+        for key in keys:
+            item = value[key]
+            new = unviewed(item)
+            if new is not item:
+                value[key] = new
+        return value
+    if type(value) is tuple:
+        items = tuple(unviewed(item) for item in value)
+        return items if any(a is not b for a, b in zip(items, value)) else value
+    return value
+
+
+#: References a view has once the capture call is over and nothing else keeps it: the dict of views,
+#: the loop's name for it, and ``sys.getrefcount``'s argument.
+_OWN_REFERENCES = 3
+
+
+def refuse_kept_views(views: dict[int, ListView]) -> None:
+    """Refuse a step that kept a view somewhere other than where the list is kept (``self.recent = losses``,
+    ``log.append(losses)``): that place would hold graphprof's view after the capture, not the user's list."""
+    for view in views.values():
+        if sys.getrefcount(view) <= _OWN_REFERENCES:
+            continue
+        for referrer in gc.get_referrers(view):
+            if referrer is views or isinstance(referrer, types.FrameType) or _frame_locals(referrer):
+                continue
+            raise DataDependentError(f"the step keeps {view.describe} in another place too (a "
+                                     f"{type(referrer).__name__}), which a replayed graph would not put there")
+
+
+def _frame_locals(obj: Any) -> bool:
+    """A frame's ``f_locals`` snapshot (a dict only frames refer to)."""
+    return type(obj) is dict and all(isinstance(r, types.FrameType) for r in gc.get_referrers(obj))

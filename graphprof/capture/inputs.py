@@ -46,7 +46,7 @@ from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue
 from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
                                          item_location, object_keys, plain_object, within_location)
 from graphprof.capture.indexed_arrays import indexed_view
-from graphprof.capture.growing_lists import ListView, put_back, viewable
+from graphprof.capture.growing_lists import ListView, put_back, refuse_kept_views, unviewed, viewable
 from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, real_values, refusal,
@@ -152,6 +152,8 @@ class PythonState:
     views: dict[int, ListView] = field(default_factory=dict)
     #: ids of the watched entries whose place held a view (reads of them the view answered).
     viewed: set[int] = field(default_factory=set)
+    #: The entries of the step's own lists and dicts (``view_lists`` views the lists of numbers among them).
+    _viewable: list[_Watched] = field(default_factory=list)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
@@ -182,10 +184,9 @@ class PythonState:
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:
                     state._watch_items(entry, graph, record, NESTED_DEPTH)
-                    state._view_list(entry, graph, record)
+                    state._viewable.append(entry)
                 else:
                     state._index_array(entry)
-            state._view_elsewhere()
         except BaseException:
             state.restore()  # no input scalar may stay in the user's objects
             raise
@@ -245,7 +246,7 @@ class PythonState:
                 self._carried_tensors(inner)
                 if inner.snapshot is not None:
                     self._watch_items(inner, graph, record, depth - 1)
-                    self._view_list(inner, graph, record)
+                    self._viewable.append(inner)
             elif isinstance(container, dict) and (isinstance(item, torch.Tensor) and isinstance(key, (str, int))
                                                   or type(item) is tuple and _carried(item)):
                 # ``S["m"] = S["m"] * .9 + x``, ``state["hidden"] = (h, c)``: read where it is kept, as
@@ -270,21 +271,24 @@ class PythonState:
                 self._make_input(entry, graph, record)
             elif entry.snapshot is not None:
                 self._watch_items(entry, graph, record, depth)
-                self._view_list(entry, graph, record)
+                self._viewable.append(entry)
 
-    def _view_list(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
-        """Put a view of a list of numbers the step keeps where it is kept, for the capture's length: its
-        length, items and sum are read by each replay (capture/growing_lists.py)."""
-        value = entry.before
-        if not viewable(value) or id(value) in self.views:
-            return
-        view = ListView(value, entry.location.describe, graph, record)
-        try:
-            entry.location.set(view)
-        except Exception:  # a read-only place: read as before
-            return
-        self.views[id(value)] = view
-        self.viewed.add(id(entry))
+    def view_lists(self, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
+        """Put a view of each list of numbers the step keeps where it is kept, for the capture call's length:
+        its length, items and sum are read by each replay (capture/growing_lists.py). After the state's
+        contents are noted (``DeepContents``): a refused capture puts the user's lists back, never a view."""
+        for entry in self._viewable:
+            value = entry.before
+            if not viewable(value) or id(value) in self.views:
+                continue
+            view = ListView(value, entry.location.describe, graph, record)
+            try:
+                entry.location.set(view)
+            except Exception:  # a read-only place: read as before
+                continue
+            self.views[id(value)] = view
+            self.viewed.add(id(entry))
+        self._view_elsewhere()
 
     def _view_elsewhere(self) -> None:
         """The same view in every other place that holds a viewed list (``hist`` and ``S["hist"]``): one
@@ -299,16 +303,23 @@ class PythonState:
                 continue
             self.viewed.add(id(entry))
 
-    def put_back_lists(self) -> None:
+    def put_back_lists(self, out: Any = None) -> Any:
         """The user's lists where their views were, with the items the step appended to the views (once,
-        when the capture call returns); refuses a list appended to and read in a way its view did not answer."""
+        when the capture call returns), and in ``out`` (the step's result, returned); refuses a list appended
+        to and read in a way its view did not answer, and a view the step kept anywhere else."""
         views, self.views = self.views, {}
+        if not views:
+            return out
         for entry in self.watched:
             view = views.get(id(entry.before))
             if view is not None and entry.location.get() is view:
                 entry.location.set(entry.before)
-        for view in views.values():
-            put_back(view)
+        out = unviewed(out)
+        for each in views.values():
+            put_back(each)
+        del each, view  # the loops' names: not places the step kept a view in
+        refuse_kept_views(views)
+        return out
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
         location = entry.location

@@ -76,6 +76,9 @@ class NameReads:
         #: tested for truth: uses that a list of numbers the capture views answers with traced values
         #: (capture/growing_lists.py); for any other list they are reads like ``read_uses``.
         self.traced_uses: set[tuple[str, str]] = set()
+        #: (kind, name) -> the (kind, name) of each local assigned the object that name loads
+        #: (``hist = self.hist``): its uses are the object's (``names_of``).
+        self.aliases: dict[tuple[str, str], set[tuple[str, str]]] = {}
         #: Whether every list watched under (kind, name) has grown in this call (its last item is this
         #: call's): set by the capture once the step's state is watched.
         self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
@@ -154,8 +157,11 @@ class NameReads:
                     return self._opcode
                 use = hit.use
                 if use is not None:
-                    kind, used, how = use
-                    if how is _READ:
+                    kind, used, how, alias = use
+                    if alias is not None:  # ``hist = self.hist``: the local's loads are the list's too
+                        for n in used:
+                            self.aliases.setdefault((kind, n), set()).add(alias)
+                    elif how is _READ:
                         self.read_uses.update((kind, n) for n in used)
                     elif how is _TRACED:
                         self.traced_uses.update((kind, n) for n in used)
@@ -209,9 +215,10 @@ def unnamed_attributes(names: NameReads, modules: Iterable[nn.Module], leaves: I
     return lambda name: name not in named
 
 
-_APPEND, _READ, _LAST, _TRACED = "append", "read", "last", "traced"
-#: A load's use other than appending: (kind, names, ``_READ``, ``_LAST`` or ``_TRACED``).
-Use = tuple[str, tuple[str, ...], str]
+_APPEND, _READ, _LAST, _TRACED, _ALIAS = "append", "read", "last", "traced", "alias"
+#: A load's use other than appending: (kind, names, ``_READ``, ``_LAST``, ``_TRACED`` or ``_ALIAS``,
+#: and for ``_ALIAS`` the (kind, name) of the local it is assigned to).
+Use = tuple[str, tuple[str, ...], str, "tuple[str, str] | None"]
 
 
 class _Load:
@@ -240,7 +247,11 @@ def _read_use(instructions: list[dis.Instruction], j: int) -> Use | None:
     how = _use(instructions, j)
     if len(names) > 1 and how is not None:  # a fused load: only the last name's use is known
         how = _READ
-    return (kind, names, how) if how is not None and how is not _APPEND else None
+    alias = None
+    if how is _ALIAS:
+        store = instructions[j + 2 if ins.opname == "LOAD_CONST" else j + 1]
+        alias = ("cell" if store.opname == "STORE_DEREF" else "fast", str(store.argval))
+    return (kind, names, how, alias) if how is not None and how is not _APPEND else None
 #: How each load instruction reaches a name: a closure cell, a global, a local (a default
 #: argument's parameter) or an attribute.
 _KINDS = {"LOAD_DEREF": "cell", "LOAD_CLASSDEREF": "cell", "LOAD_CLOSURE": "cell", "LOAD_GLOBAL": "global",
@@ -264,6 +275,8 @@ def _use(instructions: list[dis.Instruction], j: int) -> str | None:
     nxt = instructions[k]
     if nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in ("append", "extend"):
         return _APPEND
+    if nxt.opname in ("STORE_FAST", "STORE_DEREF") and isinstance(nxt.argval, str):
+        return _ALIAS
     if (nxt.opname == "LOAD_CONST" and nxt.argval == -1 and k + 1 < len(instructions)
             and instructions[k + 1].opname == "BINARY_SUBSCR"):
         return _LAST
@@ -343,6 +356,19 @@ def watched_names(where: Any) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def names_of(where: Any, names: NameReads) -> set[tuple[str, str]]:
+    """``watched_names`` of a location, with the locals the step assigned its value to (``hist = self.hist``),
+    and theirs in turn."""
+    found = set(watched_names(where))
+    todo = list(found)
+    while todo:
+        for alias in names.aliases.get(todo.pop(), ()):
+            if alias not in found:
+                found.add(alias)
+                todo.append(alias)
+    return found
+
+
 def grown_lists(watched: Iterable[Any]) -> Callable[[tuple[str, str]], bool]:
     """``NameReads.grown``: whether every watched list loaded as (kind, name) is longer than when
     the step began, so that its last item is one the step appended (a graph value, not a constant)."""
@@ -373,7 +399,7 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
         if id(entry.before) in extended and type(entry.before) in (list, deque):
             # ``len(hist)``, ``hist[-3:]``: answered by the list's view with traced values where it had one
             reads = names.read_uses if id(entry) in python.viewed else names.read_uses | names.traced_uses
-            if any(name in reads for name in watched_names(entry.location)):
+            if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "
                     "the items and length the capture call found, not the ones eager finds")
@@ -396,7 +422,7 @@ def refuse_rebuilt_containers(python: Any, names: NameReads) -> None:
         if id(entry.before) in python.carried:
             continue  # its tensors are read where they are kept, its length held (``_carried_tensors``)
         if id(entry) in python.assigned and type(entry.before) in (list, dict) and entry.before:
-            if any(name in reads for name in watched_names(entry.location)):
+            if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step builds {entry.location.describe} anew from the {type(entry.before).__name__} it "
                     "held: a replay would build it from the capture call's items, not the ones eager finds "

@@ -308,6 +308,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["python"] = python
         holder["leaf_grads"] = _LeafGrads(python, state.params)
         holder["deep"] = DeepContents(python.watched)
+        python.view_lists(recorder.graph, lambda: recorder.context(()))
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
         holder["scalers"] = ScalerStates(reached)
@@ -344,7 +345,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         except DataDependentError:  # refused where it was made: the step runs again another way
             restore_settings(settings)
             raise
-        python.put_back_lists()  # the user's lists, with what the step appended, before anything compares them
+        out = python.put_back_lists(out)  # the user's lists, with what the step appended, before anything compares them
         refuse_changed_settings(settings)
         holder["hooks_left"] = holder["hooks"].changed()
         holder["numpy"].refuse_drawn()

@@ -115,3 +115,93 @@ def test_reads_a_replay_cannot_repeat_still_equal_eager(log: Log, capsys: pytest
     assert len(messages) <= 1
     if log is _iterated:
         assert traced.capture_mode == "segments" and len(messages) == 1
+
+
+def _make_closure(kind: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], nn.Module, dict]:
+    """The list in the step's closure (``losses``), also kept as ``S["losses"]``, read through both."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses: list[float] = []
+    k = 2
+    S: dict[str, Any] = {"losses": losses, "kept": []}
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> Any:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if kind == "print":
+            if len(losses) % k == 0:
+                print("step %d loss %.5f mean %.5f" % (len(losses), losses[-1], sum(losses[-k:]) / k))
+            return loss.item()
+        if kind == "two names":
+            print(f"mean {sum(S['losses']) / len(losses):.6f} last {S['losses'][-1]:.6f}")
+            return len(S["losses"])
+        if kind == "local alias":
+            recent = S["losses"]
+            return sum(recent[-2:]) if len(recent) > 1 else recent[-1]
+        S["kept"].append(losses)  # kept elsewhere: refused
+        return len(losses)
+
+    return step, model, S
+
+
+@pytest.mark.parametrize("kind", ["print", "two names", "local alias", "kept elsewhere"])
+def test_a_closure_list_read_by_each_of_its_names(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (eager, eager_model, eager_state), (step, model, state) = _make_closure(kind), _make_closure(kind)
+    kept = state["losses"]
+    traced = graphprof.trace(step, profiling=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+            a = eager(x, y)
+            eager_out = capsys.readouterr().out
+            assert traced(x, y) == a, f"returned values differ at call {i}"
+            assert capsys.readouterr().out == eager_out, f"printed text differs at call {i}"
+            assert state["losses"] == eager_state["losses"] and state["losses"] is kept and type(kept) is list
+            assert [v is kept for v in state["kept"]] == [v is eager_state["losses"] for v in eager_state["kept"]]
+            for p, q in zip(eager_model.parameters(), model.parameters()):
+                assert torch.equal(p, q), f"parameters differ at call {i}"
+    messages = [str(w.message) for w in caught]
+    if kind == "kept elsewhere":
+        assert traced.capture_mode == "segments" and len(messages) == 1
+    else:
+        assert traced.capture_mode == "whole-step" and messages == [] and traced.captures <= 2
+
+
+def test_a_list_of_numbers_the_step_only_reads_is_read_by_each_replay() -> None:
+    """A list of weights the step reads and never appends to: its items are read where it is kept, and the
+    list is held with its items, so that a change between calls captures again."""
+    def make() -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], nn.Module, list[float]]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        weights = [0.25, 0.75]
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> Any:
+            opt.zero_grad()
+            out = model(x)
+            loss = weights[0] * F.mse_loss(out[:, 0], y[:, 0]) + weights[-1] * F.mse_loss(out[:, 1], y[:, 1])
+            loss.backward()
+            opt.step()
+            return loss.item(), len(weights)
+
+        return step, model, weights
+
+    (eager, eager_model, eager_weights), (step, model, weights) = make(), make()
+    traced = graphprof.trace(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(CALLS):
+            if i == 4:
+                eager_weights[0] = weights[0] = 0.5
+            g = torch.Generator().manual_seed(i)
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
+            assert eager(x, y) == traced(x, y), f"returned values differ at call {i}"
+            for p, q in zip(eager_model.parameters(), model.parameters()):
+                assert torch.equal(p, q), f"parameters differ at call {i}"
+    assert not caught and traced.capture_mode == "whole-step"
