@@ -144,8 +144,8 @@ class ListView(list):
 
     def _plain(self, read: Callable[[], Any]) -> Any:
         """A read the view does not answer: the real items, and the place noted."""
-        # graphprof's own walks of the state (capture/escaped_scalars.py) read the items; they are not the step's
-        if self.plain is None and not is_machinery(sys._getframe(2).f_code.co_filename):
+        if self.plain is None and not is_machinery(_reader().f_code.co_filename):
+            # (graphprof's own walks of the state, capture/escaped_scalars.py, read the items: not the step)
             self.plain = user_source()
         return read()
 
@@ -186,6 +186,14 @@ class ListView(list):
         return list(self._plain(lambda: list.__getitem__(self, slice(None))))
 
     __hash__ = None  # type: ignore[assignment]  # a list's
+
+
+def _reader() -> types.FrameType:
+    """The frame that read the view: the innermost one not of this module."""
+    frame = sys._getframe(1)
+    while frame.f_code.co_filename == __file__ and frame.f_back is not None:
+        frame = frame.f_back
+    return frame
 
 
 def _sum_of(real: list, start: Any, *new: Any) -> Any:
