@@ -34,9 +34,18 @@ user's functions the step can run hold wrappers of them under those names
 (as capture/math_calls.py does for ``math``'s), which answer for a view and
 call the builtin for anything else. Any other read of a view (iterating,
 ``in``, printing the whole list, ``len`` through a function of another
-module) is plain, as before, and noted: a list the step also appended to is
-then refused, with the same one warning as before. The user's list gets the
-view's items back when the call returns, before anything is compared.
+module, an item the call appended read by its index from the start) is
+plain, as before, and noted: a list the step also appended to is then
+refused, with the same one warning as before. Reads in C that do not ask
+the view (``list(losses)``, ``numpy.mean(losses)``, handing the list to a
+function) are seen in the source instead: only a subscript, ``len``,
+``sum`` or a truth test of the list, by its name or a local assigned it
+(``hist = self.hist``), are left to the view (capture/name_reads.py).
+
+The user's list gets the view's items back when the call returns, before
+anything is compared, and the step's result gets the list where it held the
+view; a view the step kept anywhere else (``self.recent = losses``) refuses
+the capture, since that place would hold it after the call.
 """
 
 from __future__ import annotations
