@@ -316,6 +316,8 @@ def _subscripted(instructions: list[dis.Instruction], k: int) -> bool:
     for ins in instructions[k:k + 8]:
         if ins.opname == "BINARY_SUBSCR":
             return depth == 2
+        if ins.opname == "BINARY_SLICE":  # ``hist[a:b]`` from Python 3.12: the object, start and stop
+            return depth == 3
         if ins.opname not in _INDEX_PARTS:
             return False
         depth += dis.stack_effect(ins.opcode, ins.arg)
