@@ -11,8 +11,9 @@ How: while a capture runs, each list of plain numbers the step keeps
 (``PythonState.watch``) is replaced, where it is kept, by a ``ListView``: a
 list with the same items, whose reads that the step's source shows
 (``NameReads.traced_uses``: a subscript, ``len``, ``sum``, a truth test)
-answer with traced numbers. A list only grows between calls (a step that
-changes its existing items is refused by its effect), so:
+answer with traced numbers once the step has appended to it in this call.
+A list only grows between calls (a step that changes its existing items is
+refused by its effect), so:
 
 * its length is the length the call finds, read by a reader node (an
   input: a branch on ``len(losses) % 10`` is a guard, like a counter's),
@@ -27,6 +28,13 @@ changes its existing items is refused by its effect), so:
   whose length is then guarded (one graph per length);
 * ``sum(losses)`` is one node that sums the list the replay finds and the
   items appended, in eager's order (the same float, bit for bit).
+
+Before the step appends to it, the view reads as the list: a list the step
+only reads (weights, milestones) is a constant of the graph, held with its
+items, as before (numbers read from it in C, ``torch.tensor(weights)``,
+would otherwise be traced numbers handed to code that takes only plain
+ones); one it reads first and appends to after (``previous = hist[-1]``)
+is refused, as before.
 
 ``len`` and ``sum`` are builtins the view cannot answer for itself
 (``len`` must return an int): while the capture runs the globals of the
@@ -86,6 +94,10 @@ class ListView(list):
     def _appended(self) -> int:
         return list.__len__(self) - self.found
 
+    def _grown(self) -> bool:
+        """Whether the step appended to the list in this call: only then does the view answer (see above)."""
+        return list.__len__(self) > self.found
+
     def found_length(self) -> TracedScalar:
         """The length the call found, read by a reader node (an input: guards may be taken on it)."""
         if self._found_length is None:
@@ -97,12 +109,14 @@ class ListView(list):
     def length(self) -> Any:
         """``len(view)``: the length found plus the items appended so far."""
         n = self._appended()
-        return self.found_length() + n if n else self.found_length()
+        if n <= 0:
+            return self._plain(lambda: list.__len__(self))
+        return self.found_length() + n
 
     def total(self, start: Any = 0) -> Any:
         """``sum(view, start)``: one node summing the list a replay finds, then the items appended."""
         new = list.__getitem__(self, slice(self.found, None))
-        if not all(isinstance(v, (TracedScalar, int, float)) and type(v) is not bool for v in new) or not (
+        if not self._grown() or not all(isinstance(v, (TracedScalar, int, float)) and type(v) is not bool for v in new) or not (
                 isinstance(start, (TracedScalar, int, float))):
             return self._plain(lambda: builtins.sum(iter(list.__iter__(self)), start))
         operands = (start, *new)
@@ -160,6 +174,8 @@ class ListView(list):
 
     # -- list protocol ----------------------------------------------------------
     def __getitem__(self, key: Any) -> Any:
+        if not self._grown():
+            return self._plain(lambda: list.__getitem__(self, key))
         if isinstance(key, slice):
             return self.tail(key)
         if type(key) is int or isinstance(key, TracedScalar):
@@ -167,7 +183,7 @@ class ListView(list):
         return self._plain(lambda: list.__getitem__(self, key))
 
     def __bool__(self) -> bool:
-        return bool(self.length() > 0)  # a path: empty or not
+        return True if self._grown() else bool(self._plain(lambda: list.__len__(self)))
 
     def __len__(self) -> int:
         return int(self._plain(lambda: list.__len__(self)))

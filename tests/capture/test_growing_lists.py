@@ -59,14 +59,14 @@ def _window_once_full(s: dict, loss: torch.Tensor) -> Any:
     return None
 
 
-def _previous(s: dict, loss: torch.Tensor) -> float:
-    previous = s["losses"][-1] if s["losses"] else 0.0  # the last call's value, read before this call appends
+def _found_items(s: dict, loss: torch.Tensor) -> float:
     s["losses"].append(loss.item())
-    return previous - s["losses"][-1] + s["losses"][0]
+    previous = s["losses"][-2] if len(s["losses"]) > 1 else 0.0  # the last call's value
+    return previous - s["losses"][-1] + s["losses"][0]  # and the first call's
 
 
 LOGS: dict[str, Log] = {"print every two": _print_every_two, "running mean": _running_mean,
-                        "window once full": _window_once_full, "previous item": _previous}
+                        "window once full": _window_once_full, "items found": _found_items}
 
 
 def _calls(log: Log, capsys: pytest.CaptureFixture[str]) -> tuple[Any, list[str]]:
@@ -107,16 +107,24 @@ def _second_item(s: dict, loss: torch.Tensor) -> float:
     return s["losses"][1] if len(s["losses"]) > 1 else 0.0  # appended by the capture call: counted from the start
 
 
+def _before_appending(s: dict, loss: torch.Tensor) -> float:
+    previous = s["losses"][-1] if s["losses"] else 0.0  # read before the view answers: as a constant
+    s["losses"].append(loss.item())
+    return previous
+
+
 def _iterated(s: dict, loss: torch.Tensor) -> float:
     s["losses"].append(loss.item())
     return max(s["losses"])  # iterates the list: not answered by its view
 
 
-@pytest.mark.parametrize("log", [_window_of_ten, _iterated, _second_item],
-                         ids=["a short window", "max of the list", "an item appended, by its index"])
+@pytest.mark.parametrize("log", [_window_of_ten, _iterated, _second_item, _before_appending],
+                         ids=["a short window", "max of the list", "an item appended, by its index",
+                              "read before appending"])
 def test_reads_a_replay_cannot_repeat_still_equal_eager(log: Log, capsys: pytest.CaptureFixture[str]) -> None:
     """A window longer than the list is guarded by the list's length (a capture per length, then segments,
-    with one warning); ``max`` iterates the list, which the view does not answer: refused, with one warning."""
+    with one warning); ``max`` iterates the list, and an appended item read by its index from the start or a
+    read before the call appends are not answered by the view: refused, with one warning."""
     traced, messages = _calls(log, capsys)
     assert len(messages) <= 1
     if log is not _window_of_ten:
@@ -180,8 +188,8 @@ def test_a_closure_list_read_by_each_of_its_names(kind: str, capsys: pytest.Capt
 
 
 def test_a_list_of_numbers_the_step_only_reads_is_read_by_each_replay() -> None:
-    """A list of weights the step reads and never appends to: its items are read where it is kept, and the
-    list is held with its items, so that a change between calls captures again."""
+    """A list of weights the step reads and never appends to is read as before: its items are constants of the
+    graph, and the list is held with its items, so that a change between calls captures again."""
     def make() -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], nn.Module, list[float]]:
         torch.manual_seed(0)
         model = nn.Linear(4, 2)
@@ -191,7 +199,8 @@ def test_a_list_of_numbers_the_step_only_reads_is_read_by_each_replay() -> None:
         def step(x: torch.Tensor, y: torch.Tensor) -> Any:
             opt.zero_grad()
             out = model(x)
-            loss = weights[0] * F.mse_loss(out[:, 0], y[:, 0]) + weights[-1] * F.mse_loss(out[:, 1], y[:, 1])
+            loss = (weights[0] * F.mse_loss(out[:, 0], y[:, 0]) + weights[-1] * F.mse_loss(out[:, 1], y[:, 1])
+                    + (out * torch.tensor(weights)).mean())
             loss.backward()
             opt.step()
             return loss.item(), len(weights)
