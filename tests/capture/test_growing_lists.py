@@ -93,7 +93,7 @@ def _calls(log: Log, capsys: pytest.CaptureFixture[str]) -> tuple[Any, list[str]
 def test_a_list_the_step_appends_to_and_reads_is_replayed_whole_step(case: str,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     traced, messages = _calls(LOGS[case], capsys)
-    assert messages == [] and traced.capture_mode == "whole-step"
+    assert messages == [] and traced.capture_mode == "whole-step", messages
     assert traced.captures <= 3  # one graph per path: the branch's two outcomes, a short list's lengths
 
 
@@ -184,7 +184,7 @@ def test_a_closure_list_read_by_each_of_its_names(kind: str, capsys: pytest.Capt
     if kind == "kept elsewhere":
         assert traced.capture_mode == "segments" and len(messages) == 1
     else:
-        assert traced.capture_mode == "whole-step" and messages == [] and traced.captures <= 2
+        assert traced.capture_mode == "whole-step" and messages == [] and traced.captures <= 2, messages
 
 
 def test_a_list_of_numbers_the_step_only_reads_is_read_by_each_replay() -> None:
