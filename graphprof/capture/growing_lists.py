@@ -65,6 +65,7 @@ import gc
 import operator
 import sys
 import types
+from collections.abc import Set
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -299,14 +300,17 @@ def unviewed(value: Any) -> Any:
 _OWN_REFERENCES = 3
 
 
-def refuse_kept_views(views: dict[int, ListView]) -> None:
+def refuse_kept_views(views: dict[int, ListView], records: Set[int] = frozenset()) -> None:
     """Refuse a step that kept a view somewhere other than where the list is kept (``self.recent = losses``,
-    ``log.append(losses)``): that place would hold graphprof's view after the capture, not the user's list."""
+    ``log.append(losses)``): that place would hold graphprof's view after the capture, not the user's list.
+    ``records``: ids of graphprof's own records that may hold one (a global's value before the step assigned
+    it, capture/name_reads.py)."""
     for view in views.values():
         if sys.getrefcount(view) <= _OWN_REFERENCES:
             continue
         for referrer in gc.get_referrers(view):
-            if referrer is views or isinstance(referrer, types.FrameType) or _frame_locals(referrer):
+            if (referrer is views or id(referrer) in records or isinstance(referrer, types.FrameType)
+                    or _frame_locals(referrer)):
                 continue
             raise DataDependentError(f"the step keeps {view.describe} in another place too (a "
                                      f"{type(referrer).__name__}), which a replayed graph would not put there")

@@ -303,10 +303,11 @@ class PythonState:
                 continue
             self.viewed.add(id(entry))
 
-    def put_back_lists(self, out: Any = None) -> Any:
+    def put_back_lists(self, out: Any = None, records: Set[int] = frozenset()) -> Any:
         """The user's lists where their views were, with the items the step appended to the views (once,
         when the capture call returns), and in ``out`` (the step's result, returned); refuses a list appended
-        to and read in a way its view did not answer, and a view the step kept anywhere else."""
+        to and read in a way its view did not answer, and a view the step kept anywhere else (``records``: ids
+        of graphprof's own records, which may)."""
         views, self.views = self.views, {}
         if not views:
             return out
@@ -318,7 +319,7 @@ class PythonState:
         for each in views.values():
             put_back(each)
         del each, view  # the loops' names: not places the step kept a view in
-        refuse_kept_views(views)
+        refuse_kept_views(views, records)
         return out
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:

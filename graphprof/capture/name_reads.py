@@ -171,6 +171,10 @@ class NameReads:
                     self.dynamic = True
         return self._opcode
 
+    def records(self) -> set[int]:
+        """ids of the records this trace keeps that hold the user's values (``stored_globals``' entries)."""
+        return {id(record) for record in self.stored_globals.values()}
+
     def unread(self, candidates: list[Candidate]) -> set[int]:
         """ids of the ``candidates`` the call did not read.
 

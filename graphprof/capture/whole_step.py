@@ -345,7 +345,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         except DataDependentError:  # refused where it was made: the step runs again another way
             restore_settings(settings)
             raise
-        out = python.put_back_lists(out)  # the user's lists, with what the step appended, before anything compares them
+        out = python.put_back_lists(out, names.records())  # the user's lists, with what was appended, before any compare
         refuse_changed_settings(settings)
         holder["hooks_left"] = holder["hooks"].changed()
         holder["numpy"].refuse_drawn()
