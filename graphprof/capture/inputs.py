@@ -46,6 +46,7 @@ from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue
 from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
                                          item_location, object_keys, plain_object, within_location)
 from graphprof.capture.indexed_arrays import indexed_view
+from graphprof.capture.growing_lists import ListView, put_back, refuse_kept_views, unviewed, viewable
 from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import (effect_node, filled, input_scalar, real_values, refusal,
@@ -146,6 +147,13 @@ class PythonState:
     #: id(entry) -> the view put where a numpy array of the step's is kept, while the capture runs: its
     #: indexing by the step's numbers is read by each replay (capture/indexed_arrays.py).
     arrays: dict[int, Any] = field(default_factory=dict)
+    #: id of a list of numbers the step keeps -> the view put where it is kept while the capture call runs:
+    #: its length, items and sum are read by each replay (capture/growing_lists.py).
+    views: dict[int, ListView] = field(default_factory=dict)
+    #: ids of the watched entries whose place held a view (reads of them the view answered).
+    viewed: set[int] = field(default_factory=set)
+    #: The entries of the step's own lists and dicts (``view_lists`` views the lists of numbers among them).
+    _viewable: list[_Watched] = field(default_factory=list)
 
     @classmethod
     def watch(cls, fn: Callable[..., Any], graph: torch.fx.Graph, record: Callable[[], Any],
@@ -176,6 +184,7 @@ class PythonState:
                     state._make_input(entry, graph, record)
                 elif user_state and entry.snapshot is not None:
                     state._watch_items(entry, graph, record, NESTED_DEPTH)
+                    state._viewable.append(entry)
                 else:
                     state._index_array(entry)
         except BaseException:
@@ -237,6 +246,7 @@ class PythonState:
                 self._carried_tensors(inner)
                 if inner.snapshot is not None:
                     self._watch_items(inner, graph, record, depth - 1)
+                    self._viewable.append(inner)
             elif isinstance(container, dict) and (isinstance(item, torch.Tensor) and isinstance(key, (str, int))
                                                   or type(item) is tuple and _carried(item)):
                 # ``S["m"] = S["m"] * .9 + x``, ``state["hidden"] = (h, c)``: read where it is kept, as
@@ -261,6 +271,56 @@ class PythonState:
                 self._make_input(entry, graph, record)
             elif entry.snapshot is not None:
                 self._watch_items(entry, graph, record, depth)
+                self._viewable.append(entry)
+
+    def view_lists(self, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
+        """Put a view of each list of numbers the step keeps where it is kept, for the capture call's length:
+        its length, items and sum are read by each replay (capture/growing_lists.py). After the state's
+        contents are noted (``DeepContents``): a refused capture puts the user's lists back, never a view."""
+        for entry in self._viewable:
+            value = entry.before
+            if not viewable(value) or id(value) in self.views:
+                continue
+            view = ListView(value, entry.location.describe, graph, record)
+            try:
+                entry.location.set(view)
+            except Exception:  # a read-only place: read as before
+                continue
+            self.views[id(value)] = view
+            self.viewed.add(id(entry))
+        self._view_elsewhere()
+
+    def _view_elsewhere(self) -> None:
+        """The same view in every other place that holds a viewed list (``hist`` and ``S["hist"]``): one
+        object in both, as the user's list is."""
+        for entry in self.watched:
+            view = self.views.get(id(entry.before))
+            if view is None or id(entry) in self.viewed or entry.location.get() is not entry.before:
+                continue
+            try:
+                entry.location.set(view)
+            except Exception:  # a read-only place: the user's list, read there as before
+                continue
+            self.viewed.add(id(entry))
+
+    def put_back_lists(self, out: Any = None, records: Set[int] = frozenset()) -> Any:
+        """The user's lists where their views were, with the items the step appended to the views (once,
+        when the capture call returns), and in ``out`` (the step's result, returned); refuses a list appended
+        to and read in a way its view did not answer, and a view the step kept anywhere else (``records``: ids
+        of graphprof's own records, which may)."""
+        views, self.views = self.views, {}
+        if not views:
+            return out
+        for entry in self.watched:
+            view = views.get(id(entry.before))
+            if view is not None and entry.location.get() is view:
+                entry.location.set(entry.before)
+        out = unviewed(out)
+        for each in views.values():
+            put_back(each)
+        del each, view  # the loops' names: not places the step kept a view in
+        refuse_kept_views(views, records)
+        return out
 
     def _make_input(self, entry: _Watched, graph: torch.fx.Graph, record: Callable[[], Any]) -> None:
         location = entry.location
@@ -306,6 +366,7 @@ class PythonState:
     def restore(self) -> None:
         """Put every watched value back as it was before the step (a failed or refused capture), the
         last watched first: an entry's ``before`` is what the entries watched earlier left there."""
+        self.views = {}
         for entry in reversed(self.watched):
             if entry.part_of is not None:
                 continue  # put back with the value it is part of
@@ -328,6 +389,7 @@ class PythonState:
         names eager's ``grad_fn`` of a kept tensor (capture/kept_history.py). A container kept in two
         places is put in the second by reading it where the first effect put it (``placed``).
         """
+        self.put_back_lists()
         placed: dict[int, KeptPlace] = {}
         made: dict[int, Any] = {}  # and one copy of its real values in both
         #: (id of a dict, key) of the items a dict's update effect puts in place (``_watch_items`` adds a

@@ -72,6 +72,13 @@ class NameReads:
         #: ``len(hist)``, ``h = hist``): what a list the step also extends must not be
         #: (``refuse_reading_extended_lists``). Kinds: ``_KINDS``' values and "item" (``logs["loss"]``).
         self.read_uses: set[tuple[str, str]] = set()
+        #: (kind, name) of each load whose object is subscripted, measured (``len``), summed (``sum``) or
+        #: tested for truth: uses that a list of numbers the capture views answers with traced values
+        #: (capture/growing_lists.py); for any other list they are reads like ``read_uses``.
+        self.traced_uses: set[tuple[str, str]] = set()
+        #: (kind, name) -> the (kind, name) of each local assigned the object that name loads
+        #: (``hist = self.hist``): its uses are the object's (``names_of``).
+        self.aliases: dict[tuple[str, str], set[tuple[str, str]]] = {}
         #: Whether every list watched under (kind, name) has grown in this call (its last item is this
         #: call's): set by the capture once the step's state is watched.
         self.grown: Callable[[tuple[str, str]], bool] = lambda name: False
@@ -150,14 +157,23 @@ class NameReads:
                     return self._opcode
                 use = hit.use
                 if use is not None:
-                    kind, used, how = use
-                    if how is _READ:
+                    kind, used, how, alias = use
+                    if alias is not None:  # ``hist = self.hist``: the local's loads are the list's too
+                        for n in used:
+                            self.aliases.setdefault((kind, n), set()).add(alias)
+                    elif how is _READ:
                         self.read_uses.update((kind, n) for n in used)
-                    else:  # ``hist[-1]``: this call's own value once the list has grown
-                        self.read_uses.update((kind, n) for n in used if not self.grown((kind, n)))
+                    elif how is _TRACED:
+                        self.traced_uses.update((kind, n) for n in used)
+                    else:  # ``hist[-1]``: this call's own value once the list has grown; else a subscript
+                        self.traced_uses.update((kind, n) for n in used if not self.grown((kind, n)))
                 if hit.dynamic:
                     self.dynamic = True
         return self._opcode
+
+    def records(self) -> set[int]:
+        """ids of the records this trace keeps that hold the user's values (``stored_globals``' entries)."""
+        return {id(record) for record in self.stored_globals.values()}
 
     def unread(self, candidates: list[Candidate]) -> set[int]:
         """ids of the ``candidates`` the call did not read.
@@ -203,9 +219,10 @@ def unnamed_attributes(names: NameReads, modules: Iterable[nn.Module], leaves: I
     return lambda name: name not in named
 
 
-_APPEND, _READ, _LAST = "append", "read", "last"
-#: A load's use other than appending: (kind, names, ``_READ`` or ``_LAST``).
-Use = tuple[str, tuple[str, ...], str]
+_APPEND, _READ, _LAST, _TRACED, _ALIAS = "append", "read", "last", "traced", "alias"
+#: A load's use other than appending: (kind, names, ``_READ``, ``_LAST``, ``_TRACED`` or ``_ALIAS``,
+#: and for ``_ALIAS`` the (kind, name) of the local it is assigned to).
+Use = tuple[str, tuple[str, ...], str, "tuple[str, str] | None"]
 
 
 class _Load:
@@ -234,7 +251,11 @@ def _read_use(instructions: list[dis.Instruction], j: int) -> Use | None:
     how = _use(instructions, j)
     if len(names) > 1 and how is not None:  # a fused load: only the last name's use is known
         how = _READ
-    return (kind, names, how) if how is not None and how is not _APPEND else None
+    alias = None
+    if how is _ALIAS:
+        store = instructions[j + 2 if ins.opname == "LOAD_CONST" else j + 1]
+        alias = ("cell" if store.opname == "STORE_DEREF" else "fast", str(store.argval))
+    return (kind, names, how, alias) if how is not None and how is not _APPEND else None
 #: How each load instruction reaches a name: a closure cell, a global, a local (a default
 #: argument's parameter) or an attribute.
 _KINDS = {"LOAD_DEREF": "cell", "LOAD_CLASSDEREF": "cell", "LOAD_CLOSURE": "cell", "LOAD_GLOBAL": "global",
@@ -258,10 +279,53 @@ def _use(instructions: list[dis.Instruction], j: int) -> str | None:
     nxt = instructions[k]
     if nxt.opname in ("LOAD_METHOD", "LOAD_ATTR") and nxt.argval in ("append", "extend"):
         return _APPEND
+    if nxt.opname in ("STORE_FAST", "STORE_DEREF") and isinstance(nxt.argval, str):
+        return _ALIAS
     if (nxt.opname == "LOAD_CONST" and nxt.argval == -1 and k + 1 < len(instructions)
             and instructions[k + 1].opname == "BINARY_SUBSCR"):
         return _LAST
+    start = j - 1 if instructions[j].opname in ("LOAD_CONST", "LOAD_ATTR") else j  # where the object's load began
+    if _truth_test(nxt) or _measured(instructions, start, k) or _subscripted(instructions, k):
+        return _TRACED
     return _READ
+
+
+#: Instructions an index may be made of (``hist[-k:]``, ``hist[i - 1]``) between the list's load and its subscript.
+_INDEX_PARTS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_NAME", "UNARY_NEGATIVE",
+                          "BUILD_SLICE", "BINARY_OP", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
+
+
+def _truth_test(ins: dis.Instruction) -> bool:
+    """``if hist:``, ``x if hist else y``, ``not hist``: the object's truth is asked for."""
+    name = ins.opname
+    return (name in ("UNARY_NOT", "TO_BOOL") or name.startswith("JUMP_IF_")
+            or (name.startswith("POP_JUMP") and (name.endswith("IF_FALSE") or name.endswith("IF_TRUE"))))
+
+
+def _measured(instructions: list[dis.Instruction], start: int, k: int) -> bool:
+    """``len(hist)``, ``sum(hist)``: the object is the one argument of a call of the builtin."""
+    if start < 1 or k >= len(instructions):
+        return False
+    callee = instructions[start - 1]
+    if callee.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or callee.argval not in ("len", "sum"):
+        return False
+    call = instructions[k + 1] if instructions[k].opname == "PRECALL" and k + 1 < len(instructions) else instructions[k]
+    return call.opname == "CALL" and call.arg == 1
+
+
+def _subscripted(instructions: list[dis.Instruction], k: int) -> bool:
+    """``hist[-3:]``, ``hist[i]``: the next subscript takes the object (the stack, from ``k`` on, holds it
+    and an index made of loads and arithmetic)."""
+    depth = 1
+    for ins in instructions[k:k + 8]:
+        if ins.opname == "BINARY_SUBSCR":
+            return depth == 2
+        if ins.opname == "BINARY_SLICE":  # ``hist[a:b]`` from Python 3.12: the object, start and stop
+            return depth == 3
+        if ins.opname not in _INDEX_PARTS:
+            return False
+        depth += dis.stack_effect(ins.opcode, ins.arg)
+    return False
 
 
 def _ours(obj: Any) -> bool:
@@ -298,6 +362,19 @@ def watched_names(where: Any) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def names_of(where: Any, names: NameReads) -> set[tuple[str, str]]:
+    """``watched_names`` of a location, with the locals the step assigned its value to (``hist = self.hist``),
+    and theirs in turn."""
+    found = set(watched_names(where))
+    todo = list(found)
+    while todo:
+        for alias in names.aliases.get(todo.pop(), ()):
+            if alias not in found:
+                found.add(alias)
+                todo.append(alias)
+    return found
+
+
 def grown_lists(watched: Iterable[Any]) -> Callable[[tuple[str, str]], bool]:
     """``NameReads.grown``: whether every watched list loaded as (kind, name) is longer than when
     the step began, so that its last item is one the step appended (a graph value, not a constant)."""
@@ -321,12 +398,14 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
     silently differ from eager. Reading back the item just appended (``hist[-1]``) is a graph
     value, and allowed. Without a trace nothing is known. Names loaded dynamically (``getattr``,
     ``vars``) may read a list unseen, but a read seen is one all the same: it refuses."""
-    if not names.active or not names.read_uses:
+    if not names.active or not (names.read_uses or names.traced_uses):
         return
     extended = {id(e.before) for e in python.watched if id(e) in python.extended}
     for entry in python.watched:  # each name the list is reached by (``hist``, ``trainer.hist``)
         if id(entry.before) in extended and type(entry.before) in (list, deque):
-            if any(name in names.read_uses for name in watched_names(entry.location)):
+            # ``len(hist)``, ``hist[-3:]``: answered by the list's view with traced values where it had one
+            reads = names.read_uses if id(entry) in python.viewed else names.read_uses | names.traced_uses
+            if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "
                     "the items and length the capture call found, not the ones eager finds")
@@ -342,13 +421,14 @@ def refuse_rebuilt_containers(python: Any, names: NameReads) -> None:
     container the step assigns without reading the old one (``self.log = []``)
     is a graph value like any other.
     """
-    if not names.active or names.dynamic or not names.read_uses:
+    reads = names.read_uses | names.traced_uses  # ``self.window[-9:] + [v]`` reads the old items too
+    if not names.active or names.dynamic or not reads:
         return
     for entry in python.watched:
         if id(entry.before) in python.carried:
             continue  # its tensors are read where they are kept, its length held (``_carried_tensors``)
         if id(entry) in python.assigned and type(entry.before) in (list, dict) and entry.before:
-            if any(name in names.read_uses for name in watched_names(entry.location)):
+            if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step builds {entry.location.describe} anew from the {type(entry.before).__name__} it "
                     "held: a replay would build it from the capture call's items, not the ones eager finds "

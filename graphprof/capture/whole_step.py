@@ -55,6 +55,7 @@ from graphprof.capture.kept_history import with_history
 from graphprof.capture.kept_results import KeptResult, kept_places, read_kept_results
 from graphprof.capture.registered_hooks import RegisteredHooks
 from graphprof.capture.torch_settings import refuse_changed_settings, restore_settings, torch_settings
+from graphprof.capture.growing_lists import traced_builtins
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
                                           put_back_unseen_globals, refuse_rebuilt_containers,
                                           refuse_unseen_global_writes, unnamed_attributes, unread_lists)
@@ -307,6 +308,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         holder["python"] = python
         holder["leaf_grads"] = _LeafGrads(python, state.params)
         holder["deep"] = DeepContents(python.watched)
+        python.view_lists(recorder.graph, lambda: recorder.context(()))
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
         holder["scalers"] = ScalerStates(reached)
@@ -338,11 +340,12 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         names.on_library_call = foreign.on_call
         settings = torch_settings()
         try:
-            with recorder.active(python.functions), names:
+            with recorder.active(python.functions), traced_builtins(python.functions, bool(python.views)), names:
                 out = fn(*call_args, **call_kwargs)
         except DataDependentError:  # refused where it was made: the step runs again another way
             restore_settings(settings)
             raise
+        out = python.put_back_lists(out, names.records())  # the user's lists, with what was appended, before any compare
         refuse_changed_settings(settings)
         holder["hooks_left"] = holder["hooks"].changed()
         holder["numpy"].refuse_drawn()

@@ -292,7 +292,8 @@ def test_a_dict_of_lists_a_module_keeps_under_a_private_name_is_the_steps_state(
 @pytest.mark.parametrize("read_back", [False, True])
 def test_a_list_reached_by_two_names_is_extended_once_per_replay(read_back: bool) -> None:
     """``hist`` in the step's closure and ``trainer.hist`` are one list: two effects appended each value
-    twice per replay. Read through the other name after the append (a moving average), it refuses."""
+    twice per replay. Read through the other name after the append (a moving average), both names hold one
+    view of it while the capture runs (capture/growing_lists.py): replayed, reading the list each call."""
     def make() -> tuple[Callable[..., Any], Any]:
         torch.manual_seed(0)
         model = nn.Linear(4, 3)
@@ -323,7 +324,7 @@ def test_a_list_reached_by_two_names_is_extended_once_per_replay(read_back: bool
         for i in range(CALLS):
             assert eager(*_batch(i)) == traced(*_batch(i)), f"call {i}"
     assert kept.hist == eager_kept.hist
-    assert traced.capture_mode == "segments" and len(caught) == 1 and "appends to" in str(caught[0].message)
+    assert traced.capture_mode == "whole-step" and not caught
 
 
 _HELPER_MODULE = """

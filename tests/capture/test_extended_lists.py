@@ -8,7 +8,9 @@ replay returned the capture call's average, silently. The capture call's
 trace of the user's frames notes each load of the list that is not an
 append; such a step is profiled as segments, with a warning, and equals
 eager. Reading back the item just appended (``hist[-1]``) is this call's own
-value, a graph value, and stays whole-step.
+value, a graph value, and stays whole-step; so do a list of numbers' length,
+items and sum read where the step names the list (capture/growing_lists.py,
+tests/capture/test_growing_lists.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -82,16 +85,36 @@ def _dict_item_mean(w: Any, loss: torch.Tensor) -> float:
 
 def _count_beside_getattr(w: Any, loss: torch.Tensor) -> int:
     """``getattr`` anywhere in the step (``getattr(model, "module", model)``) loads names dynamically:
-    the read of the list was then not looked at, and every replay appended the capture call's length."""
+    the read of the list was once not looked at, and every replay appended the capture call's length (read
+    before the append, where the list's view does not answer)."""
     getattr(w["trainer"], "unwrapped", None)
     hist = w["hist"]
     hist.append(len(hist))
     return len(hist)
 
 
-READERS: dict[str, Reader] = {"a moving average": _moving_average, "a count": _scaled_by_count,
-                              "the previous item": _previous_before_append, "an attribute's mean": _attribute_mean,
-                              "a dict item's mean": _dict_item_mean, "a count beside getattr": _count_beside_getattr}
+def _numpy_mean(w: Any, loss: torch.Tensor) -> float:
+    mean = float(np.mean(w["hist"])) if w["hist"] else 0.0  # numpy reads the list's items itself
+    w["hist"].append(loss.item())
+    return mean
+
+
+def _copied(w: Any, loss: torch.Tensor) -> float:
+    hist = w["trainer"].history
+    hist.append(loss.item())
+    window = list(hist)[-3:]  # a copy: its items and length are the capture call's
+    return sum(window) / len(window)
+
+
+def _tensors_read_back(w: Any, loss: torch.Tensor) -> torch.Tensor:
+    w["logs"]["loss"].append(loss.detach())  # tensors, not numbers: no view answers for the list
+    return torch.stack(w["logs"]["loss"][-2:]).mean() if len(w["logs"]["loss"]) > 1 else loss.detach()
+
+
+#: Reads a list's view does not answer (capture/growing_lists.py): numpy or ``list()`` reading its items
+#: in C, a list of tensors read other than by its last item, a read before the step appends.
+READERS: dict[str, Reader] = {"numpy's mean": _numpy_mean, "a copy": _copied, "tensors read back": _tensors_read_back,
+                              "the previous item": _previous_before_append, "a count beside getattr": _count_beside_getattr}
 
 
 def _run(log: Reader) -> tuple[Any, list[str]]:
@@ -126,7 +149,10 @@ def _last_appended(w: Any, loss: torch.Tensor) -> float:
     return w["hist"][-1] * 2  # this call's own value (``h = w["hist"]`` first would count as a read)
 
 
-@pytest.mark.parametrize("log", [_append_only, _last_appended], ids=["append only", "the item just appended"])
-def test_appending_and_reading_back_the_new_item_stay_whole_step(log: Reader) -> None:
+@pytest.mark.parametrize("log", [_append_only, _last_appended, _scaled_by_count, _attribute_mean, _dict_item_mean,
+                                 _moving_average],
+                         ids=["append only", "the item just appended", "a count", "an attribute's mean",
+                              "a dict item's mean", "a moving average"])
+def test_appending_and_reading_back_stay_whole_step(log: Reader) -> None:
     traced, messages = _run(log)
     assert traced.capture_mode == "whole-step" and not messages
