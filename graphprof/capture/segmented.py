@@ -51,6 +51,7 @@ from graphprof.capture import host_reads
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
+from graphprof.capture.gradient_hooks import GradientHooks, hooks_note
 from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
 from graphprof.capture.installed_forwards import InstalledForwards
 from graphprof.capture.step_warnings import quiet
@@ -217,6 +218,7 @@ class SegmentedCapture:
         #: logged, so that the user has the one warning about the step.
         self._recompiles_warned = warned
         self._uncompiled_warned = False
+        self._hooks_warned = warned  # a step that fell back to segments said so in its warning
         #: dynamo's RandomVariable and its own check, while a compile sees no ``random.Random``.
         self._random_objects: tuple[Any, Any] | None = None
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
@@ -249,6 +251,7 @@ class SegmentedCapture:
         #: a scheduler's wrapper): what torch.compile'd code of the user's traces (``_user_compiles_see``).
         self._user_steps: list[Callable[..., Any]] = []
         self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
+        self.gradient_hooks = GradientHooks(module for module, _ in self.modules)
         self._forwards = InstalledForwards([(module, self._own_frame(forward)) for module, forward in self.modules])
         self._class_steps: list[Callable[..., Any]] = []
         #: Per optimizer, a wrapper of the user's run eagerly, and its dynamo-disabled self (``_eager_wrapper``).
@@ -311,6 +314,20 @@ class SegmentedCapture:
         else:
             self._uncompiled_warned = True
             warnings.warn(message, stacklevel=2)
+
+    def runs_eagerly(self) -> bool:
+        """Whether this call runs the step eagerly, unprofiled, because its parameters' gradient hooks
+        would run in another order (capture/gradient_hooks.py); said in the step's one warning."""
+        hooked = self.gradient_hooks.hooked()
+        if not hooked:
+            return False
+        message = f"graphprof: {self._name}: segments{hooks_note(hooked)}"
+        if self._hooks_warned:
+            log.info(message)
+        else:
+            self._hooks_warned = True
+            warnings.warn(message, stacklevel=3)
+        return True
 
     def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
