@@ -29,6 +29,7 @@ import torch.fx
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
+from graphprof.capture.gradient_hooks import hooks_note
 from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import GUARD_SINKS, DataDependentError, Guard
@@ -264,7 +265,8 @@ class TracedFunction:
             message = f"graphprof: {self.__name__} {self._storm}; no longer capturing it"
             if self.capture != "auto":
                 raise CaptureError(message)
-            warnings.warn(f"{message}, profiling it as torch.compile segments instead", stacklevel=2)
+            warnings.warn(f"{message}, profiling it as torch.compile segments instead{self._segments_note()}",
+                          stacklevel=2)
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         try:
             captured = self._capture(key, args, kwargs, reason)
@@ -313,7 +315,8 @@ class TracedFunction:
             "path as torch.compile segments, and replaying the others' graphs")
         if not kept:
             self._segments_only = str(exc)
-            warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead",
+            warnings.warn(f"graphprof: {exc}; profiling {self.__name__} as torch.compile segments instead"
+                          f"{self._segments_note()}",
                           stacklevel=3)
         return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
 
@@ -376,7 +379,7 @@ class TracedFunction:
         if sum(map(len, self._refused.values())) > 1:
             log.info(message)
         else:
-            warnings.warn(message, stacklevel=3)
+            warnings.warn(message + self._segments_note(), stacklevel=3)
         return True
 
     def _select(self, key: Hashable, leaves: list[Any],
@@ -465,7 +468,7 @@ class TracedFunction:
             raise
         self._segments_only = str(exc)
         warnings.warn(f"graphprof: {exc}; this call ran eagerly, and later calls of {self.__name__} run as "
-                      "torch.compile segments", stacklevel=4)
+                      f"torch.compile segments{self._segments_note()}", stacklevel=4)
         return result
 
     def _after_failed_replay(self, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
@@ -487,7 +490,7 @@ class TracedFunction:
             self._segments_only = f"its graph raised {what} where eager did not"
             warnings.warn(f"graphprof: the replayed graph of {self.__name__} raised {what} at {failure.node}, "
                           "where eager did not; this call ran eagerly, and later calls run as torch.compile "
-                          "segments", stacklevel=5)
+                          f"segments{self._segments_note()}", stacklevel=5)
             return result
         self._segments_only = f"a replay raised {what} after it had {failure.written}"
         warnings.warn(f"graphprof: the replayed graph of {self.__name__} raised {what} at {failure.node or 'an op'} "
@@ -495,7 +498,7 @@ class TracedFunction:
                       "is raised to the caller, and what the step changes before that point (Python state, "
                       "gradients) may differ from what eager leaves (where code the step calls catches the error "
                       "itself, eager went on); later calls run as torch.compile segments, which stop where eager "
-                      "stops", stacklevel=5)
+                      f"stops{self._segments_note()}", stacklevel=5)
         raise error.with_traceback(error.__traceback__)
 
     def _segmented_runner(self) -> SegmentedRunner:
@@ -504,6 +507,11 @@ class TracedFunction:
             self._segmented = SegmentedRunner(self.__name__, self._fn, self._clock, self._limit, self.cache_size,
                                               self._optimizer_graph, warned=self.capture == "auto")
         return self._segmented
+
+    def _segments_note(self) -> str:
+        """What a warning that the step falls back to segments adds where segments run it eagerly while
+        its parameters' gradient hooks are registered (capture/gradient_hooks.py), or ""."""
+        return hooks_note(self._segmented_runner().capture.gradient_hooks.hooked())
 
     def _optimizer_graph(self, opt: torch.optim.Optimizer, model: torch.nn.Module | None) -> "OptimizerGraph":
         """``opt.step`` as a whole-step graph of its own, for a segmented step (capture/segmented.py says why)."""

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.fx
 
+from graphprof.capture.step_warnings import own_global_hooks
 from graphprof.capture.fsdp import REASON as FSDP_REASON, FullyShardedStep, is_fsdp
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.cost_formulas_comm import WORK_OPS, schema_name
@@ -84,7 +85,8 @@ def refuse_ddp(fn: Callable[..., Any] | None = None) -> Iterator[None]:
 
     handle = torch.nn.modules.module.register_module_forward_pre_hook(check)
     try:
-        yield
+        with own_global_hooks(handle):
+            yield
     finally:
         handle.remove()
 

@@ -62,6 +62,7 @@ from graphprof.capture.rng_calls import RngStateCalls
 from graphprof.capture.saved_numbers import SavedNumbers, passed_through
 from graphprof.capture.scheduler_fields import SchedulerFields
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
+from graphprof.capture.step_warnings import own_global_hooks
 from graphprof.capture.scalars import (
     GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars,
     contains_traced_scalar,
@@ -427,8 +428,8 @@ class CaptureRecorder:
         GUARD_SINKS.append(self.guards)
         PENDING_SINKS.append(self.pending_scalars)
         try:
-            with self.schedulers.patched(), self.host_sources.patched(), self.rng_calls.patched(), \
-                    self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
+            with own_global_hooks(*handles[:2]), self.schedulers.patched(), self.host_sources.patched(), \
+                    self.rng_calls.patched(), self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     _ScalarMode(self), _OpMode(self):
                 try:

@@ -51,7 +51,9 @@ from graphprof.capture import host_reads
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
+from graphprof.capture.gradient_hooks import GradientHooks, hooks_note
 from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
+from graphprof.capture.installed_forwards import InstalledForwards
 from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
@@ -161,7 +163,9 @@ def _compile_targets(module: nn.Module) -> list[nn.Module]:
     from torch.nn.parallel import DistributedDataParallel
     if isinstance(module, DistributedDataParallel):
         return [module.module]
-    if _trains(type(module).forward):
+    if _trains(type(module).forward) or "forward" in vars(module):
+        # A forward set on the module itself (a library's wrapper) runs as set: compiled forwards are
+        # installed through the class (capture/installed_forwards.py), which it hides.
         return [target for child in module.children() for target in _compile_targets(child)]
     return [module]
 
@@ -214,6 +218,7 @@ class SegmentedCapture:
         #: logged, so that the user has the one warning about the step.
         self._recompiles_warned = warned
         self._uncompiled_warned = False
+        self._hooks_warned = warned  # a step that fell back to segments said so in its warning
         #: dynamo's RandomVariable and its own check, while a compile sees no ``random.Random``.
         self._random_objects: tuple[Any, Any] | None = None
         self._failures_seen: dict[Any, int] = {}  # guard failures dynamo had recorded, per code, when this call started
@@ -246,7 +251,8 @@ class SegmentedCapture:
         #: a scheduler's wrapper): what torch.compile'd code of the user's traces (``_user_compiles_see``).
         self._user_steps: list[Callable[..., Any]] = []
         self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
-        self._forwards = [self._own_frame(forward) for _, forward in self.modules]  # as installed
+        self.gradient_hooks = GradientHooks(module for module, _ in self.modules)
+        self._forwards = InstalledForwards([(module, self._own_frame(forward)) for module, forward in self.modules])
         self._class_steps: list[Callable[..., Any]] = []
         #: Per optimizer, a wrapper of the user's run eagerly, and its dynamo-disabled self (``_eager_wrapper``).
         self._eager_wrappers: dict[int, tuple[Any, Callable[..., Any]]] = {}
@@ -308,6 +314,20 @@ class SegmentedCapture:
         else:
             self._uncompiled_warned = True
             warnings.warn(message, stacklevel=2)
+
+    def runs_eagerly(self) -> bool:
+        """Whether this call runs the step eagerly, unprofiled, because its parameters' gradient hooks
+        would run in another order (capture/gradient_hooks.py); said in the step's one warning."""
+        hooked = self.gradient_hooks.hooked()
+        if not hooked:
+            return False
+        message = f"graphprof: {self._name}: segments{hooks_note(hooked)}"
+        if self._hooks_warned:
+            log.info(message)
+        else:
+            self._hooks_warned = True
+            warnings.warn(message, stacklevel=3)
+        return True
 
     def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
         def compile_segment(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
@@ -475,12 +495,9 @@ class SegmentedCapture:
 
     # -- calling ----------------------------------------------------------------------
     def _install(self) -> list[tuple[Any, str | None, Any, Any]]:
-        """Put the compiled forwards and routed steps in place: (owner, attribute, the user's value,
+        """Put the routed steps in place: (owner, attribute, the user's value,
         graphprof's), the owner a ``Location`` and no attribute where a wrapper's step was routed."""
         saved: list[tuple[Any, str | None, Any, Any]] = []
-        for (obj, _), replacement in zip(self.modules, self._forwards):
-            saved.append((obj, "forward", obj.__dict__.get("forward", _MISSING), replacement))
-            obj.__dict__["forward"] = replacement
         for slot, (opt, replacement) in enumerate(self.optimizers):
             own = opt.__dict__.get("step", _MISSING)
             self._user_steps[slot] = self._class_steps[slot] if own is _MISSING else own
@@ -531,6 +548,7 @@ class SegmentedCapture:
         handler = torch._dynamo.callback_handler
         handler.register_start_callback(self._start_callback)
         handler.register_end_callback(self._end_callback)
+        self._forwards.install()
         saved = self._install()
         try:
             if not self.probing:
@@ -540,6 +558,7 @@ class SegmentedCapture:
                 return self.compiled(*args, **kwargs)
         finally:
             self._uninstall(saved)
+            self._forwards.uninstall()
             handler.remove_start_callback(self._start_callback)
             handler.remove_end_callback(self._end_callback)
             self.compiled_once = True

@@ -277,12 +277,42 @@ def _host_call_stack(frame: FrameType | None, outer: Sequence[Blamed]) -> list[B
     return [*inner, *outer, *map(_blamed, _callers_of_graphprof(frame))]
 
 
+#: Ids of the handles of the global module hooks a capture has registered (capture/recorder.py).
+OWN_GLOBAL_HOOKS: set[int] = set()
+_GLOBAL_HOOKS_WARNING = "Using `torch.compile(module)` when there are global hooks on modules"
+
+
+@contextlib.contextmanager
+def own_global_hooks(*handles: Any) -> Iterator[None]:
+    """Inside: ``handles`` (of global module hooks graphprof registered) count as graphprof's own."""
+    ids = [handle.id for handle in handles]
+    OWN_GLOBAL_HOOKS.update(ids)
+    try:
+        yield
+    finally:
+        OWN_GLOBAL_HOOKS.difference_update(ids)
+
+
+def about_own_global_hooks(message: Any) -> bool:
+    """Whether ``message`` is torch's warning that a ``torch.compile(module)`` is called while global module
+    hooks are registered, and the capture's own are the only ones: eager, which has none, never gives it."""
+    if not str(message).startswith(_GLOBAL_HOOKS_WARNING):
+        return False
+    from torch.nn.modules import module
+    hooks = (module._global_forward_pre_hooks, module._global_forward_hooks, module._global_backward_pre_hooks,
+             module._global_backward_hooks)
+    return all(key in OWN_GLOBAL_HOOKS for registered in hooks for key in registered)
+
+
 def wrapped_warn(original: Callable[..., None], on_warning: Callable[[StepWarning], None]
                  ) -> Callable[..., None]:
-    """``warnings.warn`` for the length of a capture: the traced step's warnings go to ``on_warning``."""
+    """``warnings.warn`` for the length of a capture: the traced step's warnings go to ``on_warning``,
+    and torch's about the capture's own global module hooks nowhere."""
 
     def warn(message: Any, category: type[Warning] | None = None, stacklevel: int = 1, source: Any = None,
              **later: Any) -> None:
+        if about_own_global_hooks(message):
+            return
         found = None if later else step_warning(message, category, stacklevel, source, sys._getframe(1))
         if found is None:  # not the step's, or an argument of a later Python's (``skip_file_prefixes``)
             original(message, category, stacklevel + 1, source, **later)

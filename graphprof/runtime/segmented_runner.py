@@ -37,6 +37,7 @@ class SegmentedRunner:
     def __init__(self, name: str, fn: Callable[..., Any], clock: Clock, limit: int | None, cache_size: int,
                  optimizer_step: Callable[..., Any] | None = None, warned: bool = False) -> None:
         self._name = name
+        self._fn = fn
         self._clock = clock
         self._limit = limit
         self._cache_size = cache_size
@@ -53,6 +54,8 @@ class SegmentedRunner:
 
     def run(self, call: int, start_ns: int, action: Action, args: tuple, kwargs: dict,
             leaves: list[Any], key: Hashable = None) -> Any:
+        if self.capture.runs_eagerly():  # gradient hooks whose order segments would change: nothing recorded
+            return self._fn(*args, **kwargs)
         if not self._compiled:
             self._compiled = True
             return self.capture(*args, **kwargs)

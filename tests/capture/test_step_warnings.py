@@ -405,3 +405,37 @@ def test_a_warning_in_a_custom_functions_forward_is_replayed_where_eager_issues_
     eager = _function_warnings(False, action)
     assert len(eager) == (8 if action == "always" else 2)
     assert _function_warnings(True, action) == eager
+
+
+def test_a_compiled_module_in_the_step_gives_no_warning_of_the_captures_global_hooks() -> None:
+    """``torch.compile(model)`` called in the step warns when global module hooks are registered. The
+    capture's own hooks made it warn where eager did not, besides graphprof's one fallback warning."""
+    def make() -> tuple[nn.Module, Any]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        compiled = torch.compile(model, backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = F.cross_entropy(compiled(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return model, step
+
+    runs = []
+    for traced in (False, True):
+        model, step = make()
+        call = graphprof.trace(step) if traced else step
+        g = torch.Generator().manual_seed(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            losses = [call(torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(3)]
+        runs.append((model, losses, [str(w.message) for w in caught]))
+    (eager_model, eager_losses, eager_warnings), (traced_model, traced_losses, traced_warnings) = runs
+    assert all(torch.equal(a, b) for a, b in zip(eager_losses, traced_losses, strict=True))
+    assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), traced_model.parameters(), strict=True))
+    assert eager_warnings == []
+    assert len(traced_warnings) == 1 and "compiled with torch.compile" in traced_warnings[0], traced_warnings
