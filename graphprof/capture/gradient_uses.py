@@ -9,8 +9,8 @@ encoder's output read twice by the cross-attention of each decoder layer,
 the layers split into graphs by layerdrop; a weight shared by two
 segments), autograd then added those partial sums, ``(g4 + g3) + (g2 +
 g1)``: another rounding. Parameters and activations differed from eager
-in the last bits from the first call (1e-14 to 4e-8 on BART, mBART,
-Whisper and wav2vec2 with layerdrop, and Mixtral's eager experts).
+in the last bits from the first call (1e-14 to 4e-8 on BART, mBART and
+Whisper with layerdrop, and Mixtral's eager experts).
 
 So before AOTAutograd sees dynamo's graph, an input that needs a gradient
 and is read more than once becomes one input per read, and the compiled

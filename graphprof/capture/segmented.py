@@ -52,6 +52,7 @@ from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
 from graphprof.capture.gradient_hooks import GradientHooks, hooks_note
+from graphprof.capture.gradient_layouts import eager_gradient_layouts, reshape_views
 from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
 from graphprof.capture.installed_forwards import InstalledForwards
 from graphprof.capture.step_warnings import quiet
@@ -279,7 +280,9 @@ class SegmentedCapture:
             made = len(self.segments)
             split = split_gradient_uses(gm, example_inputs)  # eager's order of gradient sums (capture/gradient_uses.py)
             try:
-                with quiet():  # what torch warns while graphprof compiles is not the step's: eager never compiles
+                # What torch warns while graphprof compiles is not the step's: eager never compiles. And each
+                # backward takes its gradients in eager's layouts (capture/gradient_layouts.py).
+                with quiet(), eager_gradient_layouts():
                     if split is None:
                         return aot(gm, example_inputs)
                     return _expanding(aot(split[0], split[1]), split[2])
@@ -334,7 +337,7 @@ class SegmentedCapture:
             write_capture_records(gm, kind, root_type, caller_source(sys._getframe(1)))
             self._prepare(gm)
             if kind is GraphKind.BACKWARD:
-                _reshape_views(gm)
+                reshape_views(gm)
             n = self._kind_counts[kind] = self._kind_counts.get(kind, 0) + 1
             source = first_source(gm)
             name = f"{kind.value} {n}" + (f" ({root_type})" if root_type else "") + (f" at {source}" if source else "")
@@ -572,21 +575,3 @@ def _expanding(compiled: Callable[..., Any], split: SplitInputs) -> Callable[...
 
     return torch._dynamo.disable(run, reason="runs a graph graphprof compiled")
 
-
-def _reshape_views(gm: torch.fx.GraphModule) -> None:
-    """Make a compiled backward's ``view`` ops ``reshape``: the same values, without the layout check.
-
-    Why: a gradient computed from tensors whose layouts differ from the
-    trace's (Whisper with encoder layerdrop: a dropped layer leaves the next
-    one its input in the permuted layout of the convolutions' output) comes
-    out of an elementwise op in another layout than the trace saw, and a
-    traced ``view`` of it raised where eager runs on; torch.compile's own
-    runtime raises there too. A ``reshape`` is that same view wherever the
-    view was possible, and a copy of the same values elsewhere; a backward
-    graph is functional, so nothing writes through the view.
-    """
-    views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.view.default]
-    for node in views:
-        node.target = torch.ops.aten.reshape.default
-    if views:
-        gm.recompile()
