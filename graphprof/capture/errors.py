@@ -1,9 +1,11 @@
-"""The one error capture raises, with a message a user can act on."""
+"""The errors capture raises, with a message a user can act on: ``CaptureError`` when the step could not be
+captured (its state put back, so that it runs another way), ``StateNotRestored`` when not even that was
+possible."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Sequence
 
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.sources import file_line, is_library
@@ -36,6 +38,30 @@ class CaptureError(RuntimeError):
                     "(parameters and optimizer state were restored to before the call)")
         error.refused_path = path
         return error
+
+
+class StateNotRestored(RuntimeError):
+    """A capture that did not keep its graph could not put back part of what the step changed.
+
+    Why an error of its own, raised to the caller: after any other refused or
+    failed capture the step runs again (eagerly, or as segments) from the state
+    the capture put back, and gives eager's outcome. From a state not put back
+    that run would not be eager's, silently. What could be put back was put
+    back first, so that none of graphprof's traced numbers is left in the
+    user's objects; the error names the places that could not be.
+    """
+
+    def __init__(self, failures: Sequence[tuple[str, BaseException]]) -> None:
+        self.failures = tuple(failures)
+        named = "; ".join(f"{where} ({type(exc).__name__}: {_first_line(exc)})" for where, exc in self.failures[:3])
+        more = f"; and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""
+        super().__init__(f"graphprof: the step was not captured, and what it changed could not all be put back: "
+                         f"{named}{more}. Everything else was put back, but the state is not the one the call "
+                         "began with, so the step is not run again for this call")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def _run_time_number(exc: BaseException, first_line: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch import nn
 
-from graphprof.capture.locations import fields_of
+from graphprof.capture.locations import ABSENT, fields_of
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 
 #: How many objects the walk looks at, and how deep below a watched value.
@@ -150,7 +150,7 @@ def _user_fields(value: Any) -> dict[str, Any] | None:
 
 def _roots(watched: Iterable[Any]) -> Iterator[tuple[str, Any]]:
     """(label, value now) of each watched entry (``PythonState.watched``)."""
-    return ((entry.location.describe, entry.location.get()) for entry in watched)
+    return ((entry.location.describe, value) for entry in watched if (value := entry.location.read()) is not ABSENT)
 
 
 def refuse_escaped_scalars(watched: Iterable[Any]) -> None:

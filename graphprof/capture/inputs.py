@@ -43,7 +43,8 @@ from torch import nn
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, PLAIN_TYPES, HeldValue, Hold, Place, tensor_fields
-from graphprof.capture.locations import (Location, attribute_location, called_function, fields_of, first_visit,
+from graphprof.capture.errors import StateNotRestored
+from graphprof.capture.locations import (ABSENT, Location, attribute_location, called_function, fields_of, first_visit,
                                          item_location, object_keys, plain_object, within_location)
 from graphprof.capture.indexed_arrays import indexed_view
 from graphprof.capture.growing_lists import ListView, put_back, refuse_kept_views, unviewed, viewable
@@ -357,7 +358,7 @@ class PythonState:
             scalar = self.inputs.get(id(entry))
             if scalar is None:
                 continue
-            now = entry.location.get()
+            now = entry.location.read()
             if real and now is scalar:
                 entry.location.set(entry.before)
             elif not real and now is entry.before:
@@ -365,21 +366,32 @@ class PythonState:
 
     def restore(self) -> None:
         """Put every watched value back as it was before the step (a failed or refused capture), the
-        last watched first: an entry's ``before`` is what the entries watched earlier left there."""
+        last watched first: an entry's ``before`` is what the entries watched earlier left there.
+
+        A place the step deleted (``del S["x"]``, ``prune.remove``'s buffer) is made again, as eager's
+        run from here needs it. Never stops half way: stopped at one entry, the entries after it kept
+        the step's values, and graphprof's traced numbers, which every later call of the user's code
+        raised on. An entry that cannot be put back is tried again after all the others (an item of a
+        list the step shortened is there again once the list is put back), and one that still cannot
+        is named by ``StateNotRestored``, raised when everything else is back.
+        """
         self.views = {}
+        failed: list[_Watched] = []
         for entry in reversed(self.watched):
             if entry.part_of is not None:
                 continue  # put back with the value it is part of
-            if entry.location.get() is not entry.before:
-                entry.location.set(entry.before)
-            if type(entry.before) is list and entry.snapshot is not None:
-                entry.before[:] = entry.snapshot
-            elif type(entry.before) is deque and entry.snapshot is not None:
-                entry.before.clear()
-                entry.before.extend(entry.snapshot)
-            elif isinstance(entry.before, dict) and entry.snapshot is not None:
-                entry.before.clear()
-                entry.before.update(entry.snapshot)
+            try:
+                _put_back(entry)
+            except Exception:
+                failed.append(entry)
+        failures: list[tuple[str, BaseException]] = []
+        for entry in failed:
+            try:
+                _put_back(entry)
+            except Exception as exc:
+                failures.append((entry.location.describe, exc))
+        if failures:
+            raise StateNotRestored(failures)
 
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], source: Callable[[str], str],
                 record: Any, history: Callable[[torch.Tensor, str], str | None] | None = None) -> None:
@@ -398,7 +410,9 @@ class PythonState:
         for entry in self.watched:
             if entry.part_of is not None:
                 continue  # read through another entry, whose change is the effect
-            location, now = entry.location, entry.location.get()
+            location, now = entry.location, entry.location.read()
+            if now is ABSENT:  # ``del self.cache``, ``prune.remove``'s mask: a replay deletes nothing
+                raise refusal(location.describe, "deletes", source)
             if id(entry) in self.arrays and now is self.arrays[id(entry)]:
                 location.set(entry.before)  # read, not written: the user's array again
                 continue
@@ -615,6 +629,21 @@ class PythonState:
                 if isinstance(item, torch.Tensor) and id(item) not in model_state:
                     found.setdefault(id(item), entry.location.describe)
         return found
+
+
+def _put_back(entry: _Watched) -> None:
+    """Put ``entry``'s value back where it was found, and a list's or dict's contents as they were."""
+    before, snapshot = entry.before, entry.snapshot
+    if entry.location.read() is not before:
+        entry.location.set(before)
+    if type(before) is list and snapshot is not None:
+        before[:] = snapshot
+    elif type(before) is deque and snapshot is not None:
+        before.clear()
+        before.extend(snapshot)
+    elif isinstance(before, dict) and snapshot is not None:
+        before.clear()
+        before.update(snapshot)
 
 
 def _same_object(a: Callable[[], Any], b: Callable[[], Any]) -> bool:

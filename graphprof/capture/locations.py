@@ -25,6 +25,20 @@ from graphprof.capture.held_values import PLAIN_TYPES, Place
 from graphprof.capture.sources import installed, is_library
 
 
+class _Absent:
+    """What ``Location.read`` gives for a place the step took away."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+#: A place that is gone: its key or attribute deleted (``del S["x"]``, ``delattr``, ``prune.remove``'s
+#: buffer), its index past a shortened list's end, a closure's variable deleted (``del total``).
+ABSENT: Any = _Absent()
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """A place holding a Python value: an attribute, a closure cell, a global, a dict or list slot."""
@@ -42,6 +56,20 @@ class Location:
     def field(self) -> tuple[Any, Any]:
         """(object, name) of the field this location is: what ``ASSIGNED_NUMBERS`` notes."""
         return (self.owner if self.keeper is None else self.keeper), self.key
+
+    def read(self) -> Any:
+        """The value here, or ``ABSENT`` where the step deleted the key, attribute or index.
+
+        Why: a step may take away what it was found holding (``prune.remove``
+        deletes the mask buffer it reads, ``del self.cache``). Read with
+        ``get``, such a place raised ``KeyError`` in the middle of putting a
+        refused capture's state back, which stopped there and left the values
+        after it, graphprof's traced numbers among them, in the user's objects.
+        """
+        try:
+            return self.get()
+        except (KeyError, IndexError, AttributeError, ValueError):  # ValueError: a closure's cell emptied
+            return ABSENT
 
 
 def attribute_location(obj: Any, name: str, label: str) -> Location:

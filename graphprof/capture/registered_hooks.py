@@ -26,10 +26,11 @@ that stands needs nothing taken back.
 
 A capture refused for another reason does take back the hooks the call left
 (``restore``), with the rest of what it changed, so that the step's next run
-registers its own once; and then the modules' attributes too, where a flag
-set beside a hook is kept (a library's ``_hooks_installed``, torch's
-``_is_full_backward_hook``), which nothing else puts back when it is new: a
-flag left without its hook, the step's next run would not install it again.
+registers its own once. A flag set beside a hook (a library's
+``_hooks_installed``, torch's ``_is_full_backward_hook``) goes back with the
+modules' attributes (capture/module_contents.py), and torch's global
+full-backward flag here: a flag left without its hook, the step's next run
+would not install it again.
 
 A hook on a tensor the step makes (a multi-grad hook on this call's
 activations) dies with it and changes nothing here; one the step registers
@@ -77,9 +78,7 @@ class RegisteredHooks:
                     (optimizer_globals, GLOBAL_OPTIMIZER_HOOK_DICTS, "torch's global optimizer hooks")]
         self._before = [(holder, name, what, _items(holder, name)) for holder, names, what in holders
                         for name in names]
-        #: Each module's attributes (``vars``), and torch's global full-backward flag: what a hook's install
-        #: sets beside it (``register_full_backward_hook``'s flag, a library's ``_hooks_installed``).
-        self._fields = [(m, dict(vars(m))) for m in modules]
+        #: Torch's global full-backward flag: what ``register_module_full_backward_hook`` sets beside its hook.
         self._global_flag = vars(module_globals).get(_GLOBAL_FULL_BACKWARD)
 
     def changed(self) -> str | None:
@@ -92,25 +91,13 @@ class RegisteredHooks:
         return None
 
     def restore(self) -> None:
-        """Put each hook dict back as it was when the capture call began, and, where one had changed, the
-        modules' attributes too: a flag that says the hook is installed (set where the step set it, or
-        added) must not outlive the hook, or the step's next run would not install it again."""
-        changed = False
+        """Put each hook dict back as it was when the capture call began, and torch's global
+        full-backward flag: a flag that says the hook is installed must not outlive the hook."""
         for holder, name, _, items in self._before:
             hooks = getattr(holder, name, None)
             if hooks is not None and _items(holder, name) != items:
-                changed = True
                 hooks.clear()
                 hooks.update(items)
-        if not changed:
-            return
-        for module, fields in self._fields:
-            now = vars(module)
-            for name in [name for name in now if name not in fields]:
-                del now[name]
-            for name, value in fields.items():
-                if now.get(name, now) is not value:
-                    now[name] = value
         if vars(module_globals).get(_GLOBAL_FULL_BACKWARD) is not self._global_flag:
             setattr(module_globals, _GLOBAL_FULL_BACKWARD, self._global_flag)
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from graphprof.capture.dtensor import local_shard
 from graphprof.capture.locations import called_function, object_fields
+from graphprof.capture.module_structure import hook_functions
 from graphprof.passes.records import StateRecord, StateRole
 
 
@@ -218,6 +219,7 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
     optimizers = wrapped_optimizers([o for _, o in candidates if isinstance(o, torch.optim.Optimizer)])
     # The root with most parameters is "the model": its paths get no prefix.
     roots.sort(key=lambda item: -sum(p.numel() for p in item[1].parameters()))
+    optimizers = wrapped_optimizers([*optimizers, *hooked_optimizers([m for _, m in roots])])
     for rank, (var, root) in enumerate(roots):
         if id(root) in index.modules:
             continue
@@ -252,6 +254,22 @@ def discover_state(fn: Callable[..., Any], arguments: Sequence[tuple[str, Any]] 
                         index.name(value, StateRecord(f"{base.name}.{key}", StateRole.OPTIMIZER_STATE, base.module))
     index.refresh_gradients()
     return index
+
+
+def hooked_optimizers(roots: Sequence[nn.Module]) -> list[torch.optim.Optimizer]:
+    """The optimizers the user's gradient hooks on the models' parameters reach by name: torch's
+    "optimizer in backward" (``p.register_post_accumulate_grad_hook(lambda p: opts[p].step())``),
+    which steps one optimizer per parameter inside the backward.
+
+    Why: the step reaches them through no name of its own, so their state was
+    no state the graph knew (SGD's momentum buffer was refused as an unknown
+    tensor, Adam's step count read as a number), and the step ran as segments,
+    where the same optimizers stepped in the step's body replay.
+    """
+    modules = [m for root in roots for m in root.modules()]
+    found = [o for hook in hook_functions(modules) for _, o in candidate_objects(hook, depth=1)
+             if isinstance(o, torch.optim.Optimizer)]
+    return list({id(o): o for o in found}.values())
 
 
 def state_tensors(index: StateIndex) -> Iterator[torch.Tensor]:

@@ -101,9 +101,8 @@ class TorchObjects:
     def restore(self) -> None:
         for obj, attributes in self._saved:
             state = vars(obj)
-            kept = {k for k, _, _ in attributes}
-            for k in [k for k in state if k not in kept]:
-                del state[k]
+            if list(state) != [k for k, _, _ in attributes]:  # one deleted or added: in their order again
+                state.clear()
             for k, v, items in attributes:
                 state[k] = v
                 _put_back(v, items)

@@ -15,6 +15,7 @@ dropped before it runs, so memory behaves as in eager).
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -54,6 +55,8 @@ from graphprof.capture.grad_mode import refuse_differentiable_outputs, refuse_op
 from graphprof.capture.kept_history import with_history
 from graphprof.capture.kept_results import KeptResult, kept_places, read_kept_results
 from graphprof.capture.registered_hooks import RegisteredHooks
+from graphprof.capture.module_contents import ModuleContents
+from graphprof.capture.errors import StateNotRestored
 from graphprof.capture.torch_settings import refuse_changed_settings, restore_settings, torch_settings
 from graphprof.capture.growing_lists import traced_builtins
 from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
@@ -281,6 +284,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
     # Hooks the step registers and leaves (one more each call) cannot be replayed; a refused capture takes
     # the capture call's back (capture/registered_hooks.py).
     holder["hooks"] = RegisteredHooks(state.params.values(), state.module_objects(), state.optimizers)
+    holder["modules"] = ModuleContents(state.module_objects())  # before any input number is put in one
     storages = storages_of(state)  # before make_fx: its mode would trace reading ``.data`` as a detach
     # The gradients arguments already have (an input that requires grad, given again): read from it.
     input_grads = {id(leaf.grad): i for i, leaf in enumerate(leaves)
@@ -571,18 +575,36 @@ def _undo(holder: dict[str, Any], flags: SwitchedFlags, modes: SwitchedFlags, hy
     schedulers and scalers, then the watched values themselves (they hold the capture's inputs: a
     scaler's or a custom optimizer's number fields, which the torch objects' copy, taken after the
     inputs were put in, holds too)."""
-    flags.restore()
-    modes.restore()
+    steps: list[tuple[str, Callable[[], Any]]] = [("parameters' requires_grad", flags.restore),
+                                                  ("modules' training modes", modes.restore)]
     if "recorder" in holder:
+        recorder = holder["recorder"]
         if hyperparameters:
-            holder["recorder"].hyperparameters.restore()
-            holder["recorder"].scheduler_fields.restore()
-        holder["recorder"].write_log.restore()
+            steps += [("optimizers' hyperparameters", recorder.hyperparameters.restore),
+                      ("schedulers' fields", recorder.scheduler_fields.restore)]
+        steps.append(("tensors the step wrote", recorder.write_log.restore))
     if "names" in holder:
-        put_back_unseen_globals(holder["names"], holder.get("python"))
-    for key in ("deep", "torch_objects", "python", "numpy", "hooks"):
-        if key in holder:
-            holder[key].restore()
+        steps.append(("globals", functools.partial(put_back_unseen_globals, holder["names"], holder.get("python"))))
+    steps += [(what, holder[key].restore) for key, what in _UNDONE if key in holder]
+    # Every one is tried: one that stopped the rest left the user's objects holding graphprof's numbers.
+    failures: list[tuple[str, BaseException]] = []
+    for what, restore in steps:
+        try:
+            restore()
+        except StateNotRestored as exc:
+            failures += exc.failures
+        except Exception as exc:
+            failures.append((what, exc))
+    if failures:
+        raise StateNotRestored(failures)
+
+
+#: What ``_undo`` puts back after the tensors, in this order: (key in its holder, what it holds). The
+#: modules' dicts first: a module's attribute is put back where the module keeps it (a pruned ``weight``,
+#: a plain attribute again once ``prune.remove``'s registered parameter is gone).
+_UNDONE = (("modules", "modules' attributes"), ("deep", "the contents of the step's lists, dicts and objects"),
+           ("torch_objects", "optimizers, schedulers and scalers"), ("python", "the step's Python values"),
+           ("numpy", "numpy's random state"), ("hooks", "hooks"))
 
 
 def is_number_input(value: Any) -> bool:

@@ -21,7 +21,7 @@ import torch.fx
 
 from graphprof.capture.batches import flatten_call
 from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
-from graphprof.capture.errors import CaptureError
+from graphprof.capture.errors import CaptureError, StateNotRestored
 from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.passes.memory import memory
@@ -70,6 +70,8 @@ class WholeStepRunner:
         try:
             with refuse_ddp(fn), stage(f"capturing {name}"):  # DDP's waits are not in a make_fx graph
                 captured = capture_whole_step(fn, args, kwargs)  # restores state on failure
+        except StateNotRestored:  # not a capture that failed cleanly: nothing may run the step again
+            raise
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
         try:
