@@ -95,9 +95,13 @@ class RegisteredHooks:
         full-backward flag: a flag that says the hook is installed must not outlive the hook."""
         for holder, name, _, items in self._before:
             hooks = getattr(holder, name, None)
-            if hooks is not None and _items(holder, name) != items:
+            now = _items(holder, name)
+            if hooks is not None and now != items:
+                # graphprof's own global hooks (the capture's DDP check) are as graphprof has them now: an
+                # undo run after the capture's block ended must not register them again, for good.
+                own_now = [(key, fn) for key, fn in now if _graphprofs(fn)]
                 hooks.clear()
-                hooks.update(items)
+                hooks.update([(key, fn) for key, fn in items if not _graphprofs(fn)] + own_now)
         if vars(module_globals).get(_GLOBAL_FULL_BACKWARD) is not self._global_flag:
             setattr(module_globals, _GLOBAL_FULL_BACKWARD, self._global_flag)
 
@@ -112,6 +116,12 @@ def _named(hook: Any) -> str:
     if module == "torch" or module.startswith("torch."):
         return f"a hook of {module}.{name.split('.<locals>')[0]}"
     return name
+
+
+def _graphprofs(hook: Any) -> bool:
+    """Whether ``hook`` is one of graphprof's own (registered for the length of a capture)."""
+    module = getattr(hook, "__module__", None) or ""
+    return module == "graphprof" or module.startswith("graphprof.")
 
 
 def _items(holder: Any, name: str) -> list[tuple[Any, Any]]:

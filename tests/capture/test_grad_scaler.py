@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphprof
+from graphprof.capture.module_structure import MODULE_GLOBAL_HOOK_DICTS
 from graphprof.tracing import CALL_ONLY_LIMIT
 
 #: The calls whose batch holds an infinite value: the scaler skips the optimizer's step there.
@@ -246,6 +247,16 @@ def test_a_check_after_an_update_is_refused() -> None:
     traced, messages = _compare_loops(_TwoOptimizers(), _TwoOptimizers(), 7)
     assert len(messages) == 1 and "overflowed gradients" in messages[0] and "segments" in messages[0], messages
     assert traced.capture_mode == "segments"
+
+
+def test_a_refused_check_leaves_no_hook_of_graphprof_s_registered() -> None:
+    """The refusal undoes the capture after its block has ended: the hook dicts it puts back must not
+    register graphprof's capture hooks again (each such call left one more global forward pre-hook,
+    and a user's ``torch.compile(model)`` then warned about global hooks on every call)."""
+    hook_dicts = [getattr(nn.modules.module, name) for name in MODULE_GLOBAL_HOOK_DICTS]
+    before = [dict(hooks) for hooks in hook_dicts]
+    _compare_loops(_TwoOptimizers(), _TwoOptimizers(), 7)
+    assert [dict(hooks) for hooks in hook_dicts] == before
 
 
 class _Accumulating(_Loop):
