@@ -7,8 +7,10 @@ in one warning. Those decisions, and the counts they rest on (captures in a
 row, the step's own errors, refusals by one call's values), live here, apart
 from the call path in traced_function.py that asks for them.
 
-The handlers are called directly from ``TracedFunction``'s call path: their
-warnings' ``stacklevel`` counts the frames between them and the user's call.
+The handlers are called directly from ``TracedFunction``'s call path, which
+passes itself (the policy keeps no reference to it, so that a traced function
+the user drops is freed at once, as before): their warnings' ``stacklevel``
+counts the frames between them and the user's call.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ class FallingBack(Protocol):
 class FallbackPolicy:
     """The fallback state of one traced function, and what its calls do when capture or replay fails."""
 
-    def __init__(self, traced: FallingBack) -> None:
-        self.traced = traced
+    def __init__(self) -> None:
         self.captures_in_a_row = 0
         #: Of the captures in a row, how many last ones stopped at an error the step raises itself (as
         #: eager does), and the last such error: the storm's warning names that, not a capture's reason.
@@ -79,9 +80,10 @@ class FallbackPolicy:
         self.hooks_left_once = False
         self.storm = None
 
-    def whole_step(self) -> bool:
-        """Whether calls may replay whole-step graphs (not segments, after a storm or by choice)."""
-        return self.storm is None and self.segments_only is None and self.traced.capture != "dynamo"
+    def whole_step(self, capture: str) -> bool:
+        """Whether calls may replay whole-step graphs (not segments, after a storm or by choice); ``capture``
+        is the traced function's mode."""
+        return self.storm is None and self.segments_only is None and capture != "dynamo"
 
     def note_storm(self, reason: str, broken: Guard | None) -> None:
         """Decide whether capturing stops before this call's capture (``storm`` says why when it does)."""
@@ -113,11 +115,10 @@ class FallbackPolicy:
         self.call_only_in_a_row = (0, "")
         self.hooks_left_once = False
 
-    def after_refused_capture(self, exc: CaptureError, key: Hashable, call: int, start: int, args: tuple,
+    def after_refused_capture(self, traced: FallingBack, exc: CaptureError, key: Hashable, call: int, start: int, args: tuple,
                               kwargs: dict, leaves: list[Any]) -> Any:
         """A capture the step's Python refused: keep the path it took as one that runs as segments, or run
         every call as segments."""
-        traced = self.traced
         kept = exc.refused_path is not None and bool(traced._paths.graphs.get(key)) and traced._paths.keep_refused(
             key, exc.refused_path, f"graphprof: {exc}; profiling the calls of {traced.__name__} that take this "
             "path as torch.compile segments, and replaying the others' graphs", traced._segments_note)
@@ -128,22 +129,21 @@ class FallbackPolicy:
                           stacklevel=3)
         return traced._run(traced._segmented_runner(), call, start, args, kwargs, leaves, key)
 
-    def after_call_only_refusal(self, refusal: DataDependentError, args: tuple, kwargs: dict) -> Any:
+    def after_call_only_refusal(self, traced: FallingBack, refusal: DataDependentError, args: tuple, kwargs: dict) -> Any:
         """A capture refused by this call's values alone (its gradients overflowed, and the scaler skipped
         the optimizer's step: capture/grad_scaler.py): the call runs eagerly from the state the capture
         put back, and the next call captures again. Such tries are not a storm (a float16 run overflows
         once per halving of its scale at the start); ``CALL_ONLY_LIMIT`` of them in a row are."""
         self.captures_in_a_row = max(0, self.captures_in_a_row - 1)
         self.call_only_in_a_row = (self.call_only_in_a_row[0] + 1, str(refusal))
-        return self.traced._fn(*args, **kwargs)
+        return traced._fn(*args, **kwargs)
 
-    def after_hooks_left(self, hooks: str, result: Any) -> Any:
+    def after_hooks_left(self, traced: FallingBack, hooks: str, result: Any) -> Any:
         """A capture call that left a hook registered (capture/registered_hooks.py): it stands (it ran the
         step for real), and its graph is not kept. The first time, it may be a library's one-time install:
         the next call captures again. Twice in a row, with no graph kept between, the step registers one
         on every call: every later call runs eagerly, after one warning. Not as segments: torch.compile
         guards on the hook dicts, and would compile the step's modules again on every call."""
-        traced = self.traced
         if not self.hooks_left_once:
             self.hooks_left_once = True
             log.info("graphprof: %s %s; its graph is not kept, and the next call captures again", traced.__name__,
@@ -157,12 +157,11 @@ class FallbackPolicy:
                           "it would compile again on every call)", stacklevel=4)
         return result
 
-    def after_failed_capture(self, exc: CaptureError, args: tuple, kwargs: dict) -> Any:
+    def after_failed_capture(self, traced: FallingBack, exc: CaptureError, args: tuple, kwargs: dict) -> Any:
         """A capture stopped by an error, not by a refusal: run the call eagerly from the state the
         capture put back. Should eager raise too, the error is the step's own (a bad batch, met by
         the call that captures): it reaches the caller as eager raised it, and the next call captures.
         Else the capture failed where eager does not: eager's result, and segments from now on."""
-        traced = self.traced
         try:
             result = traced._fn(*args, **kwargs)
         except BaseException as error:
@@ -174,7 +173,7 @@ class FallbackPolicy:
                       f"torch.compile segments{traced._segments_note()}", stacklevel=4)
         return result
 
-    def after_failed_replay(self, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
+    def after_failed_replay(self, traced: FallingBack, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
         """Give the caller eager's outcome of a call whose replay raised (runtime/failed_replays.py).
 
         When the replay changed nothing the user holds before it stopped, the
@@ -185,7 +184,6 @@ class FallbackPolicy:
         eager leaves cannot be given: the error is raised after one warning,
         and later calls run as segments, which stop where eager stops.
         """
-        traced = self.traced
         failure, error = failed.failure, failed.error
         what = f"{type(error).__name__}: {error}".splitlines()[0]
         if failure.written is None:

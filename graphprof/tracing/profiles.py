@@ -37,10 +37,10 @@ class Profiled(Protocol):
 
 
 class StepProfiles:
-    """The completed cycles and eager times of one traced function, and its latest profile."""
+    """The completed cycles and eager times of one traced function, and its latest profile. The traced
+    function is passed in, not kept: no reference cycle keeps one the user dropped alive."""
 
-    def __init__(self, traced: Profiled) -> None:
-        self.traced = traced
+    def __init__(self) -> None:
         self.cycles: list[Profile] = []
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
         self.eager_s: list[float] = []
@@ -49,22 +49,20 @@ class StepProfiles:
         self.cycles.clear()
         self.eager_s.clear()
 
-    def complete_cycle(self, runner: Runner) -> None:
-        profile = self.profile_of(runner, cycle=len(self.cycles))
+    def complete_cycle(self, traced: Profiled, runner: Runner) -> None:
+        profile = self.profile_of(traced, runner, cycle=len(self.cycles))
         runner.clear_samples()
         self.cycles.append(profile)
-        if self.traced.on_profile_ready is not None:
-            self.traced.on_profile_ready(profile)
+        if traced.on_profile_ready is not None:
+            traced.on_profile_ready(profile)
 
-    def profile_of(self, runner: Runner, cycle: int | None = None) -> Profile:
-        traced = self.traced
+    def profile_of(self, traced: Profiled, runner: Runner, cycle: int | None = None) -> Profile:
         profile = assemble_profile(traced.__name__, runner.recorded_steps(), clock=traced._clock, peaks=traced.peaks,
                                    schedule=traced.schedule, cycle=cycle)
         return with_eager_times(profile, self.eager_s, first_is_cold=True) if self.eager_s else profile  # type: ignore[return-value]  # dataclasses.replace keeps the subclass; typed in profile/
 
-    def latest(self, all: bool = False) -> Any:
+    def latest(self, traced: Profiled, all: bool = False) -> Any:
         """``TracedFunction.get_profile``: the latest profile, or with ``all=True`` every completed cycle."""
-        traced = self.traced
         if traced.schedule is not None:
             if not self.cycles:
                 raise RuntimeError(
@@ -87,5 +85,5 @@ class StepProfiles:
                 f"no profiled step yet for {traced.__name__}: call 1 runs eagerly, call 2 captures the graph, "
                 "(measuring kernel workspace too) and calls from 3 on are profiled (with profiling=True)"
             )
-        profile = self.profile_of(runner)
+        profile = self.profile_of(traced, runner)
         return [profile] if all else profile

@@ -135,7 +135,7 @@ class TracedFunction:
         #: Whole-step captures so far (each path of each signature counts once).
         self.captures = 0
         #: Why and when calls stop capturing, and what a call that cannot replay does instead.
-        self._fallbacks = FallbackPolicy(self)
+        self._fallbacks = FallbackPolicy()
         self._segmented: SegmentedRunner | None = None
         self._foreign_warned = False  # whether a call inside a mode of the caller's was warned about
         self._runner: Runner | None = None  # the runner of the last call
@@ -143,7 +143,7 @@ class TracedFunction:
         #: last call captured a new path (a capture call records no step).
         self._profiled: Runner | None = None
         #: The completed cycles' profiles and the eager calls' times.
-        self._profiles = StepProfiles(self)
+        self._profiles = StepProfiles()
         #: Calls run eagerly before capture, each timed: the eager step the graph is compared with.
         self.eager_calls = eager_calls
         self._own = frozenset(self.__dict__)  # the wrapper's own attributes; others are the traced callable's
@@ -206,7 +206,7 @@ class TracedFunction:
         last = self._last_signature
         if last is not None:
             path = last.replay
-            if path is not None and fallbacks.whole_step() and path.check(args, kwargs):
+            if path is not None and fallbacks.whole_step(self.capture) and path.check(args, kwargs):
                 # What CapturedPaths.select would find (the key's first path, every test passed), in one test.
                 fallbacks.captures_in_a_row = 0
                 return self._run(path.runner, call, start, args, kwargs, list(args), last.key)
@@ -216,7 +216,7 @@ class TracedFunction:
         else:
             key, leaves = signature(args, kwargs)
             last = self._last_signature = LastSignature.of(key, args, kwargs)
-        if not fallbacks.whole_step():
+        if not fallbacks.whole_step(self.capture):
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         runner, reason, broken = self._paths.select(key, leaves, last)
         if runner is not None:
@@ -241,19 +241,19 @@ class TracedFunction:
             captured = self._capture(key, args, kwargs, reason)
         except CaptureError as exc:
             if isinstance(exc.__cause__, DataDependentError) and exc.__cause__.this_call_only:
-                return fallbacks.after_call_only_refusal(exc.__cause__, args, kwargs)
+                return fallbacks.after_call_only_refusal(self, exc.__cause__, args, kwargs)
             if self.capture != "auto":
                 raise
             if isinstance(exc.__cause__, DataDependentError):
-                return fallbacks.after_refused_capture(exc, key, call, start, args, kwargs, leaves)
+                return fallbacks.after_refused_capture(self, exc, key, call, start, args, kwargs, leaves)
             stopped = exc
         else:
             if captured.captured.hooks_left is not None:
-                return fallbacks.after_hooks_left(captured.captured.hooks_left, captured.captured.result)
+                return fallbacks.after_hooks_left(self, captured.captured.hooks_left, captured.captured.result)
             self._switch_runner(captured)
             fallbacks.after_kept_capture()
             return captured.captured.result
-        return fallbacks.after_failed_capture(stopped, args, kwargs)  # outside the handler: no chained error
+        return fallbacks.after_failed_capture(self, stopped, args, kwargs)  # outside the handler: no chained error
 
     def _switch_runner(self, runner: Runner | None) -> None:
         """Make ``runner`` the last call's, keeping the one before when it holds recorded steps."""
@@ -280,12 +280,12 @@ class TracedFunction:
             except ReplayError as exc:
                 failed = exc
             if failed is not None and not overflowed(failed):  # outside the handler: eager's error is not chained
-                return self._fallbacks.after_failed_replay(failed, args, kwargs)
+                return self._fallbacks.after_failed_replay(self, failed, args, kwargs)
             if failed is not None:  # its gradients overflowed, before it changed anything (capture/grad_scaler.py)
                 failed.failure.restore()
                 result = self._fn(*args, **kwargs)  # eager's skipped step; later calls replay again
         if action is Action.RECORD_AND_SAVE and runner.recorded():
-            self._profiles.complete_cycle(runner)
+            self._profiles.complete_cycle(self, runner)
         return result
 
     def _segmented_runner(self) -> SegmentedRunner:
@@ -342,7 +342,7 @@ class TracedFunction:
         a new path or compiled its segments, which records no step, on the
         graph run last before it that recorded any.
         """
-        return self._profiles.latest(all)
+        return self._profiles.latest(self, all)
 
     def reset(self) -> None:
         """Forget captured graphs and samples; the next call runs eagerly again."""
