@@ -115,8 +115,8 @@ class FallbackPolicy:
         self.call_only_in_a_row = (0, "")
         self.hooks_left_once = False
 
-    def after_refused_capture(self, traced: FallingBack, exc: CaptureError, key: Hashable, call: int, start: int, args: tuple,
-                              kwargs: dict, leaves: list[Any]) -> Any:
+    def after_refused_capture(self, traced: FallingBack, exc: CaptureError, key: Hashable, call: int, start: int,
+                              args: tuple, kwargs: dict, leaves: list[Any]) -> Any:
         """A capture the step's Python refused: keep the path it took as one that runs as segments, or run
         every call as segments."""
         kept = exc.refused_path is not None and bool(traced._paths.graphs.get(key)) and traced._paths.keep_refused(
@@ -129,7 +129,8 @@ class FallbackPolicy:
                           stacklevel=3)
         return traced._run(traced._segmented_runner(), call, start, args, kwargs, leaves, key)
 
-    def after_call_only_refusal(self, traced: FallingBack, refusal: DataDependentError, args: tuple, kwargs: dict) -> Any:
+    def after_call_only_refusal(self, traced: FallingBack, refusal: DataDependentError, args: tuple,
+                                kwargs: dict) -> Any:
         """A capture refused by this call's values alone (its gradients overflowed, and the scaler skipped
         the optimizer's step: capture/grad_scaler.py): the call runs eagerly from the state the capture
         put back, and the next call captures again. Such tries are not a storm (a float16 run overflows
