@@ -148,4 +148,4 @@ def test_signatures_alternating_beyond_the_cache_capture_again_and_stay_eager() 
     for i, batch in enumerate([2, 2, 2, 3, 3, 2, 2, 3]):  # each switch evicts the other shape's graph
         x = torch.randn(batch, 8, generator=torch.Generator().manual_seed(i))
         assert torch.equal(fn(x), infer(x))
-    assert fn.captures == 4 and len(fn._graphs) == 1
+    assert fn.captures == 4 and len(fn._paths.graphs) == 1

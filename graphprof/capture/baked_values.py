@@ -5,7 +5,7 @@ from these values during the capture call is fixed in the graph: the
 optimizer's non-number hyperparameters (``foreach``, ``nesterov``,
 ``maximize``, a tensor learning rate; numbers are read at run time, see
 capture/inputs.py) and every module's ``training`` flag. Before each replay
-``tracing._select`` asks whether any of them changed since the graph was
+``CapturedPaths.select`` (tracing/captured_paths.py) asks whether any of them changed since the graph was
 captured; if one did, it takes or captures another graph.
 
 That question is asked on every call, and on a step of tiny ops the answer's

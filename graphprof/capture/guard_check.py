@@ -5,7 +5,7 @@ the capture call; its operands are the call's number or tensor arguments
 (placeholders), reads of the user's Python state (reader nodes), Python
 arithmetic on those (``operator.*`` nodes), ``.item()`` values recomputed
 from tensor inputs (a ``ValuePrefix``, capture/value_guards.py) and
-constants. Every replay checks every guard first (``tracing._select``).
+constants. Every replay checks every guard first (``CapturedPaths.select`` (tracing/captured_paths.py)).
 
 Walking the operand nodes on every call (dict lookups, ``node.meta``, a
 Python call per node) cost more than the checks themselves on a step of tiny

@@ -25,8 +25,6 @@ the capture and writes a ``CaptureRecord`` on every op node it creates:
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-import sys
 import operator
 import types
 from typing import Any, Iterator, Sequence
@@ -35,17 +33,16 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_slot
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.checkpointing import RECOMPUTE_SCOPE, CheckpointRecompute
 from graphprof.capture.custom_functions import FunctionApplies
-from graphprof.capture.copied_values import COPYING_METHODS, copied_values
 from graphprof.capture.cumulative_averages import CumulativeAverages, unused_by_backward
-from graphprof.capture.data_assignments import DataAssignments, is_data_setter
+from graphprof.capture.data_assignments import DataAssignments
 from graphprof.capture.data_sizes import DataSizedTensors
+from graphprof.capture.dropped_grads import DroppedGrads, GradDrop
 from graphprof.capture.host_calls import SchedulerCalls
-from graphprof.capture.host_reads import original
+from graphprof.capture.host_read_ops import LOCAL_SCALAR_DENSE
 from graphprof.capture.distribution_checks import DistributionChecks
 from graphprof.capture.host_sources import HostSources
 from graphprof.capture.fast_paths import fused_fast_paths
@@ -53,90 +50,25 @@ from graphprof.capture.caught_exceptions import CatchingFrames
 from graphprof.capture.grad_reads import GradReads
 from graphprof.capture.math_calls import traced_math
 from graphprof.capture.linked_numbers import CallScalars, link_scalars
-from graphprof.capture.parsed_numbers import ParsedNumbers, scalar_tensors
-from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
+from graphprof.capture.parsed_numbers import ParsedNumbers
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
 from graphprof.capture.kept_history import BackwardNodes
+from graphprof.capture.recorder_modes import HostReadMode, OpRecordingMode
 from graphprof.capture.rng_calls import RngStateCalls
-from graphprof.capture.saved_numbers import SavedNumbers, passed_through
+from graphprof.capture.saved_numbers import SavedNumbers
 from graphprof.capture.scheduler_fields import SchedulerFields
 from graphprof.capture.snapshot import WriteLog, written_small_tensors
 from graphprof.capture.step_warnings import own_global_hooks
 from graphprof.capture.scalars import (
-    GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar, call_with_scalars,
-    contains_traced_scalar,
+    GUARD_SINKS, LINKED_SINKS, PENDING_SINKS, DataDependentError, Guard, TracedScalar,
 )
 from graphprof.capture.state import StateIndex, add_parameter, state_tensors
-from graphprof.capture.value_guards import VALUE_READS, ValueGuards
+from graphprof.capture.value_guards import ValueGuards
 from graphprof.passes.records import CAPTURE, SCALAR, CaptureRecord
 from graphprof.profile.model import Phase
 
 aten = torch.ops.aten
-#: The op torch runs where it reads a tensor as a number (``.item()``, a size given as a tensor).
-_LOCAL_SCALAR_DENSE = aten._local_scalar_dense.default
-_RF_ENTER = {torch.ops.profiler._record_function_enter_new.default}
-_RF_EXIT = {torch.ops.profiler._record_function_exit._RecordFunction}
-# Host reads of tensor values that a static graph cannot replay.
-_ITEM = original(torch.Tensor.item)
-_REFUSED = {
-    original(torch.Tensor.tolist): "tolist()",
-    original(torch.Tensor.numpy): "numpy()",
-    original(torch.Tensor.__bool__): "branching on a tensor",
-    original(torch.Tensor.__float__): "float() of a tensor",
-    original(torch.Tensor.__int__): "int() of a tensor",
-    original(torch.Tensor.__index__): "using a tensor as an index",
-    **COPYING_METHODS,
-    torch.Tensor.__repr__: "printing a tensor",
-    torch.Tensor.__format__: "formatting a tensor",
-}
-_FORMAT = torch.Tensor.__format__
-_FLOAT = original(torch.Tensor.__float__)
-_BACKWARD_ENTRIES = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
-
-_ONE_HOT = torch._C._nn.one_hot
-
-
-def _one_hot_by_scatter_applies(args: tuple, kwargs: dict) -> bool:
-    """``F.one_hot(y, n)`` of a CPU index tensor with ``n`` given: see ``_one_hot_by_scatter``."""
-    tensor = args[0] if args else kwargs.get("tensor")
-    classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
-    return (isinstance(tensor, torch.Tensor) and tensor.dtype == torch.int64 and tensor.device.type == "cpu"
-            and type(classes) is int and classes >= 0 and len(args) + len(kwargs) == 2)
-
-
-def _one_hot_by_scatter(tensor: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """``F.one_hot(tensor, num_classes)``, as ops a graph can replay: the same tensor (values, dtype,
-    strides) and, for a class out of range, the same error.
-
-    Why: torch's ``one_hot`` checks its classes with two ``.item()`` reads on
-    the host, so a step using it (a DQN's actions, a custom label smoothing)
-    refused capture. The checks become ``_assert_async`` ops with torch's
-    own messages (on the CPU they raise at once, as the reads did).
-    """
-    torch._assert_async((tensor >= 0).all(), "Class values must be non-negative.")
-    torch._assert_async((tensor < num_classes).all(), "Class values must be smaller than num_classes.")
-    return torch.zeros((*tensor.shape, num_classes), dtype=torch.int64).scatter_(-1, tensor.unsqueeze(-1), 1)
-
-
-def _formats_as_number(tensor: Any) -> bool:
-    """A tensor ``format`` writes as its number (``Tensor.__format__``: a plain tensor of one value)."""
-    return type(tensor) is torch.Tensor and tensor.dim() == 0 and not tensor.is_meta
-
-
-_GRAD = operator.attrgetter("grad")
-
-
-@dataclass(frozen=True)
-class GradDrop:
-    """Gradients the call began with that the step dropped at one place (``CaptureRecorder.grads_dropped``)."""
-
-    #: The first node of the op after the drop (op nodes are never removed by the passes after capture).
-    before: str
-    #: ``id`` of each parameter whose gradient was gone there.
-    params: frozenset[int]
-    #: The context of the op after the drop (the node that drops them gets it).
-    record: CaptureRecord
 
 
 class CaptureRecorder:
@@ -168,13 +100,10 @@ class CaptureRecorder:
         for p in state.params.values():
             self.write_log.note_grad(p)
         #: The gradients the call began with and not yet seen dropped, and where the step dropped them
-        #: (``zero_grad()``), one ``GradDrop`` per place, in order. A replay drops them where eager did;
-        #: a failed one needs to know whether eager had.
-        entry = [p for p in state.params.values() if p.grad is not None]
-        self._entry_grads = (entry, [p.grad for p in entry])
+        #: (``zero_grad()``). A replay drops them where eager did; a failed one needs to know whether eager had.
+        self._dropped_grads = DroppedGrads(list(state.params.values()))
+        entry = self._dropped_grads.entry_grads[0]
         self.grad_reads = GradReads({id(p): p.grad for p in entry})  # the user's reads of them
-        self.grads_dropped: list[GradDrop] = []
-        self._dropped_now: tuple[frozenset[int], CaptureRecord] | None = None  # seen, its op not yet recorded
         #: The first op that raised while the step ran (it returned all the same: it caught the error).
         self.raised: str | None = None
         #: Code the step calls that catches exceptions around an op (None: not looked for).
@@ -210,6 +139,11 @@ class CaptureRecorder:
         #: ``p.data = ...`` made in the step, replayed where it made them (None: not recorded).
         self.data_assignments = None if data_targets is None else DataAssignments(
             self.graph, self.tensor_node, lambda: self.context(()), state, data_targets)
+
+    @property
+    def grads_dropped(self) -> list[GradDrop]:
+        """Where the step dropped the gradients the call began with, one ``GradDrop`` per place, in order."""
+        return self._dropped_grads.drops
 
     # -- context of the op being dispatched -------------------------------------
     def context(self, args: tuple) -> CaptureRecord:
@@ -287,29 +221,10 @@ class CaptureRecorder:
             return slot.proxy.node
         return self.tracer.create_arg(tensor)
 
-    def _note_dropped_grads(self) -> None:
-        """Before an op: whether a gradient not yet seen dropped is gone (C-level maps, one per op)."""
-        params, grads = self._entry_grads
-        if all(map(operator.is_, map(_GRAD, params), grads)):
-            return
-        kept = [(p, g) for p, g in zip(params, grads) if p.grad is g]
-        gone = frozenset(id(p) for p, g in zip(params, grads) if p.grad is not g)
-        if self._dropped_now is not None:  # the op before made no node: the same place
-            gone |= self._dropped_now[0]
-        self._dropped_now = (gone, self.context(()))
-        self._entry_grads = ([p for p, _ in kept], [g for _, g in kept])
-
-    def _place_dropped_grads(self, before: torch.fx.Node | None) -> None:
-        """After an op: the gradients seen dropped before it were dropped before its first node."""
-        first = next((n for n in self._new_nodes(before) if n.op == "call_function"), None)
-        if first is not None and self._dropped_now is not None:
-            gone, record = self._dropped_now
-            self.grads_dropped.append(GradDrop(first.name, gone, record))
-            self._dropped_now = None
-
     def record_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if self._entry_grads[0]:
-            self._note_dropped_grads()
+        dropped = self._dropped_grads
+        if dropped.entry_grads[0]:
+            dropped.note(self.context)
         if self.catching is not None:
             self.catching.note()
         for a in args:
@@ -325,7 +240,7 @@ class CaptureRecorder:
         if small:
             with _disable_current_modes(), torch.no_grad():
                 originals = [t.detach().clone() for t in small]
-        if func is _LOCAL_SCALAR_DENSE and isinstance(args[0], torch.Tensor):
+        if func is LOCAL_SCALAR_DENSE and isinstance(args[0], torch.Tensor):
             # A tensor torch itself reads as a number, made from constants alone
             # (``x.view(n, torch.div(s, w, rounding_mode="trunc"))`` in Longformer: a size computed as a
             # tensor from two ints): the same number on every call. Any other such read refuses below.
@@ -355,8 +270,8 @@ class CaptureRecorder:
                 ) from None
             self.raised = self.raised or f"{func} at {record.source} ({type(exc).__name__})"
             raise
-        if self._dropped_now is not None:
-            self._place_dropped_grads(before)
+        if dropped.dropped_now is not None:
+            dropped.place(self._new_nodes(before))
         # The innermost call's scalars first: a literal is linked to the number its own call was given.
         scalars = [s for group in reversed(self.pending_scalars) for s in group]
         used: set[int] = set()
@@ -431,7 +346,7 @@ class CaptureRecorder:
             with own_global_hooks(*handles[:2]), self.schedulers.patched(), self.host_sources.patched(), \
                     self.rng_calls.patched(), self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
-                    _ScalarMode(self), _OpMode(self):
+                    HostReadMode(self), OpRecordingMode(self):
                 try:
                     yield self
                 except Exception as exc:
@@ -481,93 +396,3 @@ class CaptureRecorder:
         self.optimizer_depth -= 1
         self.optimizer_module = ""
 
-
-class _OpMode(TorchDispatchMode):
-    """Tags every op node make_fx creates; consumes record_function ops."""
-
-    def __init__(self, recorder: CaptureRecorder) -> None:
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if func in _RF_ENTER:
-            self.recorder.scopes.append(str(args[0]))
-            with _disable_current_modes():
-                return func(*args, **kwargs)
-        if func in _RF_EXIT:
-            if self.recorder.scopes:
-                self.recorder.scopes.pop()
-            with _disable_current_modes():
-                return func(*args, **kwargs)
-        trace = sys.gettrace()
-        if trace is None or getattr(func, "namespace", None) not in _BUILTIN_NAMESPACES:
-            return self.recorder.record_op(func, args, kwargs)
-        # Recording a built-in op is torch's and graphprof's Python only: no user code runs in it, so
-        # the trace of the user's name loads (capture/name_reads.py) is paused, not paid per call.
-        sys.settrace(None)
-        try:
-            return self.recorder.record_op(func, args, kwargs)
-        finally:
-            sys.settrace(trace)
-
-
-#: Namespaces of ops torch implements itself (a user's Python custom op is traced like user code).
-_BUILTIN_NAMESPACES = frozenset({"aten", "prims", "c10d", "_c10d_functional"})
-
-
-class _ScalarMode(TorchFunctionMode):
-    """Python-level view: ``.item()``, backward entry points, refused host reads."""
-
-    def __init__(self, recorder: CaptureRecorder) -> None:
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        func = original(func)  # a segmented step's host-read timer may have wrapped the method
-        if func is _ITEM:
-            return self.recorder.traced_item(args[0])
-        if is_data_setter(func) and self.recorder.data_assignments is not None:
-            return self.recorder.data_assignments.assign(func, *args)
-        if func in VALUE_READS:
-            factor_count = self.recorder.cumulative_averages.read(args[0], sys._getframe(1)) if func is _FLOAT else None
-            if factor_count is not None:  # batch norm's ``1.0 / float(num_batches_tracked)``
-                return factor_count
-            try:
-                return self.recorder.value_guards.read(func, args[0], user_source(2))
-            except DataDependentError as exc:
-                self.recorder.refusals.append(exc)
-                raise
-        if func is _ONE_HOT and _one_hot_by_scatter_applies(args, kwargs):
-            return _one_hot_by_scatter(*args, **kwargs)
-        if func is _FORMAT and _formats_as_number(args[0]) and PRINTED_TEXTS and printed_here():
-            # ``print(f"loss {loss:.4f}")``: torch formats a 0-dim tensor as its ``.item()``
-            return format(self.recorder.traced_item(args[0]), *args[1:])
-        refused = _REFUSED.get(func) or copied_values(func, args, kwargs)
-        if refused is not None:
-            error = DataDependentError(f"{refused} at {user_source(2)} reads a tensor's value on the host, "
-                                       "which a static graph cannot replay")
-            self.recorder.refusals.append(error)
-            raise error
-        if func in _BACKWARD_ENTRIES:
-            self.recorder.backwards += 1
-            self.recorder.backward_depth += 1
-            self.recorder.backward_nodes.enter(func, args, kwargs)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                self.recorder.backward_nodes.exit()
-                self.recorder.backward_depth -= 1
-        if self.recorder.data_sized.read_by_step(func, args):
-            return self.recorder.value_guards.read_sizes(func, args, kwargs, user_source(2))
-        if self.recorder.cumulative_averages.pending:  # its forward's ``F.batch_norm`` takes the traced factor
-            kwargs = self.recorder.cumulative_averages.momentum(func, kwargs, sys._getframe(1))
-        if contains_traced_scalar(args) or contains_traced_scalar(kwargs):
-            if passed_through(func):  # its body gives them to the one op that takes them
-                return func(*args, **kwargs)
-            return call_with_scalars(func, args, kwargs)
-        tensors = scalar_tensors(args, kwargs)
-        if tensors:  # torch's argument parser may read one as a number
-            return self.recorder.parsed_numbers.call(func, args, kwargs, tensors)
-        return func(*args, **kwargs)

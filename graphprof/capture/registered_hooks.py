@@ -14,7 +14,7 @@ and state-dict hooks, its optimizers' step and state-dict hooks, and torch's
 global module and optimizer hooks. When the call left one changed
 (``changed``), its graph is not kept: the call itself stands, as a capture
 call always does (it ran the step for real), and the next call captures
-again (tracing's ``_after_hooks_left``). Why not refuse for good at once: a
+again (``FallbackPolicy.after_hooks_left``). Why not refuse for good at once: a
 library installs a hook lazily, once, the first time a path needs it, and
 keeps a flag that it did (transformers' hook that collects hidden states
 when ``output_hidden_states`` is first switched on); one capture call cannot

@@ -1,6 +1,6 @@
 """One generated function that says whether a call replays a captured path as it stands.
 
-Before a replay, ``tracing._select`` asks four questions of every call: is the
+Before a replay, ``CapturedPaths.select`` (tracing/captured_paths.py) asks four questions of every call: is the
 input signature the last call's (``LastSignature.matches``), are the baked
 optimizer settings, module modes and held Python values unchanged
 (``BakedValues``, capture/held_values.py), are the gradients and optimizer state as at capture (``CapturedStep.entry_mismatch``),

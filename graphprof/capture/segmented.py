@@ -30,13 +30,18 @@ host reads of tensors there (``.item()``, ``.numpy()``, ``.cpu()``,
 while steps are probed (``host_reads``: a ``sys.setprofile`` hook cost more
 than all the probes). Dynamo's compile time (and an optimizer's
 capture) is kept as ``CompileSpan`` events, so step times can leave it out.
+
+This module keeps the compiling (dynamo's backend and callbacks, the
+segments made, the recompiles reported); which forwards are compiled and
+through what entry is capture/compiled_forwards.py's, the routed optimizer
+steps are capture/routed_optimizers.py's, and the records a step leaves are
+capture/segment_timeline.py's.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import types
 import weakref
 import warnings
 from dataclasses import dataclass, field
@@ -48,65 +53,25 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.compiled_forwards import compile_targets, compiled_forward, expanding
 from graphprof.capture.double_backward import double_backward_site
-from graphprof.capture.dynamo_entry import DirectEntry
 from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
 from graphprof.capture.gradient_hooks import GradientHooks, hooks_note
 from graphprof.capture.gradient_layouts import eager_gradient_layouts, reshape_views
-from graphprof.capture.gradient_uses import SplitInputs, split_gradient_uses
+from graphprof.capture.gradient_uses import split_gradient_uses
 from graphprof.capture.installed_forwards import InstalledForwards
 from graphprof.capture.step_warnings import quiet
 from graphprof.capture.host_reads import HostReadTimer
+from graphprof.capture.routed_optimizers import RoutedOptimizers
 from graphprof.capture.segment_nodes import caller_source, first_source, write_capture_records
+from graphprof.capture.segment_timeline import CompileSpan, Segment, StepTimeline
 from graphprof.capture.state import discover_state
-from graphprof.capture.step_wrappers import route_wrapped_step, users_wrapper
 from graphprof.passes.annotate import is_op_node
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.runtime.codegen import compile_graph
 from graphprof.profile.model import GraphKind
 
 log = logging.getLogger("graphprof")
-_MISSING = object()
-
-
-@dataclass
-class Segment:
-    """One compiled graph of a segmented step."""
-
-    id: int
-    kind: GraphKind
-    name: str
-    graph_module: torch.fx.GraphModule
-    instrumented: torch.fx.GraphModule
-
-
-@dataclass(frozen=True)
-class CompileSpan:
-    """Time the step spent compiling (dynamo) or capturing (an optimizer): not the user's work."""
-
-    start_ns: int
-    end_ns: int
-    what: str  # the graph(s) compiled, or the optimizer captured
-    reason: str  # dynamo's guard failure, or why the optimizer was captured
-    backward_of_previous: bool = False  # AOTAutograd compiled the backward of the previous compile lazily
-
-
-@dataclass(frozen=True)
-class OptimizerRun:
-    """One call of an optimizer's step: its replayed graph's stamps, or none (an unprofiled run)."""
-
-    slot: int
-    start_ns: int
-    end_ns: int
-    stamps: tuple[int, ...] = ()
-    graph_module: torch.fx.GraphModule | None = None  # the graph the stamps belong to
-
-
-@dataclass
-class StepTimeline:
-    """What ran during one segmented step, in order: segment stamps, host reads, compiles, optimizer runs."""
-
-    events: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -156,47 +121,6 @@ def keep_distribution_checks() -> None:
     Distribution.set_default_validate_args(checks)
 
 
-def _compile_targets(module: nn.Module) -> list[nn.Module]:
-    """The modules whose forwards are compiled for ``module``: DDP's own forward stays eager (its Reducer
-    is Python), and so does a forward that is a whole training step (a GAN module's ``forward`` that
-    runs both players' backward and optimizer steps: compiled, its second backward went through
-    the graph a second time, where eager runs): its submodules are compiled instead."""
-    from torch.nn.parallel import DistributedDataParallel
-    if isinstance(module, DistributedDataParallel):
-        return [module.module]
-    if _trains(type(module).forward) or "forward" in vars(module):
-        # A forward set on the module itself (a library's wrapper) runs as set: compiled forwards are
-        # installed through the class (capture/installed_forwards.py), which it hides.
-        return [target for child in module.children() for target in _compile_targets(child)]
-    return [module]
-
-
-def _trains(forward: Any) -> bool:
-    """Whether a forward's own code calls ``backward`` (``loss.backward()``, ``torch.autograd.backward``)."""
-    code = getattr(forward, "__code__", None)
-    return code is not None and "backward" in code.co_names
-
-
-def _compiled_forward(module: nn.Module, backend: Any) -> Callable[..., Any]:
-    """``module.forward`` compiled behind an entry function with a code object of its own.
-
-    Dynamo keeps compiled graphs per code object. torch.compile wraps a
-    forward defined in torch (``nn.Sequential``'s) in one wrapper shared by
-    all of them, and every model of one class shares its forward: past
-    ``recompile_limit`` (8) entries dynamo runs it eagerly without a word.
-    A fresh entry function per traced module gives each its own cache.
-    While its one cached graph's guards hold, it is called without entering
-    dynamo's frame machinery (capture/dynamo_entry.py says why that is exact).
-    """
-    forward = module.forward
-
-    def entry(*args: Any, **kwargs: Any) -> Any:
-        return forward(*args, **kwargs)
-
-    entry.__code__ = entry.__code__.replace()  # a new code object: a cache of its own
-    return DirectEntry(entry, torch.compile(entry, backend=backend, dynamic=False))
-
-
 class SegmentedCapture:
     """The user's function with its modules' forwards compiled and its optimizers routed."""
 
@@ -232,7 +156,7 @@ class SegmentedCapture:
         weakref.finalize(self, host_reads.uninstall)
         keep_distribution_checks()
         state = discover_state(fn)
-        roots = list(dict.fromkeys(target for r in state.roots for target in _compile_targets(r)))
+        roots = list(dict.fromkeys(target for r in state.roots for target in compile_targets(r)))
         self.modules: list[tuple[nn.Module, Callable[..., Any]]] = []
         twice = double_backward_site(fn)
         if twice is not None:  # AOTAutograd's graphs cannot be differentiated twice (capture/double_backward.py)
@@ -244,27 +168,16 @@ class SegmentedCapture:
             self.compiled = fn
         else:
             for root in roots:
-                self.modules.append((root, _compiled_forward(root, self._backend(type(root).__name__))))
+                self.modules.append((root, compiled_forward(root, self._backend(type(root).__name__))))
             self.compiled = fn if self.modules else torch.compile(fn, backend=self._backend(""), dynamic=False)
         primary = state.roots[0] if state.roots else None
-        self.optimizers: list[tuple[torch.optim.Optimizer, Callable[..., Any]]] = []
-        #: Per optimizer, the step it has while the step is not running (its class's, or one set on it,
-        #: a scheduler's wrapper): what torch.compile'd code of the user's traces (``_user_compiles_see``).
-        self._user_steps: list[Callable[..., Any]] = []
-        self._own_frames = [False]  # whether a forward graphprof compiled is running (``_own_frame``)
+        #: The optimizers, each with the routed step it runs while the step runs.
+        self.routed = RoutedOptimizers(self, self._name, clock, self._reads)
         self.gradient_hooks = GradientHooks(module for module, _ in self.modules)
-        self._forwards = InstalledForwards([(module, self._own_frame(forward)) for module, forward in self.modules])
-        self._class_steps: list[Callable[..., Any]] = []
-        #: Per optimizer, a wrapper of the user's run eagerly, and its dynamo-disabled self (``_eager_wrapper``).
-        self._eager_wrappers: dict[int, tuple[Any, Callable[..., Any]]] = {}
+        self._forwards = InstalledForwards([(module, self.routed.own_frame(forward))
+                                            for module, forward in self.modules])
         if optimizer_step is not None:
-            for slot, opt in enumerate(state.optimizers):
-                routed = torch._dynamo.disable(self._optimizer_runner(slot, opt, optimizer_step(opt, primary)),
-                                               recursive=True)
-                self._class_steps.append(types.MethodType(type(opt).step, opt))
-                self._user_steps.append(self._class_steps[-1])
-                # Where graphprof compiles the step itself (no module), its ``opt.step`` must stay routed.
-                self.optimizers.append((opt, self._user_compiles_see(slot, routed) if self.compiled is fn else routed))
+            self.routed.route(state.optimizers, optimizer_step, primary, self.compiled is fn)
 
     # -- compiling ------------------------------------------------------------------
     def _backend(self, root_type: str) -> Any:
@@ -285,7 +198,7 @@ class SegmentedCapture:
                 with quiet(), eager_gradient_layouts():
                     if split is None:
                         return aot(gm, example_inputs)
-                    return _expanding(aot(split[0], split[1]), split[2])
+                    return expanding(aot(split[0], split[1]), split[2])
             except Exception as exc:
                 del self.segments[made:]  # a forward compiled before its backward failed: never run
                 self._not_compiled(root_type, exc)
@@ -415,135 +328,6 @@ class SegmentedCapture:
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
-    def _optimizer_runner(self, slot: int, opt: torch.optim.Optimizer, traced: Any) -> Callable[..., Any]:
-        """``opt.step`` as the step sees it: the optimizer's whole-step graph, its run put on the timeline.
-
-        The graph is of the class's step (its hooks included), not of the step
-        it replaces. Where that is an LR scheduler's wrapper, whose one effect
-        is ``opt._opt_called = True`` before the class's step, the flag is set
-        here as the wrapper sets it: without it, a program whose first
-        ``opt.step()`` ran routed got the scheduler's warning "Detected call of
-        ``lr_scheduler.step()`` before ``optimizer.step()``", which eager never gave.
-        """
-        user_steps = self._user_steps
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            if hasattr(user_steps[slot], "_wrapped_by_lr_sched"):
-                opt._opt_called = True  # type: ignore[attr-defined]
-            self._reads.paused = True  # a capture's reads are compile time; a replay makes none
-            traced.profiling = self.probing  # plain graph when the step is not recorded
-            captures, start = traced.captures, self._clock()
-            try:
-                return traced(*args, **kwargs)
-            finally:
-                end = self._clock()
-                self._reads.paused = False
-                if self.probing:
-                    self.timeline.events.append(self._optimizer_event(slot, traced, captures, start, end))
-
-        return step
-
-    def _user_compiles_see(self, slot: int, routed: Callable[..., Any]) -> Callable[..., Any]:
-        """``opt.step`` as installed: the routed step, and to torch.compile tracing the user's own
-        compiled code the optimizer's step as it is without graphprof.
-
-        Why: a step that calls a function the user compiled (``opt_step =
-        torch.compile(opt_step)``, PyTorch's "compiling the optimizer" recipe)
-        runs the optimizer as inductor code in eager. Seen through the routed
-        step, which dynamo cannot trace, that function recompiled with a graph
-        break at ``opt.step()`` and ran graphprof's graph of eager's Adam:
-        parameters 3.7e-8 away from eager's from the first segmented call.
-        Dynamo reads ``is_compiling()`` as True and traces the user's step,
-        as it did without graphprof; run as Python, it is False. Made once per
-        optimizer, so that the user's compiled code keeps the one extra entry
-        its guards on ``opt.step`` compile.
-        """
-        user_steps, own = self._user_steps, self._own_frames
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            if torch.compiler.is_compiling() and not own[0]:
-                return user_steps[slot](*args, **kwargs)
-            return routed(*args, **kwargs)
-
-        return step
-
-    def _own_frame(self, forward: Callable[..., Any]) -> Callable[..., Any]:
-        """``forward`` (a module's compiled forward), telling ``_user_compiles_see`` while it runs that
-        what dynamo traces is graphprof's: an ``opt.step()`` in a forward (a module that is the whole
-        training step) stays routed, as dynamo traced Adam otherwise (see the module's docstring).
-        Dynamo reads the flag as a constant of the frame it traces, and guards on it."""
-        own = self._own_frames
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            was, own[0] = own[0], True
-            try:
-                return forward(*args, **kwargs)
-            finally:
-                own[0] = was
-
-        return run
-
-    def _optimizer_event(self, slot: int, traced: Any, captures: int, start: int, end: int) -> Any:
-        if traced.captures != captures:
-            reason = "its settings changed" if captures else "it is captured once, as a whole-step graph"
-            span = CompileSpan(start, end, f"optimizer {slot + 1}", reason)
-            if self.compiled_once:
-                self.compiles.append(span)
-            return span
-        last = traced.last_sample()
-        if last is not None:
-            stamps, graph_module = last
-            return OptimizerRun(slot, start, end, stamps, graph_module)
-        return OptimizerRun(slot, start, end)
-
-    # -- calling ----------------------------------------------------------------------
-    def _install(self) -> list[tuple[Any, str | None, Any, Any]]:
-        """Put the routed steps in place: (owner, attribute, the user's value,
-        graphprof's), the owner a ``Location`` and no attribute where a wrapper's step was routed."""
-        saved: list[tuple[Any, str | None, Any, Any]] = []
-        for slot, (opt, replacement) in enumerate(self.optimizers):
-            own = opt.__dict__.get("step", _MISSING)
-            self._user_steps[slot] = self._class_steps[slot] if own is _MISSING else own
-            if own is not _MISSING and users_wrapper(own):  # the user's wrapper runs; the step it calls is routed
-                swapped = route_wrapped_step(own, opt, replacement)
-                if swapped is not None:
-                    saved += [(place, None, step, replacement) for place, step in swapped]
-                else:
-                    saved.append((opt, "step", own, self._eager_wrapper(slot, own)))
-                    opt.__dict__["step"] = saved[-1][3]
-                continue
-            saved.append((opt, "step", own, replacement))
-            if hasattr(own, "_wrapped_by_lr_sched"):  # an LR scheduler's first step checks for its wrapper,
-                replacement._wrapped_by_lr_sched = True  # type: ignore[attr-defined]  # warning if it is gone
-            opt.__dict__["step"] = replacement
-        return saved
-
-    def _eager_wrapper(self, slot: int, wrapper: Any) -> Callable[..., Any]:
-        """A wrapper of the user's whose step no cell holds (capture/step_wrappers.py), run as Python,
-        never traced by dynamo: dynamo traced Adam's update differently from eager (the module's
-        docstring). Made once per wrapper, so that code dynamo traces keeps the entry it guards."""
-        kept = self._eager_wrappers.get(slot)
-        if kept is None or kept[0] is not wrapper:
-            log.info("graphprof: %s: the step set on optimizer %d calls its optimizer's step in a way graphprof "
-                     "cannot route; it runs eagerly, and its ops are missing from the profile", self._name, slot + 1)
-            kept = self._eager_wrappers[slot] = (wrapper, torch._dynamo.disable(wrapper, recursive=True))
-        return kept[1]  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _uninstall(saved: list) -> None:
-        """Give the user's values back where graphprof's are still in place. Why only there: a step
-        that sets ``opt.step`` itself (a wrapper installed at some call) keeps it, as in eager."""
-        for obj, attr, old, installed in reversed(saved):
-            if attr is None:  # where a wrapper keeps its step (``route_wrapped_step``)
-                if obj.get() is installed:
-                    obj.set(old)
-            elif obj.__dict__.get(attr, _MISSING) is not installed:
-                continue
-            elif old is _MISSING:
-                obj.__dict__.pop(attr, None)
-            else:
-                obj.__dict__[attr] = old
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the step; with ``probing`` set, record its timeline."""
         self.timeline = StepTimeline()
@@ -552,7 +336,7 @@ class SegmentedCapture:
         handler.register_start_callback(self._start_callback)
         handler.register_end_callback(self._end_callback)
         self._forwards.install()
-        saved = self._install()
+        saved = self.routed.install()
         try:
             if not self.probing:
                 host_reads.uninstall()  # no step is timed now: torch.Tensor gets its own methods back
@@ -560,18 +344,9 @@ class SegmentedCapture:
             with self._reads:
                 return self.compiled(*args, **kwargs)
         finally:
-            self._uninstall(saved)
+            self.routed.uninstall(saved)
             self._forwards.uninstall()
             handler.remove_start_callback(self._start_callback)
             handler.remove_end_callback(self._end_callback)
             self.compiled_once = True
-
-
-def _expanding(compiled: Callable[..., Any], split: SplitInputs) -> Callable[..., Any]:
-    """``compiled`` called with the caller's inputs, a split input handed once per read; never traced by
-    dynamo, as AOTAutograd's own function is not."""
-    def run(*args: Any) -> Any:
-        return compiled(*split.expand(args))
-
-    return torch._dynamo.disable(run, reason="runs a graph graphprof compiled")
 

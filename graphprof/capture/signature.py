@@ -140,7 +140,7 @@ class LastSignature:
         #: The graphs captured for ``key`` (tracing keeps them here between calls, and drops them
         #: whenever its graphs change).
         self.paths: Any = None
-        #: The path a call of this key replays without asking ``tracing._select`` (set by tracing,
+        #: The path a call of this key replays without asking ``CapturedPaths.select`` (set by tracing,
         #: dropped whenever the graphs change): it holds its own exact test (capture/replay_check.py).
         self.replay: Any = None
         #: The key's parts: how many positional tensors, the grad mode, each tensor's fields.

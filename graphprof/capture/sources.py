@@ -19,7 +19,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # graphprof's own machinery is never "user code"; its demo models are.
 _SKIP_DIRS = (
     _TORCH_DIR,
-    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", "tracing.py")),
+    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", os.path.join("tracing", ""))),
     os.path.dirname(contextlib.__file__),
 )
 

@@ -72,9 +72,9 @@ _TRACER_FILES = tuple(os.path.join(os.path.dirname(torch.__file__), *part) for p
     ("_dynamo", "eval_frame.py")))
 _DISPATCH_FILE = os.path.join(os.path.dirname(torch.__file__), "overrides.py")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: The frame that calls the step while it is captured, and the one that calls graphprof.
+#: The frame that calls the step while it is captured, and the folder of the code that calls graphprof.
 _CAPTURE_FILE = os.path.join(_PACKAGE_DIR, "capture", "whole_step.py")
-_ENTRY_FILE = os.path.join(_PACKAGE_DIR, "tracing.py")
+_ENTRY_DIR = os.path.join(_PACKAGE_DIR, "tracing")
 #: graphprof's frames that run while an op of the traced step is dispatched (its modes' handlers).
 _DISPATCH_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
 #: graphprof's stand-ins that call what eager calls from the same place (``Function.apply``, and the
@@ -202,7 +202,7 @@ def _callers_of_graphprof(frame: FrameType | None) -> list[FrameType]:
     """The frames above the outermost call of graphprof's traced function (eager's step's callers)."""
     outermost = None
     while frame is not None:
-        if frame.f_code.co_filename == _ENTRY_FILE:
+        if os.path.dirname(frame.f_code.co_filename) == _ENTRY_DIR:
             outermost = frame
         frame = frame.f_back
     callers: list[FrameType] = []

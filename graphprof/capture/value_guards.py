@@ -11,7 +11,7 @@ a ``Guard`` whose check recomputes the value from the call's own inputs.
 The check is the *prefix* of the graph that computes the value: the nodes
 ``t`` depends on, from the step's inputs (tensor and number arguments,
 numbers the step reads from its own objects) and constants the trace made.
-It is evaluated in ``tracing._select`` before a replay runs anything, like
+It is evaluated in ``CapturedPaths.select`` (tracing/captured_paths.py) before a replay runs anything, like
 guards on input scalars; a different outcome selects or captures another
 path, so a failed guard never leaves the user's state half-updated. A value
 that a prefix cannot reproduce before the step refuses the capture, naming

@@ -1,4 +1,4 @@
-"""What the policy (``tracing.py``) needs from a way of running a step.
+"""What the policy (``tracing/``) needs from a way of running a step.
 
 Two runners implement it: ``WholeStepRunner`` (one make_fx graph per input
 signature and path) and ``SegmentedRunner`` (torch.compile segments). The

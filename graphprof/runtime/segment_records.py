@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from graphprof.capture.segment_nodes import last_source
 from graphprof.capture.host_reads import HostRead
-from graphprof.capture.segmented import CompileSpan, OptimizerRun, Segment
+from graphprof.capture.segment_timeline import CompileSpan, OptimizerRun, Segment
 from graphprof.passes.annotate import is_op_node
 from graphprof.profile.model import GraphKind, GraphRecord, NodeRecord, Phase
 from graphprof.runtime.collect import graph_record_from_times

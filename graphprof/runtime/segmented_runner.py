@@ -16,7 +16,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable, Hashable
 
-from graphprof.capture.segmented import CompileSpan, SegmentedCapture
+from graphprof.capture.segment_timeline import CompileSpan
+from graphprof.capture.segmented import SegmentedCapture
 from graphprof.passes.instrument import Clock
 from graphprof.passes.pipeline import prepare_graph
 from graphprof.profile.model import Recompile

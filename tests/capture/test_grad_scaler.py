@@ -21,7 +21,7 @@ from torch import nn
 
 import graphprof
 from graphprof.capture.module_structure import MODULE_GLOBAL_HOOK_DICTS
-from graphprof.tracing import CALL_ONLY_LIMIT
+from graphprof.tracing.fallbacks import CALL_ONLY_LIMIT
 
 #: The calls whose batch holds an infinite value: the scaler skips the optimizer's step there.
 OVERFLOWING = (4,)

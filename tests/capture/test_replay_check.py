@@ -1,4 +1,4 @@
-"""The one-test replay check: it passes only where ``_select`` would take the same path, and steady calls use it."""
+"""The one-test replay check: it passes only where ``CapturedPaths.select`` would take the same path, and steady calls use it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from torch import nn
 
 import graphprof
 from graphprof.tracing import TracedFunction
+from graphprof.tracing.captured_paths import CapturedPaths
 
 
 class _Loop:
@@ -54,15 +55,15 @@ class _Loop:
 
 
 def _selected(loop: _Loop, args: tuple, kwargs: dict) -> Any:
-    """The runner ``_select`` takes for this call now (None where it would capture), as the long way asks."""
+    """The runner ``CapturedPaths.select`` takes for this call now (None where it would capture), as the long way asks."""
     last = loop.traced._last_signature
     if last is None or not last.matches(args, kwargs):
         return None
-    return loop.traced._select(last.key, list(args), last)[0]
+    return loop.traced._paths.select(last.key, list(args), last)[0]
 
 
 def _agrees(loop: _Loop, args: tuple | None = None, kwargs: dict | None = None) -> bool:
-    """The check's answer, checked against the long way: it never passes where ``_select`` would not
+    """The check's answer, checked against the long way: it never passes where ``CapturedPaths.select`` would not
     take its path."""
     args, kwargs = args or (loop.x, loop.y), kwargs or {}
     path = loop.path()
@@ -77,12 +78,12 @@ def test_the_check_is_written_at_capture_and_steady_calls_skip_select(monkeypatc
     loop.call()
     loop.call()  # the capture call writes the check
     last = loop.traced._last_signature
-    assert last is not None and loop.traced._graphs[last.key][0].check is not None
+    assert last is not None and loop.traced._paths.graphs[last.key][0].check is not None
     assert loop.traced.runner.captured.guards  # the branch on self.scale is guarded
-    loop.call()  # the first replay asks _select, and remembers its path
+    loop.call()  # the first replay asks CapturedPaths.select, and remembers its path
     asked: list[int] = []
-    select = TracedFunction._select
-    monkeypatch.setattr(TracedFunction, "_select", lambda self, *a: asked.append(1) or select(self, *a))
+    select = CapturedPaths.select
+    monkeypatch.setattr(CapturedPaths, "select", lambda self, *a: asked.append(1) or select(self, *a))
     for _ in range(5):
         loop.call()
     assert asked == [] and _agrees(loop)
@@ -142,7 +143,7 @@ def test_grad_mode_is_part_of_the_check() -> None:
 
 
 def test_random_changes_and_reverts_never_pass_where_select_would_not() -> None:
-    """Changes applied and undone at random: whenever the check passes, ``_select`` takes its path."""
+    """Changes applied and undone at random: whenever the check passes, ``CapturedPaths.select`` takes its path."""
     rng = random.Random(0)
     loop = _Loop()
     for _ in range(4):

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import graphprof
-from graphprof.capture.segmented import OptimizerRun
+from graphprof.capture.segment_timeline import OptimizerRun
 
 CALLS = 7
 #: How each twin is traced: whole-step replay, segments after a tensor branch, segments asked for.

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphprof
-from graphprof.capture.recorder import CaptureRecorder
+from graphprof.capture.dropped_grads import DroppedGrads
 from graphprof.runtime.codegen import compile_graph
 from graphprof.runtime.failed_replays import failing_node, first_change
 
@@ -156,7 +156,7 @@ def test_gradients_dropped_where_the_capture_did_not_see_are_said_once(monkeypat
     """Where the capture does not see the step drop its gradients, a replay drops them before it starts
     (as it did before it placed them): an error in the forward then leaves them dropped where eager
     still holds them, and one warning says so; later calls run as segments."""
-    monkeypatch.setattr(CaptureRecorder, "_note_dropped_grads", lambda self: None)
+    monkeypatch.setattr(DroppedGrads, "note", lambda self, context: None)
     step, _, kept = _step(zero_grad_first=False)
     traced = graphprof.trace(step, profiling=False)
     with warnings.catch_warnings(record=True) as caught:
