@@ -311,8 +311,8 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
                                    [*hook_functions(state.module_objects()), *optimizer_hook_functions(state.optimizers)])
         holder["python"] = python
         holder["leaf_grads"] = _LeafGrads(python, state.params)
-        holder["deep"] = DeepContents(python.watched)
-        python.view_lists(recorder.graph, lambda: recorder.context(()))
+        holder["deep"] = DeepContents(python.places.watched)
+        python.lists.view(recorder.graph, lambda: recorder.context(()))
         reached = [*python.reached(), *(obj for _, obj in arguments)]
         holder["torch_objects"] = TorchObjects([*state.optimizers, *reached])
         holder["scalers"] = ScalerStates(reached)
@@ -329,27 +329,28 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             groups.before_scheduler()
             hyperparameters.unwrap_groups()  # a scheduler reads and writes real numbers
             scheduler_fields.unwrap()
-            python.real_numbers(True)
+            python.places.real_numbers(True)
 
         def after_scheduler() -> None:
-            python.real_numbers(False)
+            python.places.real_numbers(False)
             hyperparameters.wrap_groups()
             scheduler_fields.wrap()
             groups.settle()
 
         recorder.schedulers.before_step, recorder.schedulers.on_step = before_scheduler, after_scheduler
         names = holder.setdefault("names", NameReads(is_library))
-        names.grown = grown_lists(python.watched)
+        names.grown = grown_lists(python.places.watched)
         foreign = ForeignCalls()
         names.on_library_call = foreign.on_call
+        functions = python.places.functions  # the user's functions the step can run
         settings = torch_settings()
         try:
-            with recorder.active(python.functions), traced_builtins(python.functions, bool(python.views)), names:
+            with recorder.active(functions), traced_builtins(functions, bool(python.lists.views)), names:
                 out = fn(*call_args, **call_kwargs)
         except DataDependentError:  # refused where it was made: the step runs again another way
             restore_settings(settings)
             raise
-        out = python.put_back_lists(out, names.records())  # the user's lists, with what was appended, before any compare
+        out = python.lists.put_back(out, names.records())  # the user's lists, with what was appended, before any compare
         refuse_changed_settings(settings)
         holder["hooks_left"] = holder["hooks"].changed()
         holder["numpy"].refuse_drawn()
@@ -367,7 +368,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
             raise DataDependentError(f"formatting at {unprinted} cannot be replayed by a static graph")
         foreign.refuse()
         history = recorder.backward_nodes.history_of  # a kept tensor has autograd's record, as eager's
-        places = kept_places(entry.location for entry in python.watched)  # before effects copy what they keep
+        places = kept_places(entry.location for entry in python.places.watched)  # before effects copy what they keep
         python.effects(recorder.graph, recorder.tensor_node, assignment_source(fn), recorder.context(()), history)
         holder["scalers"].effects(recorder.graph, recorder.context(()))
         refuse_reading_extended_lists(python, names)
@@ -401,7 +402,7 @@ def capture_whole_step(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Cap
         check_new_gradients(params, pre_grads)
         flags.effects(recorder.graph, recorder.context(()))  # a GAN's frozen discriminator, per path
         modes.effects(recorder.graph, recorder.context(()))  # ``model.train()`` inside the step
-        refuse_escaped_scalars(python.watched)  # after every effect: what is left was never watched
+        refuse_escaped_scalars(python.places.watched)  # after every effect: what is left was never watched
         refuse_replaced(optimizer_state_before)
         return plain, [local_shard(p.grad) for p in params]
 
@@ -502,7 +503,7 @@ class _LeafGrads:
     def __init__(self, python: PythonState, params: Any) -> None:
         with _disable_current_modes():  # copies of the caller's values, not ops of the traced step
             self.found = [(e.location.describe, t, None if t.grad is None else t.grad.detach().clone(), t.grad)
-                          for e in python.watched if isinstance(t := e.before, torch.Tensor) and t.requires_grad
+                          for e in python.places.watched if isinstance(t := e.before, torch.Tensor) and t.requires_grad
                           and t.is_leaf and id(t) not in params]
 
     def refuse(self, read: set[int]) -> None:
