@@ -34,7 +34,7 @@ from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import GUARD_SINKS, DataDependentError, Guard
 from graphprof.capture.signature import LastSignature, foreign_context, signature, signature_change
-from graphprof.capture.whole_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
+from graphprof.capture.captured_step import NEVER_AGAIN, OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
 from graphprof.profile.step_facts import with_eager_times
 from graphprof.runtime.assemble import assemble_profile
