@@ -59,7 +59,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.profiler import ProfilerActivity, profile
 
-from graphprof.capture.whole_step import run_captured
+from graphprof.capture.captured_step import run_captured
 from graphprof.demo.steps import DEMO_STEPS
 from graphprof.passes.instrument import instrument
 from graphprof.passes.records import PROBE_AFTER

@@ -111,7 +111,7 @@ class _Kept:
 
 class DeepContents:
     """The contents of the lists, deques, sets, dicts and plain objects below the watched values
-    (``watched``: ``PythonState.watched``),
+    (``watched``: ``PythonState.places.watched``),
     as the step found them: a refused capture puts them back (what is watched is put back by
     ``PythonState.restore``, after this), so that the step's run as segments finds eager's state."""
 
@@ -149,13 +149,13 @@ def _user_fields(value: Any) -> dict[str, Any] | None:
 
 
 def _roots(watched: Iterable[Any]) -> Iterator[tuple[str, Any]]:
-    """(label, value now) of each watched entry (``PythonState.watched``)."""
+    """(label, value now) of each watched entry (``PythonState.places.watched``)."""
     return ((entry.location.describe, value) for entry in watched if (value := entry.location.read()) is not ABSENT)
 
 
 def refuse_escaped_scalars(watched: Iterable[Any]) -> None:
     """Refuse the capture where a value the step read from a tensor is still in the user's objects,
-    below a watched value (``watched``: ``PythonState.watched`` after its effects)."""
+    below a watched value (``watched``: ``PythonState.places.watched`` after its effects)."""
     where = find_escaped(_roots(watched))
     if where is not None:
         raise DataDependentError(

@@ -1,7 +1,7 @@
 """Whether the step reads a gradient it drops later (``p.grad is not None`` before its ``zero_grad()``).
 
 Why: a replay drops such gradients before its graph runs, or where the step
-drops them (capture/whole_step.py), and nothing of them is in the graph: a
+drops them (capture/grad_drops.py), and nothing of them is in the graph: a
 read of their presence is a Python test, baked into the graph, and no op uses
 their data (that would keep them). When a replay raises after the drop,
 graphprof runs the step again eagerly from the state the replay left

@@ -11,7 +11,7 @@ as eager left them after the call before. Left as the capture call changed
 them, that run differed from eager's, or raised where eager does not
 (``prune.remove`` of a weight no longer pruned).
 
-Watched values are put back one place at a time (capture/inputs.py), and a
+Watched values are put back one place at a time (capture/watched_state.py), and a
 key put back that way goes to the end of its dict. These dicts are put back
 whole instead: each module's ``__dict__`` and its parameter, buffer and
 submodule dicts get the same keys, in the same order, holding the same

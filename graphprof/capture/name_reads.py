@@ -400,11 +400,11 @@ def refuse_reading_extended_lists(python: Any, names: NameReads) -> None:
     ``vars``) may read a list unseen, but a read seen is one all the same: it refuses."""
     if not names.active or not (names.read_uses or names.traced_uses):
         return
-    extended = {id(e.before) for e in python.watched if id(e) in python.extended}
-    for entry in python.watched:  # each name the list is reached by (``hist``, ``trainer.hist``)
+    extended = {id(e.before) for e in python.places.watched if id(e) in python.changes.extended}
+    for entry in python.places.watched:  # each name the list is reached by (``hist``, ``trainer.hist``)
         if id(entry.before) in extended and type(entry.before) in (list, deque):
             # ``len(hist)``, ``hist[-3:]``: answered by the list's view with traced values where it had one
-            reads = names.read_uses if id(entry) in python.viewed else names.read_uses | names.traced_uses
+            reads = names.read_uses if id(entry) in python.lists.viewed else names.read_uses | names.traced_uses
             if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step reads {entry.location.describe}, a list it also appends to: a replay would read "
@@ -424,10 +424,10 @@ def refuse_rebuilt_containers(python: Any, names: NameReads) -> None:
     reads = names.read_uses | names.traced_uses  # ``self.window[-9:] + [v]`` reads the old items too
     if not names.active or names.dynamic or not reads:
         return
-    for entry in python.watched:
-        if id(entry.before) in python.carried:
+    for entry in python.places.watched:
+        if id(entry.before) in python.places.carried:
             continue  # its tensors are read where they are kept, its length held (``_carried_tensors``)
-        if id(entry) in python.assigned and type(entry.before) in (list, dict) and entry.before:
+        if id(entry) in python.changes.assigned and type(entry.before) in (list, dict) and entry.before:
             if any(name in reads for name in names_of(entry.location, names)):
                 raise DataDependentError(
                     f"the step builds {entry.location.describe} anew from the {type(entry.before).__name__} it "
@@ -462,7 +462,8 @@ def unread_lists(python: Any, names: NameReads, leaves: Iterable[Any], params: I
     capture call did not read (``NameReads.unread``). Only for a step on the CPU (``on_the_cpu``)."""
     if not on_the_cpu(leaves, params):
         return set()
-    candidates = list_candidates(python.watched, python.extended | python.assigned | python.rewritten)
+    changes = python.changes
+    candidates = list_candidates(python.places.watched, changes.extended | changes.assigned | changes.rewritten)
     return names.unread(candidates) if candidates else set()
 
 
@@ -470,7 +471,7 @@ def _found_globals(python: Any) -> set[tuple[int, Any]]:
     """(id of the dict, key) of every watched dict entry of ``python`` (a ``PythonState``, or None)."""
     if python is None:
         return set()
-    return {(id(e.location.owner), e.location.key) for e in python.watched if e.location.place is Place.ITEM}
+    return {(id(e.location.owner), e.location.key) for e in python.places.watched if e.location.place is Place.ITEM}
 
 
 def refuse_unseen_global_writes(python: Any, names: NameReads) -> None:

@@ -31,7 +31,7 @@ from torch.utils.hooks import RemovableHandle
 from graphprof.capture.baked_values import BakedValues
 from graphprof.capture.module_structure import REGISTRATIONS
 from graphprof.capture.signature import LastSignature, ambient_state, autocast_state
-from graphprof.capture.whole_step import CapturedStep
+from graphprof.capture.captured_step import CapturedStep
 
 #: ``check(args, kwargs)``: True when the call would replay the path the check was written for.
 ReplayCheck = Callable[[tuple, dict], bool]

@@ -42,7 +42,8 @@ from graphprof.capture.grad_scaler import OVERFLOW_CHECK, GradientsOverflowed, o
 from graphprof.capture.host_nodes import SILENT_AGAIN, is_reader
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.snapshot import arguments_by_name, written_arguments
-from graphprof.capture.whole_step import DROPS_GRADS, CapturedStep
+from graphprof.capture.captured_step import CapturedStep
+from graphprof.capture.grad_drops import DROPS_GRADS
 from graphprof.passes.records import CAPTURE, STATE, StateRole
 from graphprof.runtime.allocator import node_device_types
 from graphprof.runtime.kept_buffers import KEPT_BUFFER_BYTES, attribute, storage_bytes

@@ -22,7 +22,8 @@ import torch.fx
 from graphprof.capture.batches import flatten_call
 from graphprof.capture.distributed import refuse_ddp, wait_for_collectives
 from graphprof.capture.errors import CaptureError, StateNotRestored
-from graphprof.capture.whole_step import CapturedStep, capture_whole_step, run_captured
+from graphprof.capture.captured_step import CapturedStep, run_captured
+from graphprof.capture.whole_step import capture_whole_step
 from graphprof.passes.instrument import Clock, instrument
 from graphprof.passes.memory import memory
 from graphprof.passes.pipeline import prepare_graph

@@ -21,7 +21,7 @@ from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import Guard
 from graphprof.capture.signature import LastSignature, signature_change
-from graphprof.capture.whole_step import NEVER_AGAIN
+from graphprof.capture.captured_step import NEVER_AGAIN
 from graphprof.runtime.whole_step_runner import WholeStepRunner
 
 log = logging.getLogger("graphprof")

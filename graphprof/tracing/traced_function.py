@@ -31,7 +31,7 @@ from graphprof.capture.errors import CaptureError
 from graphprof.capture.gradient_hooks import hooks_note
 from graphprof.capture.scalars import GUARD_SINKS, DataDependentError
 from graphprof.capture.signature import LastSignature, foreign_context, signature
-from graphprof.capture.whole_step import OPTIMIZER_STATE_CREATED
+from graphprof.capture.captured_step import OPTIMIZER_STATE_CREATED
 from graphprof.passes.instrument import Clock
 from graphprof.runtime.device_clock import TIMINGS, DeviceClock
 from graphprof.runtime.failed_replays import ReplayError, overflowed

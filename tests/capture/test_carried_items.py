@@ -1,5 +1,6 @@
 """A tensor a step keeps in one of its dicts or lists and carries to its next call is read where it
-is kept (capture/inputs.py, ``_watch_items`` and ``_set_items``), as one kept in an attribute is.
+is kept (capture/watched_state.py, ``_watch_items``, and capture/state_effects.py, ``_set_items``), as
+one kept in an attribute is.
 
 A GRU's hidden state (one tensor, in a dict or a list, or a closure
 variable) and a running mean such as yolov5's ``mloss`` were constants of

@@ -1,5 +1,5 @@
 """Tensors a step carries to its next call in a tuple or list (an LSTM's ``(h, c)``) are read where
-they are kept (capture/inputs.py, ``_carried_tensors``).
+they are kept (capture/watched_state.py, ``_carried_tensors``).
 
 The PyTorch word-language-model example keeps ``hidden`` between batches
 and starts each with ``hidden = repackage_hidden(hidden)``. The tensors of

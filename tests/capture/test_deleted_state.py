@@ -7,7 +7,7 @@ closure's variable. The undo read each watched place to put it back, met
 the deleted one (``KeyError``) and stopped there: the values after it kept
 graphprof's traced numbers (``S["i"]``), and that call and every later one
 raised where eager does not. Now every place is put back, a deleted one
-made again where it was (capture/inputs.py, capture/module_contents.py), so
+made again where it was (capture/watched_state.py, capture/module_contents.py), so
 that the step's run after the refusal, and every later call, gives eager's
 results; and a place that cannot be put back is named by one error, raised
 after everything else is back (capture/errors.py, ``StateNotRestored``).
@@ -26,7 +26,7 @@ from torch import nn
 import graphprof
 from graphprof.capture.errors import StateNotRestored
 from graphprof.capture.held_values import Place
-from graphprof.capture.inputs import PythonState, _Watched
+from graphprof.capture.watched_state import Watched, WatchedState
 from graphprof.capture.locations import Location, item_location
 
 CALLS = 6
@@ -269,8 +269,8 @@ def test_the_undo_of_python_values_goes_on_past_one_that_fails_and_names_it() ->
         raise TypeError("read-only")
 
     stuck = Location("stuck", lambda: "now", refuse, Place.ATTRIBUTE, object(), "stuck")
-    state = PythonState(watched=[_Watched(item_location(first, "n", "first"), 1), _Watched(stuck, "before"),
-                                 _Watched(item_location(last, "n", "last"), 2)])
+    state = WatchedState(watched=[Watched(item_location(first, "n", "first"), 1), Watched(stuck, "before"),
+                                  Watched(item_location(last, "n", "last"), 2)])
     with pytest.raises(StateNotRestored, match="stuck") as caught:
         state.restore()
     assert first == {"n": 1} and last == {"n": 2}

@@ -1,5 +1,5 @@
 """A ``collections.deque`` the step appends to is extended by every replay, as a list is
-(capture/inputs.py, ``_appended``).
+(capture/state_effects.py, ``_appended``).
 
 torchvision's reference scripts log through ``MetricLogger.update(loss=...)``,
 whose ``SmoothedValue`` appends each value to a ``deque(maxlen=window)`` and

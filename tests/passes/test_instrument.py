@@ -6,7 +6,8 @@ import itertools
 
 import torch
 
-from graphprof.capture.whole_step import capture_whole_step, run_captured
+from graphprof.capture.captured_step import run_captured
+from graphprof.capture.whole_step import capture_whole_step
 from graphprof.passes.annotate import annotate, is_op_node
 from graphprof.passes.instrument import instrument, probe_cost_ns
 from graphprof.passes.records import PROBE

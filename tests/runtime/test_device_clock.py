@@ -22,7 +22,8 @@ from graphprof.profile.records import seconds_to_ns
 from graphprof.analysis.advisor import advise
 from graphprof.analysis.report import build_report
 from graphprof.analysis.roofline import Peaks
-from graphprof.capture.whole_step import capture_whole_step, run_captured
+from graphprof.capture.captured_step import run_captured
+from graphprof.capture.whole_step import capture_whole_step
 from graphprof.passes.annotate import annotate, is_op_node
 from graphprof.passes.device_probes import add_device_marks, event_count, timed_op_nodes
 from graphprof.passes.instrument import instrument
