@@ -43,7 +43,6 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,6 +52,7 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 
 from graphprof.capture import host_reads
+from graphprof.capture.caller_warnings import warn_caller
 from graphprof.capture.compiled_forwards import compile_targets, compiled_forward, expanding
 from graphprof.capture.double_backward import double_backward_site
 from graphprof.capture.identity_dropout import drop_skipped_dropouts, use_eager_dropouts
@@ -229,7 +229,7 @@ class SegmentedCapture:
             log.info(message)
         else:
             self._uncompiled_warned = True
-            warnings.warn(message, stacklevel=2)
+            warn_caller(message)
 
     def runs_eagerly(self) -> bool:
         """Whether this call runs the step eagerly, unprofiled, because its parameters' gradient hooks
@@ -242,7 +242,7 @@ class SegmentedCapture:
             log.info(message)
         else:
             self._hooks_warned = True
-            warnings.warn(message, stacklevel=3)
+            warn_caller(message)
         return True
 
     def _compiler(self, kind: GraphKind, root_type: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
@@ -312,7 +312,7 @@ class SegmentedCapture:
                 log.info(message)
             else:
                 self._recompiles_warned = True
-                warnings.warn(message + " (later compiles are logged, not warned)", stacklevel=2)
+                warn_caller(message + " (later compiles are logged, not warned)")
 
     def _runner(self, segment: Segment) -> Callable[[list], Any]:
         plain, probed = compile_graph(segment.graph_module), compile_graph(segment.instrumented)

@@ -13,10 +13,10 @@ place that answers "which graph", and tests ask it that question directly.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
+from graphprof.capture.caller_warnings import warn_caller
 from graphprof.capture.refused_paths import RefusedPath, refused_path
 from graphprof.capture.replay_check import Path
 from graphprof.capture.scalars import Guard
@@ -91,7 +91,7 @@ class CapturedPaths:
         if sum(map(len, self.refused.values())) > 1:
             log.info(message)
         else:
-            warnings.warn(message + segments_note(), stacklevel=3)
+            warn_caller(message + segments_note())
         return True
 
     def select(self, key: Hashable, leaves: list[Any],

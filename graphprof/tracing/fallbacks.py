@@ -9,16 +9,16 @@ from the call path in traced_function.py that asks for them.
 
 The handlers are called directly from ``TracedFunction``'s call path, which
 passes itself (the policy keeps no reference to it, so that a traced function
-the user drops is freed at once, as before): their warnings' ``stacklevel``
-counts the frames between them and the user's call.
+the user drops is freed at once, as before). Their warnings blame the user's
+call (capture/caller_warnings.py).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any, Callable, Hashable, Protocol
 
+from graphprof.capture.caller_warnings import warn_caller
 from graphprof.capture.errors import CaptureError
 from graphprof.capture.scalars import DataDependentError, Guard
 from graphprof.runtime.failed_replays import ReplayError
@@ -124,9 +124,8 @@ class FallbackPolicy:
             "path as torch.compile segments, and replaying the others' graphs", traced._segments_note)
         if not kept:
             self.segments_only = str(exc)
-            warnings.warn(f"graphprof: {exc}; profiling {traced.__name__} as torch.compile segments instead"
-                          f"{traced._segments_note()}",
-                          stacklevel=3)
+            warn_caller(f"graphprof: {exc}; profiling {traced.__name__} as torch.compile segments instead"
+                        f"{traced._segments_note()}")
         return traced._run(traced._segmented_runner(), call, start, args, kwargs, leaves, key)
 
     def after_call_only_refusal(self, traced: FallingBack, refusal: DataDependentError, args: tuple,
@@ -154,8 +153,8 @@ class FallbackPolicy:
                            "more on every call, where a replayed graph would run the hooks one capture call ran")
         traced._switch_runner(None)  # no runner runs its calls
         if traced.capture == "auto":
-            warnings.warn(f"{self.eager_only}; it runs eagerly from now on, unprofiled (as torch.compile segments "
-                          "it would compile again on every call)", stacklevel=4)
+            warn_caller(f"{self.eager_only}; it runs eagerly from now on, unprofiled (as torch.compile segments "
+                        "it would compile again on every call)")
         return result
 
     def after_failed_capture(self, traced: FallingBack, exc: CaptureError, args: tuple, kwargs: dict) -> Any:
@@ -170,8 +169,8 @@ class FallbackPolicy:
             self.own_errors_in_a_row = (errors + 1, f"{type(error).__name__}: {error}".splitlines()[0])
             raise
         self.segments_only = str(exc)
-        warnings.warn(f"graphprof: {exc}; this call ran eagerly, and later calls of {traced.__name__} run as "
-                      f"torch.compile segments{traced._segments_note()}", stacklevel=4)
+        warn_caller(f"graphprof: {exc}; this call ran eagerly, and later calls of {traced.__name__} run as "
+                    f"torch.compile segments{traced._segments_note()}")
         return result
 
     def after_failed_replay(self, traced: FallingBack, failed: ReplayError, args: tuple, kwargs: dict) -> Any:
@@ -191,15 +190,15 @@ class FallbackPolicy:
             failure.restore()
             result = traced._fn(*args, **kwargs)  # raises eager's own error, as eager would have
             self.segments_only = f"its graph raised {what} where eager did not"
-            warnings.warn(f"graphprof: the replayed graph of {traced.__name__} raised {what} at {failure.node}, "
-                          "where eager did not; this call ran eagerly, and later calls run as torch.compile "
-                          f"segments{traced._segments_note()}", stacklevel=5)
+            warn_caller(f"graphprof: the replayed graph of {traced.__name__} raised {what} at {failure.node}, "
+                        "where eager did not; this call ran eagerly, and later calls run as torch.compile "
+                        f"segments{traced._segments_note()}")
             return result
         self.segments_only = f"a replay raised {what} after it had {failure.written}"
-        warnings.warn(f"graphprof: the replayed graph of {traced.__name__} raised {what} at "
-                      f"{failure.node or 'an op'} after it had {failure.written}, so it cannot run the step again as "
-                      "eager would: the error is raised to the caller, and what the step changes before that point "
-                      "(Python state, gradients) may differ from what eager leaves (where code the step calls "
-                      "catches the error itself, eager went on); later calls run as torch.compile segments, which "
-                      f"stop where eager stops{traced._segments_note()}", stacklevel=5)
+        warn_caller(f"graphprof: the replayed graph of {traced.__name__} raised {what} at "
+                    f"{failure.node or 'an op'} after it had {failure.written}, so it cannot run the step again as "
+                    "eager would: the error is raised to the caller, and what the step changes before that point "
+                    "(Python state, gradients) may differ from what eager leaves (where code the step calls "
+                    "catches the error itself, eager went on); later calls run as torch.compile segments, which "
+                    f"stop where eager stops{traced._segments_note()}")
         raise error.with_traceback(error.__traceback__)

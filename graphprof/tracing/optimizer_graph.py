@@ -10,12 +10,12 @@ holds that choice and hands the segmented step the last replay's stamps.
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any, Callable, Protocol
 
 import torch
 import torch.fx
 
+from graphprof.capture.caller_warnings import warn_caller
 from graphprof.capture.errors import CaptureError
 from graphprof.runtime.runner import Runner
 from graphprof.runtime.whole_step_runner import WholeStepRunner
@@ -84,7 +84,7 @@ class OptimizerGraph:
             self.eager = True
             message = f"graphprof: {exc}; running {self.traced.__name__} eagerly (timed as one host node)"
             if self.warn:
-                warnings.warn(message, stacklevel=2)
+                warn_caller(message)
             else:
                 log.info(message)
             return self.step(*args, **kwargs)

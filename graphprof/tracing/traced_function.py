@@ -19,12 +19,12 @@ import logging
 import threading
 import time
 import types
-import warnings
 from typing import Any, Callable, Hashable
 
 import torch
 import torch.fx
 
+from graphprof.capture.caller_warnings import warn_caller
 from graphprof.profile.model import Profile
 from graphprof.capture.distributed import OPTIMIZER_ONLY
 from graphprof.capture.errors import CaptureError
@@ -199,9 +199,9 @@ class TracedFunction:
         if foreign is not None:  # the caller's mode sees every op eager runs: only eager runs them all
             if not self._foreign_warned:
                 self._foreign_warned = True
-                warnings.warn(f"graphprof: {self.__name__} is called inside {foreign}, which sees every op the step "
-                              "runs and which a replayed graph would not pass its ops through; such calls run "
-                              "eagerly, unprofiled", stacklevel=3)
+                warn_caller(f"graphprof: {self.__name__} is called inside {foreign}, which sees every op the step "
+                            "runs and which a replayed graph would not pass its ops through; such calls run "
+                            "eagerly, unprofiled")
             return self._fn(*args, **kwargs)
         last = self._last_signature
         if last is not None:
@@ -234,8 +234,7 @@ class TracedFunction:
             message = f"graphprof: {self.__name__} {fallbacks.storm}; no longer capturing it"
             if self.capture != "auto":
                 raise CaptureError(message)
-            warnings.warn(f"{message}, profiling it as torch.compile segments instead{self._segments_note()}",
-                          stacklevel=2)
+            warn_caller(f"{message}, profiling it as torch.compile segments instead{self._segments_note()}")
             return self._run(self._segmented_runner(), call, start, args, kwargs, leaves, key)
         try:
             captured = self._capture(key, args, kwargs, reason)
