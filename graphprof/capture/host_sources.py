@@ -9,7 +9,7 @@ outside the graph would be frozen at the capture call's value:
   ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager,
   under whatever name the step's functions call them (``from time import
   perf_counter``, ``timeit.default_timer``, ``clock = time.time``: see
-  capture/bound_names.py);
+  capture/bound_names.py); ``datetime.now()`` refuses (capture/clock_dates.py);
   the time as text (``time.ctime()``) in a line the step only prints is
   each replay's own (``time_texts``);
 * **output**: ``print(...)`` and ``logging`` calls made by the user's code
@@ -60,6 +60,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from graphprof.capture.bound_names import wrapped_names
+from graphprof.capture.clock_dates import date_stand_ins
 from graphprof.capture.echo_streams import EchoStream, put_stream
 from graphprof.capture.host_nodes import SILENT_AGAIN, effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.printed_tensors import autograd_suffix, printed
@@ -227,8 +228,14 @@ class HostSources:
         originals = {(time, name): getattr(time, name) for name in (*TIME_TEXTS, *_CLOCKS)}
         wrapped = {id(f): self._time_text(name, time.time, f) if name in TIME_TEXTS else self._clock(f)
                    for (_, name), f in originals.items()}
+        wrapped.update(date_stand_ins(self._refuse_date))  # ``datetime.now()``: refused (capture/clock_dates.py)
         timeit = sys.modules.get("timeit")  # ``timeit.default_timer`` is ``time.perf_counter``
         return wrapped_names(originals, wrapped, functions, [vars(timeit)] if timeit is not None else [])
+
+    def _refuse_date(self, what: str) -> None:
+        if from_user((), self.library, depth=3):  # frames: from_user, this, the stand-in's read, its caller
+            raise DataDependentError(f"the step reads the time with {what}() at {self.source()}, which a replayed "
+                                     "graph would not read again")
 
     def _clock(self, original: Callable[[], Any]) -> Callable[[], Any]:
         sources = self
