@@ -18,6 +18,7 @@ Why a module of its own: Python state (capture/inputs.py), schedulers
 
 from __future__ import annotations
 
+import enum
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -135,14 +136,21 @@ def template_of(value: Any, node_of: Callable[[torch.Tensor], Any], what: str,
         if placed is not None and id(v) in placed and isinstance(v, (list, tuple, dict)):
             return _Kept(placed[id(v)][1])
         if isinstance(v, (list, tuple)):
-            return type(v)(walk(x) for x in v)
+            return rebuilt(v, [walk(x) for x in v])
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
-        if v is None or isinstance(v, (bool, str, int, float)):
+        if v is None or isinstance(v, (bool, str, int, float, enum.Enum)):  # (an Enum member never changes)
             return v
         raise refusal(what, f"stores a {type(v).__name__} in", source)
 
     return walk(value), slots
+
+
+def rebuilt(like: list | tuple, items: list[Any]) -> Any:
+    """A list or tuple of ``like``'s type holding ``items``: a named tuple (``S["st"]._replace(...)``)
+    takes its fields one by one, not as one iterable."""
+    make = getattr(type(like), "_make", None) if isinstance(like, tuple) else None
+    return make(items) if make is not None else type(like)(items)
 
 
 def filled(template: Any, values: tuple) -> Any:
@@ -156,7 +164,7 @@ def filled(template: Any, values: tuple) -> Any:
     if isinstance(template, FormattedText):
         return template.filled(lambda slot: filled(slot, values))
     if isinstance(template, (list, tuple)):
-        return type(template)(filled(x, values) for x in template)
+        return rebuilt(template, [filled(x, values) for x in template])
     if isinstance(template, dict):
         return {k: filled(x, values) for k, x in template.items()}
     return template
@@ -176,7 +184,7 @@ def real_values(value: Any, made: dict[int, Any] | None = None) -> Any:
         if isinstance(value, dict):
             copy: Any = {k: real_values(x, made) for k, x in value.items()}
         else:
-            copy = type(value)(real_values(x, made) for x in value)
+            copy = rebuilt(value, [real_values(x, made) for x in value])
         if made is not None:
             made[id(value)] = (value, copy)
         return copy

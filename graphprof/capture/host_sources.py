@@ -6,7 +6,10 @@ outside the graph would be frozen at the capture call's value:
 * **clocks** (``time.time()``, ``perf_counter()``, ``monotonic()``, their
   ``_ns`` forms, ``process_time()``) called by the user's code become input
   scalars: graph nodes that read the clock when the replay reaches them, so
-  ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager;
+  ``self.elapsed += time.perf_counter() - t0`` keeps counting as in eager,
+  under whatever name the step's functions call them (``from time import
+  perf_counter``, ``timeit.default_timer``, ``clock = time.time``: see
+  capture/bound_names.py); ``datetime.now()`` refuses (capture/clock_dates.py);
   the time as text (``time.ctime()``) in a line the step only prints is
   each replay's own (``time_texts``);
 * **output**: ``print(...)`` and ``logging`` calls made by the user's code
@@ -49,16 +52,21 @@ import random
 import shutil
 import sys
 import time
+import types
 import warnings
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from graphprof.capture.bound_names import wrapped_names
+from graphprof.capture.clock_dates import date_stand_ins
+from graphprof.capture.echo_streams import EchoStream, put_stream
 from graphprof.capture.host_nodes import SILENT_AGAIN, effect_node, filled, input_scalar, real_values, template_of
 from graphprof.capture.printed_tensors import autograd_suffix, printed
 from graphprof.capture.printed_texts import PRINTED_TEXTS, PrintedTexts
 from graphprof.capture.scalars import DataDependentError
+from graphprof.capture.sources import from_user
 from graphprof.capture.environment import ENVIRONMENT_FILES, EnvironmentReads
 from graphprof.capture.step_warnings import StepWarning, wrapped_warn
 from graphprof.capture.time_texts import TIME_TEXTS, time_text
@@ -81,14 +89,6 @@ _TORCH_SETTERS = ("set_default_dtype", "set_printoptions", "use_deterministic_al
                   "set_float32_matmul_precision", "set_default_tensor_type")
 #: random.Random methods every other drawing method goes through.
 _RANDOM_CORE = ("random", "getrandbits", "randbytes", "seed", "setstate")
-
-
-def _from_user(skip_files: tuple[str, ...], library: Callable[[str], bool], depth: int = 2) -> bool:
-    """Whether the innermost caller outside ``skip_files`` (random.py itself) is the user's code."""
-    frame: FrameType | None = sys._getframe(depth)
-    while frame is not None and frame.f_code.co_filename in skip_files:
-        frame = frame.f_back
-    return frame is not None and not library(frame.f_code.co_filename)
 
 
 def _kept_by(iterator: Any, frame: FrameType) -> str | None:
@@ -147,7 +147,7 @@ class HostSources:
         #: The warnings the replay issues, in order.
         self.step_warnings: list[StepWarning] = []
         #: The environment variables the step read, held between calls.
-        self.environment = EnvironmentReads(lambda skip: _from_user(skip, library, depth=3))
+        self.environment = EnvironmentReads(lambda skip: from_user(skip, library, depth=3))
 
     def flush(self) -> None:
         """Make the capture call's output, in the order the step made it."""
@@ -156,15 +156,19 @@ class HostSources:
             write()
 
     @contextlib.contextmanager
-    def patched(self) -> Iterator[None]:
+    def patched(self, functions: Iterable[types.FunctionType] = ()) -> Iterator[None]:
+        """Inside: the sources are patched (``functions``: the user's functions the step can run, whose
+        own names of the clocks are patched too: capture/bound_names.py)."""
         undo: list[Callable[[], None]] = []
         if torch.is_anomaly_enabled() and torch.is_anomaly_check_nan_enabled():
             raise DataDependentError(_ANOMALY_CHECKS)
         try:
-            for name in TIME_TEXTS:  # (reading the clock itself: before it is patched)
-                self._patch(undo, time, name, functools.partial(self._time_text, name, time.time))
-            for name in _CLOCKS:
-                self._patch(undo, time, name, self._clock)
+            clocks = self._wrapped_clocks(functions)
+            clocks.__enter__()
+
+            def put_back_clocks() -> None:
+                clocks.__exit__(None, None, None)
+            undo.append(put_back_clocks)
             for name, value in list(vars(random).items()):
                 if getattr(value, "__self__", None) is getattr(random, "_inst", None) and callable(value):
                     self._patch(undo, random, name, self._refuse_draw(f"random.{name}"))
@@ -194,9 +198,9 @@ class HostSources:
             for name in ("stdout", "stderr"):
                 stream = getattr(sys, name)
                 if stream is not None:
-                    stand_in = _EchoStream(stream, name, self)
+                    stand_in = EchoStream(stream, name, self)
                     setattr(sys, name, stand_in)
-                    undo.append(functools.partial(_put_stream, name, stream, stand_in))
+                    undo.append(functools.partial(put_stream, name, stream, stand_in))
             self._patch(undo, logging.Logger, "_log", self._echo("logging", (logging.__file__,)))
             self._patch(undo, warnings, "warn", lambda original: wrapped_warn(original, self._warned))
             self._filters = (warnings.filters, tuple(warnings.filters), warnings.showwarning)
@@ -219,13 +223,27 @@ class HostSources:
         setattr(owner, name, wrap(original))
         undo.append((lambda: setattr(owner, name, original)) if had else (lambda: delattr(owner, name)))
 
+    def _wrapped_clocks(self, functions: Iterable[types.FunctionType]) -> contextlib.AbstractContextManager[None]:
+        """The clocks and the time as text, as ``time``'s attributes and under the user's names for them."""
+        originals = {(time, name): getattr(time, name) for name in (*TIME_TEXTS, *_CLOCKS)}
+        wrapped = {id(f): self._time_text(name, time.time, f) if name in TIME_TEXTS else self._clock(f)
+                   for (_, name), f in originals.items()}
+        wrapped.update(date_stand_ins(self._refuse_date))  # ``datetime.now()``: refused (capture/clock_dates.py)
+        timeit = sys.modules.get("timeit")  # ``timeit.default_timer`` is ``time.perf_counter``
+        return wrapped_names(originals, wrapped, functions, [vars(timeit)] if timeit is not None else [])
+
+    def _refuse_date(self, what: str) -> None:
+        if from_user((), self.library, depth=3):  # frames: from_user, this, the stand-in's read, its caller
+            raise DataDependentError(f"the step reads the time with {what}() at {self.source()}, which a replayed "
+                                     "graph would not read again")
+
     def _clock(self, original: Callable[[], Any]) -> Callable[[], Any]:
         sources = self
 
         @functools.wraps(original)
         def clock() -> Any:
             value = original()
-            if not _from_user((), sources.library):
+            if not from_user((), sources.library):
                 return value
             return input_scalar(sources.graph, value, original, f"time.{original.__name__}", sources.record(),
                                 sources.source(), during_step=f"the time (time.{original.__name__})")
@@ -234,7 +252,7 @@ class HostSources:
 
     def _time_text(self, name: str, clock: Callable[[], float], original: Callable[..., str]) -> Callable[..., str]:
         sources = self
-        return time_text(name, original, self.texts, lambda: _from_user((), sources.library, depth=3),
+        return time_text(name, original, self.texts, lambda: from_user((), sources.library, depth=3),
                          lambda: input_scalar(sources.graph, clock(), clock, "time.time", sources.record(),
                                               sources.source(), during_step="the time (time.time)"),
                          self.source)
@@ -245,7 +263,7 @@ class HostSources:
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def echo(*args: Any, **kwargs: Any) -> Any:
-                if not _from_user(skip_files, sources.library):
+                if not from_user(skip_files, sources.library):
                     if sources.texts.holds_markers((args, kwargs)):  # never expected: see printed_texts
                         raise DataDependentError(f"{what} of a formatted value at {sources.source()} "
                                                  "cannot be replayed by a static graph")
@@ -281,7 +299,7 @@ class HostSources:
         @functools.wraps(original)
         def mutated() -> None:
             # Frames: this one, warnings' own (simplefilter, catch_warnings), then who changed them.
-            if sources.filters_changed is None and _from_user((warnings.__file__,), sources.library):
+            if sources.filters_changed is None and from_user((warnings.__file__,), sources.library):
                 sources.filters_changed = sources.source()
             original()
 
@@ -347,7 +365,7 @@ class HostSources:
 
         @functools.wraps(original)
         def switch(mode: bool, check_nan: bool = True) -> None:
-            if mode and check_nan and _from_user((_ANOMALY_FILE,), sources.library):
+            if mode and check_nan and from_user((_ANOMALY_FILE,), sources.library):
                 raise DataDependentError(f"{_ANOMALY_CHECKS} (turned on at {sources.source()})")
             original(mode, check_nan)
 
@@ -361,7 +379,7 @@ class HostSources:
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def refuse(*args: Any, **kwargs: Any) -> Any:
-                if _from_user(skip_files, sources.library):
+                if from_user(skip_files, sources.library):
                     raise DataDependentError(f"the step {doing} at {sources.source()}, which a replayed graph "
                                              f"would not {undone}")
                 return original(*args, **kwargs)
@@ -369,45 +387,3 @@ class HostSources:
             return refuse
 
         return wrap
-
-
-class _EchoStream:
-    """``sys.stdout`` or ``sys.stderr`` while a step is captured: the user's code's writes are made
-    now and left as host nodes that make them again on every replay (to the ``sys`` stream of then,
-    as eager's ``sys.stderr.write`` finds it). Anything else is the stream's own."""
-
-    def __init__(self, stream: Any, name: str, sources: HostSources) -> None:
-        self._stream, self._name, self._sources = stream, name, sources
-        self.capturing = True
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._stream, attr)
-
-    def _echo(self, method: str, *args: Any) -> Any:
-        # Frames: _from_user, this one, write/flush, the caller (print's own echo is graphprof's).
-        if not self.capturing:  # kept by a replayed ``print(..., file=sys.stderr)``: eager's reads ``sys`` anew
-            current = getattr(sys, self._name)
-            return getattr(self._stream if current is self else current, method)(*args)
-        if not _from_user((), self._sources.library, depth=3):
-            return getattr(self._stream, method)(*args)
-        name, stream = self._name, self._stream
-        self._sources.pending.append(lambda: getattr(stream, method)(*args))
-        effect_node(self._sources.graph, f"sys.{name}.{method}",
-                    lambda values: getattr(getattr(sys, name), method)(*args), [], self._sources.record())
-        return len(args[0]) if method == "write" else None
-
-    def write(self, text: str) -> int:
-        return self._echo("write", text)  # type: ignore[no-any-return]
-
-    def writelines(self, lines: Any) -> None:
-        self._echo("writelines", list(lines))
-
-    def flush(self) -> None:
-        self._echo("flush")
-
-
-def _put_stream(name: str, stream: Any, stand_in: _EchoStream) -> None:
-    """Give ``sys`` its stream back (unless the step replaced it meanwhile, which is the user's)."""
-    stand_in.capturing = False  # a print traced with ``file=sys.stderr`` keeps the stand-in: it forwards
-    if getattr(sys, name) is stand_in:
-        setattr(sys, name, stream)

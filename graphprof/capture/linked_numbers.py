@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from graphprof.capture.call_numbers import CallScalars, number_leaves, replace_numbers
+from graphprof.capture.host_nodes import rebuilt
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import user_source
 
@@ -43,7 +44,7 @@ def _substitute(value: Any, scalars: list[TracedScalar], used: set[int]) -> Any:
     while the step counts are, and each item stays linked to its own count.
     """
     if isinstance(value, (list, tuple)):
-        return type(value)(_substitute(v, scalars, used) for v in value)
+        return rebuilt(value, [_substitute(v, scalars, used) for v in value])
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         equal = [s for s in scalars if _kind(s.value) is _kind(value) and s.value == value]
         if equal:

@@ -34,6 +34,7 @@ import sys
 import types
 from typing import Any, Callable, Iterable, Iterator
 
+from graphprof.capture.bound_names import wrapped_names
 from graphprof.capture.scalars import DataDependentError, TracedScalar, recorded_call
 from graphprof.capture.sources import user_source
 
@@ -95,29 +96,6 @@ def _items(points: Any) -> list[Any]:
     return list(points) if isinstance(points, (list, tuple)) else []
 
 
-def _imported(functions: Iterable[types.FunctionType], wrapped: dict[int, Callable[..., Any]]
-              ) -> list[tuple[Any, str | None, Any, Any]]:
-    """Where the user's functions hold one of ``math``'s wrapped functions by a name of their own: (a globals
-    dict and its key, or a cell and None; the function; its wrapper)."""
-    found: list[tuple[Any, str | None, Any, Any]] = []
-    seen: set[int] = set()
-    for f in functions:
-        if id(f.__globals__) not in seen:
-            seen.add(id(f.__globals__))
-            found += [(f.__globals__, name, v, wrapped[id(v)]) for name, v in f.__globals__.items() if id(v) in wrapped]
-        for cell in f.__closure__ or ():
-            if id(cell) in seen:
-                continue
-            seen.add(id(cell))
-            try:
-                v = cell.cell_contents
-            except ValueError:  # a cell not yet assigned
-                continue
-            if id(v) in wrapped:
-                found.append((cell, None, v, wrapped[id(v)]))
-    return found
-
-
 @contextlib.contextmanager
 def traced_math(functions: Iterable[types.FunctionType] = ()) -> Iterator[None]:
     """Inside: ``math``'s functions of real numbers (and ``numpy.interp``) record a node when given a
@@ -128,22 +106,5 @@ def traced_math(functions: Iterable[types.FunctionType] = ()) -> Iterator[None]:
     if numpy is not None and hasattr(numpy, "interp"):
         originals[(numpy, "interp")] = numpy.interp
         wrapped[id(numpy.interp)] = _traced_interp(numpy.interp)
-    imported = _imported(functions, wrapped)
-    for (module, name), function in originals.items():
-        setattr(module, name, wrapped[id(function)])
-    for holder, key, _, wrapper in imported:
-        if key is None:
-            holder.cell_contents = wrapper
-        else:
-            holder[key] = wrapper
-    try:
+    with wrapped_names(originals, wrapped, functions):
         yield
-    finally:
-        for (module, name), function in originals.items():
-            setattr(module, name, function)
-        for holder, key, function, wrapper in imported:  # unless the step bound the name to something else
-            if key is None:
-                if holder.cell_contents is wrapper:
-                    holder.cell_contents = function
-            elif holder.get(key) is wrapper:
-                holder[key] = function

@@ -343,7 +343,7 @@ class CaptureRecorder:
         GUARD_SINKS.append(self.guards)
         PENDING_SINKS.append(self.pending_scalars)
         try:
-            with own_global_hooks(*handles[:2]), self.schedulers.patched(), self.host_sources.patched(), \
+            with own_global_hooks(*handles[:2]), self.schedulers.patched(), self.host_sources.patched(functions), \
                     self.rng_calls.patched(), self.recompute.patched(), self.functions.patched(), fused_fast_paths(), traced_math(functions), \
                     self.grad_reads.patched(), self.distribution_checks.patched(), \
                     HostReadMode(self), OpRecordingMode(self):

@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 from types import FrameType
+from typing import Callable
 
 import torch
 
@@ -73,3 +74,11 @@ def user_source(skip: int = 2) -> str:
             return file_line(filename, frame.f_lineno)
         frame = frame.f_back
     return ""
+
+
+def from_user(skip_files: tuple[str, ...], library: Callable[[str], bool], depth: int = 2) -> bool:
+    """Whether the innermost caller outside ``skip_files`` (random.py itself) is the user's code."""
+    frame: FrameType | None = sys._getframe(depth)
+    while frame is not None and frame.f_code.co_filename in skip_files:
+        frame = frame.f_back
+    return frame is not None and not library(frame.f_code.co_filename)
