@@ -10,6 +10,7 @@ finds the places is capture/reachable.py.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import inspect
 import operator
@@ -151,10 +152,26 @@ def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> 
                     container, key, keeper)
 
 
+#: The standard library's bags of attributes: a class whose whole state is its ``__dict__``, which
+#: the user fills (``args.global_step``), with no behaviour of its own that reads it.
+ATTRIBUTE_BAGS = (types.SimpleNamespace, argparse.Namespace)
+
+
 def plain_object(value: Any) -> bool:
-    """An object of a class from the user's own code (an ``AverageMeter`` kept in a dict of meters):
-    its fields are the step's state, as those of an object the step names are. Not one of a
-    library's (the loggers in ``logging``'s registry, whose levels the library compares)."""
+    """An object of a class from the user's own code (an ``AverageMeter`` kept in a dict of meters),
+    or a namespace (``ATTRIBUTE_BAGS``): its fields are the step's state, as those of an object the
+    step names are. Not one of a library's (the loggers in ``logging``'s registry, whose levels the
+    library compares).
+
+    Why namespaces: ``S["args"] = SimpleNamespace(global_step=0, log=[])`` is a
+    user's object in all but its class's file. Skipped as a library's, its
+    counter stopped at the capture call's value in every replay, its list
+    stopped growing, and a field the user changed between calls was not read,
+    all silently. Only these exact classes: a library's subclass may give its
+    fields a meaning of its own (a nested-key namespace), as a logger does.
+    """
+    if type(value) in ATTRIBUTE_BAGS:
+        return True
     if isinstance(value, nn.Module) or not watched_object(value):
         return False
     module = sys.modules.get(type(value).__module__)
