@@ -310,4 +310,19 @@ def _put_back(entry: Watched) -> None:
         before.extend(snapshot)
     elif isinstance(before, dict) and snapshot is not None:
         before.clear()
-        before.update(snapshot)
+        write_items(before, snapshot)
+
+
+def write_items(container: dict, items: dict) -> None:
+    """Write ``items`` into ``container`` one key at a time, as ``container[key] = value`` does.
+
+    Why not ``container.update(items)``: a ``collections.Counter``'s ``update``
+    adds counts where a dict's replaces them, so a key the step made on the
+    capture call was counted twice, and every replay's count stayed one too
+    high. Why not ``dict.update(container, items)``: on an ``OrderedDict`` it
+    bypasses the order the class keeps, and the new keys vanished from its
+    iteration. Item assignment replaces on every dict and keeps a key where it
+    is, a new one appended, as the step's own ``d[key] = value`` does.
+    """
+    for key, value in items.items():
+        container[key] = value
