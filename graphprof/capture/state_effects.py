@@ -21,7 +21,7 @@ import torch.fx
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import PLAIN_TYPES, Place
-from graphprof.capture.locations import ABSENT, Location
+from graphprof.capture.locations import ABSENT, Location, own_method
 from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
@@ -104,7 +104,7 @@ class StateEffects:
                     ASSIGNED_NUMBERS.add(*location.field)
                 location.set(real_values(now, made))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
-                             loc.set(filled(t, vals)), slots, record)
+                             loc.write(filled(t, vals)), slots, record)
                 continue
             before, snapshot = entry.before, entry.snapshot
             if type(before) is deque and snapshot is not None and _changed_list(list(before), snapshot):
@@ -148,7 +148,7 @@ class StateEffects:
                 for key, item in new.items():
                     note_containers(item, location.describe, _item_of(before, key), placed)
                 updated.update((id(before), key) for key in new)
-                write_items(before, real_values(new, made))
+                write_items(before, real_values(new, made), own_method(before, "__setitem__"))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
                              write_items(d, filled(t, vals)), slots, record)
 
