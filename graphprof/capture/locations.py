@@ -10,6 +10,7 @@ finds the places is capture/reachable.py.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import inspect
 import operator
@@ -51,6 +52,12 @@ class Location:
     key: Any = None
     #: The object whose field this is, where ``owner`` is its ``__dict__`` (a config's fields).
     keeper: Any = None
+    #: How the step's own write here is repeated by a replay, where not as ``set`` (``item_location``).
+    replay: Callable[[Any], None] | None = None
+
+    def write(self, value: Any) -> None:
+        """Write ``value`` here as the step did (a replay's ``set`` effect), where ``set`` is graphprof's."""
+        (self.replay or self.set)(value)
 
     @property
     def field(self) -> tuple[Any, Any]:
@@ -147,14 +154,79 @@ def within_location(location: Location, key: Any, label: str) -> Location:
 
 
 def item_location(container: dict, key: Any, label: str, keeper: Any = None) -> Location:
-    return Location(label, lambda: container[key], lambda v: container.__setitem__(key, v), Place.ITEM,
-                    container, key, keeper)
+    """``container[key]``: graphprof's own writes (``set``) through ``own_method``, the step's replayed
+    ones (``write``) through the container's class, as the step's ``container[key] = value`` went."""
+    put = own_method(container, "__setitem__")
+    return Location(label, lambda: container[key], lambda v: put(key, v), Place.ITEM, container, key, keeper,
+                    lambda v: container.__setitem__(key, v))
+
+
+def own_method(container: Any, name: str) -> Callable[..., Any]:
+    """``container``'s method ``name`` as the nearest class of its not defined in the user's code has
+    it (``dict.__setitem__`` for a ``class LogDict(dict)``, ``OrderedDict``'s for a subclass of that):
+    how graphprof writes and restores the step's dicts itself.
+
+    Why: a dict class of the user's own with its own ``__setitem__`` (one
+    that records the keys written, or validates the values) ran for
+    graphprof's writes too, the inputs it puts where numbers are kept during
+    the capture and the values it puts back: the record got entries eager's
+    has not, and a validating one saw graphprof's traced numbers. The step's
+    own writes still go through the user's method, in the capture call and,
+    by ``Location.write``, in every replay, as they do in eager. A library's
+    method (``OrderedDict``'s, which keeps the order of its keys) is kept. A
+    user's class that keeps its items elsewhere too (an EasyDict's attributes)
+    is refused before the step runs (``keeps_items_elsewhere``): written around
+    its method, that copy would keep the step's values after a restore.
+    """
+    for cls in type(container).__mro__:
+        if name in cls.__dict__ and not _users_class(cls):
+            return functools.partial(cls.__dict__[name], container)
+    return getattr(container, name)
+
+
+def keeps_items_elsewhere(container: dict) -> bool:
+    """Whether ``container``'s class is the user's, with its own ``__setitem__``, and the object keeps
+    its items elsewhere too: as attributes (an EasyDict's ``cfg.lr`` is ``cfg["lr"]``), or in a dict
+    or list it holds. graphprof's own writes (``own_method``) would leave that copy stale."""
+    setitem = next(cls for cls in type(container).__mro__ if "__setitem__" in cls.__dict__)
+    if not _users_class(setitem):
+        return False
+    items = {id(item) for item in container.values()}
+    for name, field in (fields_of(container) or {}).items():
+        held = field.values() if isinstance(field, dict) else field if type(field) is list else ()
+        if name in container or id(field) in items or any(id(value) in items for value in held):
+            return True
+    return False
+
+
+def _users_class(cls: type) -> bool:
+    """A class of the user's code: of ``__main__``, of a file of the user's, or of a module with no file."""
+    if cls.__module__ == "builtins":
+        return False
+    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return filename is None or users_file(filename)
+
+
+#: The standard library's bags of attributes: a class whose whole state is its ``__dict__``, which
+#: the user fills (``args.global_step``), with no behaviour of its own that reads it.
+ATTRIBUTE_BAGS = (types.SimpleNamespace, argparse.Namespace)
 
 
 def plain_object(value: Any) -> bool:
-    """An object of a class from the user's own code (an ``AverageMeter`` kept in a dict of meters):
-    its fields are the step's state, as those of an object the step names are. Not one of a
-    library's (the loggers in ``logging``'s registry, whose levels the library compares)."""
+    """An object of a class from the user's own code (an ``AverageMeter`` kept in a dict of meters),
+    or a namespace (``ATTRIBUTE_BAGS``): its fields are the step's state, as those of an object the
+    step names are. Not one of a library's (the loggers in ``logging``'s registry, whose levels the
+    library compares).
+
+    Why namespaces: ``S["args"] = SimpleNamespace(global_step=0, log=[])`` is a
+    user's object in all but its class's file. Skipped as a library's, its
+    counter stopped at the capture call's value in every replay, its list
+    stopped growing, and a field the user changed between calls was not read,
+    all silently. Only these exact classes: a library's subclass may give its
+    fields a meaning of its own (a nested-key namespace), as a logger does.
+    """
+    if type(value) in ATTRIBUTE_BAGS:
+        return True
     if isinstance(value, nn.Module) or not watched_object(value):
         return False
     module = sys.modules.get(type(value).__module__)

@@ -21,11 +21,11 @@ import torch.fx
 
 from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import PLAIN_TYPES, Place
-from graphprof.capture.locations import ABSENT, Location
+from graphprof.capture.locations import ABSENT, Location, own_method
 from graphprof.capture.kept_results import KeptPlace, note_containers
 from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
 from graphprof.capture.scalars import TracedScalar
-from graphprof.capture.watched_state import Watched, WatchedState, is_number
+from graphprof.capture.watched_state import Watched, WatchedState, is_number, write_items
 
 
 class _Extend:
@@ -104,7 +104,7 @@ class StateEffects:
                     ASSIGNED_NUMBERS.add(*location.field)
                 location.set(real_values(now, made))
                 effect_node(graph, f"set {location.describe}", lambda vals, loc=location, t=template:  # type: ignore[misc]  # binds by default arguments
-                             loc.set(filled(t, vals)), slots, record)
+                             loc.write(filled(t, vals)), slots, record)
                 continue
             before, snapshot = entry.before, entry.snapshot
             if type(before) is deque and snapshot is not None and _changed_list(list(before), snapshot):
@@ -135,6 +135,9 @@ class StateEffects:
             elif isinstance(before, dict) and snapshot is not None and _changed_dict(before, snapshot):
                 if any(k not in before for k in snapshot):
                     raise refusal(location.describe, "removes keys from", source)
+                if [k for k in before if k in snapshot] != list(snapshot):
+                    # ``od.move_to_end(k)``, ``d[k] = d.pop(k)``: a replay's writes keep each key where it is.
+                    raise refusal(location.describe, "reorders the keys of", source)
                 own = self.watch.itemized.get(id(before), set()) | self.watch.kept_items.get(id(before), {}).keys()
                 new = {k: v for k, v in before.items() if k not in own and (k not in snapshot or v is not snapshot[k])}
                 if not new:
@@ -145,9 +148,9 @@ class StateEffects:
                 for key, item in new.items():
                     note_containers(item, location.describe, _item_of(before, key), placed)
                 updated.update((id(before), key) for key in new)
-                before.update(real_values(new, made))
+                write_items(before, real_values(new, made), own_method(before, "__setitem__"))
                 effect_node(graph, f"update {location.describe}", lambda vals, d=before, t=template:  # type: ignore[misc]  # binds by default arguments
-                             d.update(filled(t, vals)), slots, record)
+                             write_items(d, filled(t, vals)), slots, record)
 
     def _set_items(self, entry: Watched, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any],
                    source: Callable[[str], str], record: Any,
@@ -220,4 +223,5 @@ def _changed_list(now: list, snapshot: list) -> bool:
 
 
 def _changed_dict(now: dict, snapshot: dict) -> bool:
-    return now.keys() != snapshot.keys() or any(now[k] is not snapshot[k] for k in snapshot)
+    """Whether the step added, removed, replaced or reordered (``move_to_end``) items of a dict."""
+    return list(now) != list(snapshot) or any(now[k] is not snapshot[k] for k in snapshot)

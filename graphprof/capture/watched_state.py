@@ -26,7 +26,8 @@ from graphprof.capture.assigned_numbers import ASSIGNED_NUMBERS
 from graphprof.capture.held_values import CONTENTS_LIMIT, Place
 from graphprof.capture.errors import StateNotRestored
 from graphprof.capture.locations import (Location, attribute_location, fields_of, first_visit, item_location,
-                                         object_keys, plain_object, within_location)
+                                         keeps_items_elsewhere, object_keys, own_method, plain_object,
+                                         within_location)
 from graphprof.capture.indexed_arrays import indexed_view
 from graphprof.capture.reachable import reachable_locations
 from graphprof.capture.host_nodes import input_scalar
@@ -178,6 +179,12 @@ class WatchedState:
         return contents
 
     def _add(self, entry: Watched) -> Watched:
+        if isinstance(entry.before, dict) and entry.snapshot is not None and keeps_items_elsewhere(entry.before):
+            # Its items put back by graphprof's own writes (``own_method``), the copy stays the step's:
+            # refused before anything is written there, and before the step runs.
+            raise DataDependentError(
+                f"the step keeps {entry.location.describe}, a {type(entry.before).__name__} whose own __setitem__ "
+                "keeps its items elsewhere too, which graphprof would not put back or replay there")
         self.watched.append(entry)
         self.containers += entry.snapshot is not None
         return entry
@@ -309,5 +316,22 @@ def _put_back(entry: Watched) -> None:
         before.clear()
         before.extend(snapshot)
     elif isinstance(before, dict) and snapshot is not None:
-        before.clear()
-        before.update(snapshot)
+        own_method(before, "clear")()
+        write_items(before, snapshot, own_method(before, "__setitem__"))
+
+
+def write_items(container: dict, items: dict, put: Callable[[Any, Any], None] | None = None) -> None:
+    """Write ``items`` into ``container`` one key at a time, as ``container[key] = value`` does.
+
+    Why not ``container.update(items)``: a ``collections.Counter``'s ``update``
+    adds counts where a dict's replaces them, so a key the step made on the
+    capture call was counted twice, and every replay's count stayed one too
+    high. Why not ``dict.update(container, items)``: on an ``OrderedDict`` it
+    bypasses the order the class keeps, and the new keys vanished from its
+    iteration. Item assignment replaces on every dict and keeps a key where it
+    is, a new one appended, as the step's own ``d[key] = value`` does. ``put``:
+    graphprof's own write (``own_method``), where not the step's write replayed.
+    """
+    put = put or container.__setitem__
+    for key, value in items.items():
+        put(key, value)
