@@ -4,7 +4,10 @@ A step that calls ``retain_grad()`` on an activation (or its loss) and returns
 or keeps it leaves the caller a ``.grad`` to read; replays handed back a new
 tensor without one (None, and torch's non-leaf ``.grad`` warning). Now the
 graph's value of that gradient is given to the tensor a replay hands out
-(capture/handed_tensors.py).
+(capture/handed_tensors.py). So are the attributes the step sets on such a
+tensor (``out.n_tokens = n``), which replays' tensors lacked
+(``AttributeError``) and the capture call's held graphprof's traced number;
+one a replay could not give as eager's (a list) refuses the capture.
 """
 
 from __future__ import annotations
@@ -106,3 +109,82 @@ def test_a_backward_after_the_step_adds_to_the_retained_gradient_before_it_raise
         assert len(errors) == 2 and errors[0] == errors[1], f"call {i}"
         assert _same(traced.seen(got), eager.seen(expected)), f"call {i}"
     assert fn.capture_mode == "whole-step" and fn.captures == 1
+
+
+class TokenCount:
+    """A step that hangs numbers on the tensors it returns and keeps: counted from its own counter, read
+    from the loss (``.item()``), constants, text and a tuple, on a detached loss and on the loss itself
+    (with its record), a detached tensor as an attribute too."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Linear(8, 4)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.state: dict[str, Any] = {"i": 0}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.model(x)
+            loss = F.mse_loss(out, y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            reported = loss.detach()
+            reported.n_tokens = x.shape[0] * (self.state["i"] + 1)
+            reported.value = loss.item() * 2
+            reported.tag = "train"
+            reported._const = 123
+            reported.span = (self.state["i"], 0.5, None)
+            reported.logits = out.detach()
+            loss.step_index = self.state["i"]
+            self.state["last"] = reported
+            self.state["i"] += 1
+            return reported, loss
+        self.step = step
+
+    def seen(self, out: tuple[torch.Tensor, torch.Tensor]) -> list[Any]:
+        return [list(out), [vars(t) for t in out], vars(self.state["last"]), self.state["i"],
+                [(p.clone(), p.grad.clone()) for p in self.model.parameters()]]
+
+
+@pytest.mark.parametrize("profiling", [True, False])
+def test_attributes_of_returned_and_kept_tensors_are_eagers_after_every_replay(profiling: bool) -> None:
+    eager, traced = TokenCount(), TokenCount()
+    fn = graphprof.trace(traced.step, profiling=profiling)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no graphprof warning
+        for i in range(CALLS):
+            expected, got = eager.step(*_batch(i)), fn(*_batch(i))
+            assert _same(traced.seen(got), eager.seen(expected)), f"call {i}"
+            assert [type(v) for v in vars(got[0]).values()] == [type(v) for v in vars(expected[0]).values()]
+            assert got[0] is traced.state["last"], f"call {i}"
+            assert f"{got[0].n_tokens} {got[0].value:.6f}" == f"{expected[0].n_tokens} {expected[0].value:.6f}"
+    assert fn.capture_mode == "whole-step" and fn.captures == 1
+
+
+def test_a_list_on_a_returned_tensor_refuses_the_capture_with_one_warning() -> None:
+    def make() -> tuple[nn.Module, Any]:
+        torch.manual_seed(0)
+        model = nn.Linear(8, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out = loss.detach()
+            out.parts = [loss.item(), x.shape[0]]  # a list the caller may change: refused, not copied
+            return out
+        return model, step
+
+    (eager_model, eager_step), (traced_model, traced_step) = make(), make()
+    fn = graphprof.trace(traced_step, profiling=True)
+    with pytest.warns(UserWarning, match="attribute 'parts' holds a list") as caught:
+        for i in range(CALLS):
+            expected, got = eager_step(*_batch(i)), fn(*_batch(i))
+            assert torch.equal(got, expected) and got.parts == expected.parts, f"call {i}"
+            assert [type(v) for v in got.parts] == [type(v) for v in expected.parts], f"call {i}"
+            for a, b in zip(eager_model.parameters(), traced_model.parameters()):
+                assert torch.equal(a, b) and torch.equal(a.grad, b.grad), f"call {i}"
+    assert len([w for w in caught if "graphprof" in str(w.message)]) == 1
+    assert fn.capture_mode != "whole-step"
