@@ -7,7 +7,9 @@ graph's value of that gradient is given to the tensor a replay hands out
 (capture/handed_tensors.py). So are the attributes the step sets on such a
 tensor (``out.n_tokens = n``), which replays' tensors lacked
 (``AttributeError``) and the capture call's held graphprof's traced number;
-one a replay could not give as eager's (a list) refuses the capture.
+one a replay could not give as eager's (a list) refuses the capture. And the
+attributes it sets on its parameters, buffers and arguments, which replays
+left at the capture call's (traced) number.
 """
 
 from __future__ import annotations
@@ -188,3 +190,49 @@ def test_a_list_on_a_returned_tensor_refuses_the_capture_with_one_warning() -> N
                 assert torch.equal(a, b) and torch.equal(a.grad, b.grad), f"call {i}"
     assert len([w for w in caught if "graphprof" in str(w.message)]) == 1
     assert fn.capture_mode != "whole-step"
+
+
+class TaggedState:
+    """A step that sets attributes on tensors from before the call: a number read from the loss and one
+    counted on a parameter, a constant on a buffer, a counter on its argument."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.BatchNorm1d(8)
+        self.head = nn.Linear(8, 4)
+        self.opt = torch.optim.SGD([*self.model.parameters(), *self.head.parameters()], lr=0.1)
+        self.state: dict[str, Any] = {"i": 0}
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            loss = F.mse_loss(self.head(self.model(x)), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.head.weight.last_loss = loss.item()
+            self.head.weight.updates = self.state["i"] + 1
+            self.model.running_mean.source = "train"
+            x.seen_at = self.state["i"]
+            self.state["i"] += 1
+            return loss.detach()
+        self.step = step
+
+    def seen(self, x: torch.Tensor) -> list[Any]:
+        return [vars(self.head.weight), vars(self.model.running_mean), vars(x),
+                [(p.clone(), p.grad.clone()) for p in self.opt.param_groups[0]["params"]]]
+
+
+@pytest.mark.parametrize("profiling", [True, False])
+def test_attributes_the_step_sets_on_its_parameters_and_arguments_are_eagers_after_every_replay(
+        profiling: bool) -> None:
+    eager, traced = TaggedState(), TaggedState()
+    fn = graphprof.trace(traced.step, profiling=profiling)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no graphprof warning
+        for i in range(CALLS):
+            x, y = _batch(i)
+            x_traced = x.clone()
+            expected, got = eager.step(x, y), fn(x_traced, y)
+            assert torch.equal(got, expected), f"call {i}"
+            assert _same(traced.seen(x_traced), eager.seen(x)), f"call {i}"
+            assert type(traced.head.weight.last_loss) is float, f"call {i}"
+    assert fn.capture_mode == "whole-step" and fn.captures == 1
