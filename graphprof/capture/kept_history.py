@@ -48,10 +48,15 @@ class BackwardNodes:
     capture call runs: the recorder calls ``ran`` for each op a backward node dispatches, and ``enter`` /
     ``exit`` around each backward entry point."""
 
-    def __init__(self, made_here: Callable[[torch.Tensor], bool]) -> None:
+    def __init__(self, made_here: Callable[[torch.Tensor], bool],
+                 handed: Callable[[torch.Tensor, str | None, str], None] = lambda tensor, name, where: None) -> None:
         #: Whether the call's ops made a tensor: not one from before it (kept from an earlier call, read
         #: where kept) nor an argument, which a replay hands out as they are, their record and all.
         self.made_here = made_here
+        #: Told of each tensor a replay hands out, the name of its record and where it is kept: what
+        #: else eager's carried (its retained ``.grad``, attributes) is given it too
+        #: (capture/handed_tensors.py).
+        self.handed = handed
         self.freed: set[int] = set()
         self._retaining: list[bool] = []
 
@@ -68,6 +73,11 @@ class BackwardNodes:
     def history_of(self, tensor: torch.Tensor, where: str) -> str | None:
         """The name of eager's ``grad_fn`` of ``tensor`` (kept or returned: ``where`` holds it) when a replay
         gives it one (``with_history``); None when it has none; refuses one a replay cannot give."""
+        name = self._name_of(tensor, where)
+        self.handed(tensor, name, where)
+        return name
+
+    def _name_of(self, tensor: torch.Tensor, where: str) -> str | None:
         grad_fn = tensor.grad_fn
         if not self.made_here(tensor) or (grad_fn is None and not tensor.requires_grad):
             return None

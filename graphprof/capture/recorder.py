@@ -53,6 +53,7 @@ from graphprof.capture.linked_numbers import CallScalars, link_scalars
 from graphprof.capture.parsed_numbers import ParsedNumbers
 from graphprof.capture.sources import is_library, user_source
 from graphprof.capture.hyperparameter_inputs import HyperparameterInputs
+from graphprof.capture.handed_tensors import HandedTensors, tensors_before
 from graphprof.capture.kept_history import BackwardNodes
 from graphprof.capture.recorder_modes import HostReadMode, OpRecordingMode
 from graphprof.capture.rng_calls import RngStateCalls
@@ -87,8 +88,11 @@ class CaptureRecorder:
         self.backward_depth = 0
         #: Backward passes the step ran (``loss.backward()``, ``torch.autograd.grad``).
         self.backwards = 0
-        #: The autograd nodes those ran and freed (capture/kept_history.py).
-        self.backward_nodes = BackwardNodes(self._made_here)
+        #: What the tensors it hands out or finds carry besides their values (capture/handed_tensors.py).
+        self.handed_tensors = HandedTensors(self.graph, self.tensor_node, self._made_here, lambda: self.context(()),
+                                            tensors_before(state, arguments))
+        #: The autograd nodes its backward passes ran and freed (capture/kept_history.py).
+        self.backward_nodes = BackwardNodes(self._made_here, self.handed_tensors.note)
         self.forward_by_seq: dict[int, CaptureRecord] = {}
         self.pending_scalars: list[list[TracedScalar]] = []
         self.params_seen: dict[int, nn.Parameter] = {}
@@ -357,6 +361,7 @@ class CaptureRecorder:
                     raise self.refusals[0]
                 self.saved_numbers.settle()
                 self.cumulative_averages.settle()
+                self.handed_tensors.settle()
         finally:
             PENDING_SINKS.pop()
             GUARD_SINKS.pop()
