@@ -20,6 +20,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_hyperparameter_number(value: Any) -> bool:
+    """A number or a tuple of numbers (``betas``): what a group holds that is made an input."""
+    return _is_number(value) or (isinstance(value, tuple) and bool(value) and all(_is_number(v) for v in value))
+
+
 class HyperparameterInputs:
     """While ``Optimizer.step`` runs under capture, float hyperparameters are input scalars.
 
@@ -32,6 +37,14 @@ class HyperparameterInputs:
     from the graph (``unused_readers``). A number read after a scheduler step
     of the call that may have written it (``written``, capture/host_calls.py)
     carries ``READ_DURING_STEP``: no guard may be taken on it.
+
+    A value the step writes itself (``g["lr"] = 0.05`` before ``opt.step()``,
+    Lookahead's ``group["counter"] = 0`` inside its step) is the step's own
+    from then on (``_written``): never made an input again, so the optimizer
+    computes with this call's value, as eager's does, and ``GroupWrites``
+    (capture/optimizer_groups.py) sees the write and replays it as an effect.
+    Made an input, it was read from the group at each replay, where the
+    other path had left its own constant.
     """
 
     def __init__(self, graph: torch.fx.Graph, record: Callable[[], Any],
@@ -45,6 +58,8 @@ class HyperparameterInputs:
         #: (group, key, real value, the scalar put there) while the user's code reads the groups.
         self._wrapped: list[tuple[dict, str, Any, Any]] = []
         self._readers: list[torch.fx.Node] = []
+        #: (id of a group, key) the step wrote over what this class put there.
+        self._written: set[tuple[int, str]] = set()
 
     def watch_groups(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """From now on, the user's code reads the groups' numbers as inputs (until ``unwrap_groups``)."""
@@ -57,7 +72,7 @@ class HyperparameterInputs:
             for g, group in enumerate(opt.param_groups):
                 label = f"{type(opt).__name__}.param_groups[{g}].{{}}"  # apart from the step's own reads
                 for key, value in list(group.items()):
-                    if key == "params":
+                    if key == "params" or (id(group), key) in self._written:
                         continue
                     if _is_number(value):
                         scalar: Any = self._scalar(opt, group, key, None, value, label.format(key))
@@ -72,10 +87,13 @@ class HyperparameterInputs:
                     self._wrapped.append((group, key, value, scalar))
 
     def unwrap_groups(self) -> None:
-        """Give the groups their real numbers back where they still hold the scalars put there."""
+        """Give the groups their real numbers back where they still hold the scalars put there; where
+        they do not, the step wrote its own."""
         for group, key, value, scalar in self._wrapped:
             if group.get(key) is scalar:
                 group[key] = value
+            else:
+                self._written.add((id(group), key))
         self._wrapped.clear()
 
     def holds_own(self, group: dict, key: str, value: Any) -> bool:
@@ -91,8 +109,8 @@ class HyperparameterInputs:
         saved: list[tuple[dict, str, Any, Any]] = []
         for g, group in enumerate(optimizer.param_groups):
             for key, value in list(group.items()):
-                if key == "params":
-                    continue
+                if key == "params" or (id(group), key) in self._written:
+                    continue  # one the step wrote: the optimizer reads that value, as eager's does
                 if _is_number(value):
                     group[key] = self._scalar(optimizer, group, key, None, value, f"param_groups[{g}].{key}")
                 elif isinstance(value, tuple) and value and all(_is_number(v) for v in value):
@@ -121,6 +139,8 @@ class HyperparameterInputs:
         for group, key, value, put in self._saved.pop() if self._saved else ():
             if not keep_writes or group.get(key) is put:
                 group[key] = value
+            else:
+                self._written.add((id(group), key))
         if self._optimizers and not self._saved:
             self.wrap_groups()  # read again after the step, by code that reads them afterwards
 
@@ -131,3 +151,4 @@ class HyperparameterInputs:
         while self._saved:
             self.exit(keep_writes=False)
         self.unwrap_groups()
+        self._written.clear()

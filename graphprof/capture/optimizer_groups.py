@@ -15,8 +15,16 @@ after each scheduler step, and afterwards looks at what changed:
 * a value computed from the step's inputs (a traced number, or a tuple of
   them) becomes an effect at the graph's end that writes the value the
   replay computed, and the group gets the capture call's real number;
-* any other change (``g["lr"] *= 0.99`` reads the group's own number,
-  which no graph input carries) refuses the capture, naming the group.
+* so does a constant written over a number the group held (``g["lr"] =
+  0.2 if it % 3 == 0 else 0.05``, Lookahead's ``group["counter"] = 0``,
+  ``g["betas"] = (0.5, 0.999)``): the path that writes it is a graph of
+  its own, chosen by its guards, and writes it on every replay, as eager
+  does. The group held graphprof's input scalar there
+  (capture/hyperparameter_inputs.py), so a write of the value it already
+  held is seen too;
+* any other change (a new key, a flag or a string changed: a write of the
+  value it held could not be told from no write) refuses the capture,
+  naming the group.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
+from graphprof.capture.hyperparameter_inputs import is_hyperparameter_number
 from graphprof.capture.scalars import contains_traced_scalar
 
 
@@ -65,7 +74,8 @@ class GroupWrites:
     def effects(self, graph: torch.fx.Graph, node_of: Callable[[torch.Tensor], Any], record: Any) -> None:
         """Turn the step's own writes into effects, or refuse the capture (see the module's docstring)."""
         for what, group, key, now in self._changes():
-            if not contains_traced_scalar(now):
+            if not contains_traced_scalar(now) and not (
+                    is_hyperparameter_number(now) and contains_traced_scalar(self._expected.get((id(group), key)))):
                 raise refusal(what, "changes", self.source)
             template, slots = template_of(now, node_of, what, self.source)
             group[key] = real_values(now)
@@ -79,9 +89,11 @@ class GroupWrites:
                 if key == "params":
                     continue
                 was = self._expected.get((id(group), key), _MISSING)
-                if now is not was and not (type(now) is type(was) and _equal(now, was)) \
-                        and not self.ours(group, key, now):
-                    yield f"{label}[{key!r}]", group, key, now
+                if now is was or self.ours(group, key, now):
+                    continue
+                if type(now) is type(was) and not contains_traced_scalar((now, was)) and _equal(now, was):
+                    continue  # the same plain value; one holding graphprof's scalars is told by identity
+                yield f"{label}[{key!r}]", group, key, now
 
 
 _MISSING = object()
