@@ -113,6 +113,27 @@ def nbytes(t: torch.Tensor) -> int:
     return numel(t) * itemsize(t)
 
 
+_COMPRESSED_ROWS = (torch.sparse_csr, torch.sparse_bsr)
+_COMPRESSED_COLUMNS = (torch.sparse_csc, torch.sparse_bsc)
+
+
+def is_sparse(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a sparse tensor (COO or compressed): no strides, no storage of its own."""
+    return t.layout is torch.sparse_coo or t.layout in _COMPRESSED_ROWS or t.layout in _COMPRESSED_COLUMNS
+
+
+def sparse_bytes(t: torch.Tensor) -> int:
+    """Bytes a sparse tensor holds: its indices and its values (COO), or its compressed and plain indices
+    and its values (CSR, CSC, BSR, BSC). Its dense size would count every zero it leaves out."""
+    if t.layout is torch.sparse_coo:
+        parts = [t._indices(), t._values()]
+    elif t.layout in _COMPRESSED_ROWS:
+        parts = [t.crow_indices(), t.col_indices(), t.values()]
+    else:
+        parts = [t.ccol_indices(), t.row_indices(), t.values()]
+    return sum(nbytes(p) for p in parts)
+
+
 def footprint_bytes(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a (possibly expanded) tensor refers to.
 
