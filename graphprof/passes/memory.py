@@ -63,6 +63,7 @@ from graphprof.passes.records import (
     ANNOTATION,
     MEMORY,
     MEMORY_STEP,
+    SPARSE_VALUE,
     STATE,
     MemoryEffect,
     PeakTensorRecord,
@@ -151,6 +152,8 @@ class _Model:
         category = _ROLE_CATEGORY.get(record.role, "inputs") if record is not None else "inputs"
         name = record.name if record is not None else node.name
         value = node.meta.get("val")
+        if value is None:  # a sparse constant read at run time: make_fx kept no value of it
+            value = node.meta.get(SPARSE_VALUE)
         if node.op == "get_attr":
             value = getattr(self.gm, str(node.target), value)  # the real tensor: storages can be shared
 

@@ -210,7 +210,8 @@ def test_a_failed_workspace_measurement_loses_its_figures_not_the_call(monkeypat
     assert caught == []
     assert traced.capture_mode == "whole-step" and traced.captures == 1
     note = traced.get_profile().meta.extra["workspace"]
-    assert note == "not measured: the measurement failed (NotImplementedError: Cannot access storage of SparseTensorImpl)"
+    assert note == ("not measured: the measurement failed "
+                    "(NotImplementedError: Cannot access storage of SparseTensorImpl)")
 
 
 def test_code_generation_that_fails_falls_back_with_one_warning_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
