@@ -28,6 +28,7 @@ from torch import nn
 from graphprof.capture.dtensor import is_dtensor, local_shard
 from graphprof.capture.host_nodes import host_function, reader_node
 from graphprof.capture.scalars import DataDependentError
+from graphprof.passes.op_call import note_sparse
 
 #: Makes the node that reads a constant, inserted where its ``get_attr`` was (None leaves it as is).
 _Reader = Callable[[torch.fx.Graph, torch.fx.Node, Any], "torch.fx.Node | None"]
@@ -47,6 +48,7 @@ def replace_constants(gm: torch.fx.GraphModule, make_reader: _Reader) -> None:
         if reader is None:
             continue
         reader.meta.update({k: v for k, v in node.meta.items() if k not in reader.meta})
+        note_sparse(reader, value)  # make_fx kept no value of a sparse one: its cost needs what it stores
         node.replace_all_uses_with(reader)
         gm.graph.erase_node(node)
         if all(n.target != node.target for n in gm.graph.nodes if n.op == "get_attr"):

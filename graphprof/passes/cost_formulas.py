@@ -13,8 +13,9 @@ Conventions (also in the README):
   counts 1 FLOP per element it produces.
 - bytes read = bytes of the distinct tensor inputs an op reads, each counted
   once at its own size (a broadcast input is not expanded; a stride-0
-  dimension of an expanded view adds nothing); bytes written = bytes of the
-  outputs, in-place outputs and mutated arguments included.
+  dimension of an expanded view adds nothing; a sparse tensor's are its
+  indices and values); bytes written = bytes of the outputs, in-place
+  outputs and mutated arguments included.
 - views and metadata ops cost 0 FLOPs and 0 bytes.
 
 Lookup order: formulas registered by the user (``register_cost``), then
@@ -109,8 +110,42 @@ def itemsize(t: torch.Tensor) -> int:
 
 
 def nbytes(t: torch.Tensor) -> int:
-    """Bytes of a tensor's elements, as written into a fresh output."""
-    return numel(t) * itemsize(t)
+    """Bytes of a tensor's elements, as written into a fresh output (a sparse one's indices and values)."""
+    return sparse_bytes(t) if is_sparse(t) else numel(t) * itemsize(t)
+
+
+_COMPRESSED_ROWS = (torch.sparse_csr, torch.sparse_bsr)
+_COMPRESSED_COLUMNS = (torch.sparse_csc, torch.sparse_bsc)
+
+
+def is_sparse(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a sparse tensor (COO or compressed): no strides, no storage of its own."""
+    return t.layout is torch.sparse_coo or t.layout in _COMPRESSED_ROWS or t.layout in _COMPRESSED_COLUMNS
+
+
+def sparse_stand_in(t: torch.Tensor, transposed: bool = False) -> torch.Tensor | None:
+    """A meta tensor like the sparse COO matrix ``t`` (or its transpose): its sizes, dtypes and number of
+    stored elements, no data. None for another layout or rank. (``t.to("meta")`` and fake tensors keep
+    no stored elements, and a meta COO's ``t()`` drops them too.)"""
+    if t.layout is not torch.sparse_coo or t.dim() != 2:
+        return None
+    indices, values = t._indices(), t._values()
+    size = (t.shape[1], t.shape[0]) if transposed else tuple(t.shape)
+    return torch.sparse_coo_tensor(torch.empty(indices.shape, dtype=indices.dtype, device="meta"),
+                                   torch.empty(values.shape, dtype=values.dtype, device="meta"), size,
+                                   device="meta", check_invariants=False)
+
+
+def sparse_bytes(t: torch.Tensor) -> int:
+    """Bytes a sparse tensor holds: its indices and its values (COO), or its compressed and plain indices
+    and its values (CSR, CSC, BSR, BSC). Its dense size would count every zero it leaves out."""
+    if t.layout is torch.sparse_coo:
+        parts = [t._indices(), t._values()]
+    elif t.layout in _COMPRESSED_ROWS:
+        parts = [t.crow_indices(), t.col_indices(), t.values()]
+    else:
+        parts = [t.ccol_indices(), t.row_indices(), t.values()]
+    return sum(nbytes(p) for p in parts)
 
 
 def footprint_bytes(t: torch.Tensor) -> int:
@@ -119,6 +154,8 @@ def footprint_bytes(t: torch.Tensor) -> int:
     A dimension of stride 0 (``expand``, broadcasting views) repeats the same
     elements, so it does not multiply what is read.
     """
+    if is_sparse(t):
+        return sparse_bytes(t)
     sizes = [int(d) for d in t.shape]
     if any(s == 0 for s in sizes):
         return 0

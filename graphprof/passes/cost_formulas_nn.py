@@ -16,7 +16,9 @@ from typing import Any
 import torch
 import torch.utils.flop_counter as flop_counter
 
-from graphprof.passes.cost_formulas import OpCall, builtin, cost, itemsize, numel, read_bytes, torch_flops
+from graphprof.passes.cost_formulas import (
+    OpCall, builtin, cost, is_sparse, itemsize, numel, read_bytes, torch_flops,
+)
 from graphprof.passes.records import CostRecord
 
 
@@ -56,6 +58,33 @@ def _addbmm(call: OpCall) -> CostRecord:
 def _int_mm(call: OpCall) -> CostRecord:
     m, k = _shape(call.args[0])
     return cost(call, 2 * m * k * _shape(call.args[1])[-1])
+
+
+_WITH_BIAS = ("aten::addmm", "aten::_sparse_addmm", "aten::sspaddmm")
+
+
+@builtin(["mm", "addmm", "_sparse_addmm", "_sparse_mm", "smm", "hspmm", "sspaddmm"])
+def _matmul(call: OpCall) -> CostRecord | None:
+    """Dense (m, k) @ (k, n): torch's 2*m*k*n. With one sparse operand: 2 FLOPs per stored element of
+    the sparse one and per column (row) of the dense one it meets, bytes of the sparse one's indices and
+    values read (as many as the matrix the capture call read stores). None (cost unknown) where an
+    operand's value is not known (a sparse argument of the step: make_fx keeps no value of it, and one
+    graph replays arguments that store any number of elements) or both are sparse (the work depends on
+    where they meet)."""
+    schema = call.target._schema.name if hasattr(call.target, "_schema") else ""
+    a, b = call.args[1:3] if schema in _WITH_BIAS else call.args[:2]
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or (is_sparse(a) and is_sparse(b)):
+        return None
+    if is_sparse(a):
+        return cost(call, 2 * _stored(a) * int(b.shape[-1]))
+    if is_sparse(b):
+        return cost(call, 2 * _stored(b) * int(a.shape[0]))
+    return cost(call, torch_flops(call))
+
+
+def _stored(t: torch.Tensor) -> int:
+    """Values a sparse tensor stores (its stored elements, times a hybrid tensor's dense part)."""
+    return numel(t._values() if t.layout is torch.sparse_coo else t.values())
 
 
 @builtin(["_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_fused_attention_overrideable"])

@@ -58,10 +58,12 @@ import torch
 import torch.fx
 
 from graphprof.passes.annotate import is_op_node
+from graphprof.passes.cost_formulas import is_sparse, sparse_bytes
 from graphprof.passes.records import (
     ANNOTATION,
     MEMORY,
     MEMORY_STEP,
+    SPARSE_VALUE,
     STATE,
     MemoryEffect,
     PeakTensorRecord,
@@ -112,9 +114,11 @@ def _slot_ids(slots: Slots) -> Iterable[int]:
 
 
 def _storage_nbytes(t: torch.Tensor) -> int:
+    if is_sparse(t):  # no storage of its own: its indices and values
+        return sparse_bytes(t)
     try:
         return int(t.untyped_storage().nbytes())
-    except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, nested)
+    except (RuntimeError, NotImplementedError):  # tensors without storage (nested)
         return int(t.numel()) * t.element_size()
 
 
@@ -148,6 +152,8 @@ class _Model:
         category = _ROLE_CATEGORY.get(record.role, "inputs") if record is not None else "inputs"
         name = record.name if record is not None else node.name
         value = node.meta.get("val")
+        if value is None:  # a sparse constant read at run time: make_fx kept no value of it
+            value = node.meta.get(SPARSE_VALUE)
         if node.op == "get_attr":
             value = getattr(self.gm, str(node.target), value)  # the real tensor: storages can be shared
 
@@ -155,7 +161,8 @@ class _Model:
             if not isinstance(t, torch.Tensor):
                 return None
             key = None
-            if node.op == "get_attr" and not isinstance(t, torch._subclasses.FakeTensor) and t.device.type != "meta":
+            if (node.op == "get_attr" and not isinstance(t, torch._subclasses.FakeTensor) and t.device.type != "meta"
+                    and not is_sparse(t)):
                 storage = t.untyped_storage()
                 if storage.nbytes() > 0 and storage.data_ptr() != 0:
                     key = (str(t.device), storage.data_ptr())

@@ -13,14 +13,34 @@ from typing import Any
 import torch
 import torch.fx
 
-from graphprof.passes.cost_formulas import OpCall, tensors_in
+from graphprof.passes.cost_formulas import OpCall, sparse_stand_in, tensors_in
+from graphprof.passes.records import SPARSE_VALUE
+
+
+#: Ops whose output is their sparse matrix input transposed (the backward of ``sparse @ dense``).
+_TRANSPOSES = (torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.numpy_T.default)
+
+
+def note_sparse(node: torch.fx.Node, value: Any) -> None:
+    """Keep on ``node`` a stand-in of ``value`` when it is a sparse matrix, for the formulas (its ``val``
+    is None: make_fx records none for sparse tensors, and a fake one would have no stored elements)."""
+    stand_in = sparse_stand_in(value) if isinstance(value, torch.Tensor) else None
+    if stand_in is not None and node.meta.get("val") is None:
+        node.meta[SPARSE_VALUE] = stand_in
 
 
 def _value(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Any:
-    """A node's value: the constant of a get_attr, else the recorded FakeTensor (or None)."""
+    """A node's value: the constant of a get_attr, else the recorded FakeTensor, else the stand-in of a
+    sparse matrix or of its transpose (or None)."""
     if node.op == "get_attr":
         return functools.reduce(getattr, str(node.target).split("."), gm)
-    return node.meta.get("val")
+    value = node.meta.get("val")
+    if value is not None:
+        return value
+    if node.target in _TRANSPOSES and isinstance(node.args[0], torch.fx.Node):
+        source = _value(node.args[0], gm)
+        return sparse_stand_in(source, transposed=True) if isinstance(source, torch.Tensor) else None
+    return node.meta.get(SPARSE_VALUE)
 
 
 def _mutated_args(target: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -32,6 +32,10 @@ MEMORY = "graphprof.memory"
 MEMORY_STEP = "graphprof.memory.step"
 #: Op-specific facts for the advisor (OpAttrs), written by the op_attrs pass.
 ATTRS = "graphprof.attrs"
+#: On the reader of a sparse constant, whose ``val`` make_fx leaves None: a meta tensor with its layout,
+#: sizes, dtypes and number of stored elements, and no data (``op_call.note_sparse``); the one key that
+#: holds no record.
+SPARSE_VALUE = "graphprof.sparse_value"
 #: Set on scalar arithmetic nodes recorded from ``.item()`` values.
 SCALAR = "graphprof_scalar"
 

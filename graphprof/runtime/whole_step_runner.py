@@ -15,6 +15,7 @@ the schedule may record.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import torch.fx
@@ -39,6 +40,8 @@ from graphprof.runtime.runner import RecordedSteps, StepTiming
 from graphprof.runtime.samples import SampleBuffer, StepSamples
 from graphprof.runtime.schedule import Action
 from graphprof.runtime.workspace import Workspace, WorkspaceResult, measure_on_copies
+
+log = logging.getLogger("graphprof")
 
 
 class WholeStepRunner:
@@ -75,30 +78,25 @@ class WholeStepRunner:
             raise
         except Exception as exc:
             raise CaptureError.from_exception(name, exc) from exc
-        try:
+        try:  # graphprof's own passes and code: what fails here falls back, from the state before the call
             kept = refuse_unsafe_overflow_checks(captured)
             with stage(f"annotating {name}'s {len(captured.graph_module.graph.nodes)} nodes"):
                 prepare_graph(captured.graph_module)
             wait_for_collectives(captured.graph_module)  # replayed c10d ops wait on their Work, as eager does
-            instrumented = instrument(captured.graph_module, clock)
+            runner = cls(captured, instrument(captured.graph_module, clock), clock, limit, kept)
+            runner._add_device_records(sample_rate, timing, device_clock)
+            # Generate code now, not inside the first recorded step's time.
+            with stage(f"generating code for {name}"):
+                captured.compile_guards()
+                runner.executable(False)
+                if profiling:
+                    runner.executable(True)
         except Exception as exc:
             captured.undo()  # the step ran during capture; a fallback must not run it twice
             raise CaptureError.from_exception(name, exc) from exc
         # The capture is committed: the write log's copies of the pre-call state are no longer needed.
+        # Nothing from here on may fail on graphprof's account: the call's step has been made.
         captured.undo = _nothing_to_undo
-        runner = cls(captured, instrumented, clock, limit, kept)
-        device = accelerator_type() if sample_rate else None
-        if device is not None and device in graph_device_types(captured.graph_module):
-            runner.sampler = AllocatorSampler(sample_rate)
-            add_allocator_samples(runner.instrumented, runner.sampler)
-        # After the allocator reads, so each device mark sits right after its op.
-        runner.timeline = device_timeline(captured.graph_module, runner.instrumented, timing, device_clock)
-        # Generate code now, not inside the first recorded step's time.
-        with stage(f"generating code for {name}"):
-            captured.compile_guards()
-            runner.executable(False)
-            if profiling:
-                runner.executable(True)
         if profiling:
             with stage(f"measuring kernel workspace of {name}"):
                 runner._measure_workspace(args, kwargs)
@@ -108,6 +106,16 @@ class WholeStepRunner:
             captured.argument_writes.commit(args, kwargs)
         captured.flush_output()
         return runner
+
+    def _add_device_records(self, sample_rate: int, timing: str, device_clock: DeviceClock | None) -> None:
+        """The accelerator's allocator reads (``sample_rate`` > 0) and device timeline, where the graph runs on one."""
+        captured = self.captured
+        device = accelerator_type() if sample_rate else None
+        if device is not None and device in graph_device_types(captured.graph_module):
+            self.sampler = AllocatorSampler(sample_rate)
+            add_allocator_samples(self.instrumented, self.sampler)
+        # After the allocator reads, so each device mark sits right after its op.
+        self.timeline = device_timeline(captured.graph_module, self.instrumented, timing, device_clock)
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -162,18 +170,22 @@ class WholeStepRunner:
     def _measure_workspace(self, args: tuple, kwargs: dict) -> None:
         """Measure each node's kernel workspace on copies of the written state (runtime/workspace.py).
 
-        Runs inside the capture call; the user's tensors are only read. The
+        Runs inside the capture call, after its step was made: the user's
+        tensors are only read, and nothing here raises to the caller. The
         memory records are recomputed with the figures, or the profile says
         why there are none.
         """
         gm = self.captured.graph_module
-        leaves, _ = flatten_call(args, kwargs)
-        inputs = [leaves[i] for i in self.captured.input_positions]
-        result: WorkspaceResult = measure_on_copies(gm, inputs, compile_graph)
+        try:
+            result: WorkspaceResult = measure_on_copies(gm, _graph_inputs(self.captured, args, kwargs), compile_graph)
+            if result.by_node is not None:
+                memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in result.by_node.items()})
+        except Exception as exc:  # graphprof's own pass failed: the profile loses these figures, not the step
+            log.debug("graphprof: workspace not recorded: %r", exc)
+            result = WorkspaceResult(None, f"the measurement failed ({type(exc).__name__}: {exc})")
+            memory(gm)  # the shape-based records the passes wrote, which a failed recomputation may have left half done
         self.workspace_note = result.note
-        if result.by_node is not None:
-            self.workspace = result.by_node
-            memory(gm, {name: (w.peak_bytes, w.allocated_bytes) for name, w in result.by_node.items()})
+        self.workspace = result.by_node
 
     # -- results ------------------------------------------------------------------
     def recorded(self) -> int:
@@ -201,6 +213,12 @@ class WholeStepRunner:
         return RecordedSteps("fx", graphs, [StepTiming(s.index, s.wall_ns, s.graph_ns) for s in steps],
                              [self.captured.graph_module], self.timeline,
                              notes={"workspace": self.workspace_note, **notes})
+
+
+def _graph_inputs(captured: CapturedStep, args: tuple, kwargs: dict) -> list[Any]:
+    """The values of ``captured``'s placeholders in the call of ``args`` and ``kwargs``, in order."""
+    leaves, _ = flatten_call(args, kwargs)
+    return [leaves[i] for i in captured.input_positions]
 
 
 def _and_then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:

@@ -46,6 +46,7 @@ import torch.fx
 from torch.profiler import ProfilerActivity, profile
 
 from graphprof.passes.annotate import is_op_node
+from graphprof.passes.cost_formulas import is_sparse
 from graphprof.passes.graph_modules import graph_module
 
 log = logging.getLogger("graphprof")
@@ -222,7 +223,11 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
     An expanded view (``torch.arange(S).expand(B, -1)``: position or token type ids, stride 0) has
     elements sharing memory, which ``copy_`` refuses to write into: its storage is copied whole and
     viewed with the same layout. (Copying into a tensor of those strides raised into the step.)
+    A sparse tensor has neither strides nor a storage of its own: its indices and values are copied.
     """
+    if is_sparse(t):
+        with torch.no_grad():
+            return t.clone()
     if torch._debug_has_internal_overlap(t) != 0:
         storage = t.untyped_storage().clone()
         return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.size(), t.stride())

@@ -7,11 +7,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphprof.demo.steps import mlp_sgd_step
-from graphprof.passes.cost import cost
+from graphprof.passes.cost import _warn_once, cost
 from graphprof.passes.records import COST
 from graphprof.profile.model import Phase
 from tests.helpers import assert_same_state, run_eager, run_traced
-from tests.passes.cost_helpers import MATMUL_TYPES, capture_step, costed, only, total_flops
+from tests.passes.cost_helpers import MATMUL_TYPES, capture_step, costed, costs_of, only, total_flops
 
 F32 = 4  # bytes per float32
 
@@ -149,3 +149,24 @@ def test_cost_pass_is_idempotent_and_changes_no_graph_outputs_unchanged() -> Non
     reference = mlp_sgd_step()
     run_eager(reference, 4)
     assert_same_state(reference, demo)
+
+
+def test_a_sparse_matrix_product_costs_its_stored_elements(caplog) -> None:
+    """pygcn's ``torch.spmm(adj, x)``, its backward's ``adj.t() @ grad`` and ``torch.sparse.mm``: 2 FLOPs
+    per stored element and dense column, the indices and values read. torch's dense formula met an
+    operand with no value (make_fx keeps none of a sparse tensor) and logged that it had failed."""
+    torch.manual_seed(0)
+    adj = ((torch.rand(8, 8) > 0.6).float() + torch.eye(8)).to_sparse()
+    dense = torch.randn(8, 3)
+    stored, sparse_bytes = adj._nnz(), adj._indices().numel() * 8 + adj._nnz() * F32
+    _warn_once.cache_clear()  # the log says a formula failed once per process: this test must see it
+    with caplog.at_level("WARNING", logger="graphprof"):
+        nodes = costs_of(lambda x: (torch.spmm(adj, x), adj.t() @ x, torch.sparse.mm(adj, x)), dense)
+        products = [c.cost for c in nodes if c.ann.type in ("mm", "_sparse_addmm")]
+        assert [c.flops for c in products] == [2 * stored * 3] * 3
+        assert [c.bytes_read for c in products[:2]] == [sparse_bytes + F32 * dense.numel()] * 2
+        assert all(c.bytes_written == F32 * 8 * 3 for c in products)
+        # A sparse argument: what it stores is not known from the graph, so neither are its FLOPs.
+        unknown = only(costs_of(lambda a, x: torch.spmm(a, x), adj, dense), "mm").cost
+        assert unknown.flops is None and unknown.bytes_written == F32 * 8 * 3
+    assert not [r for r in caplog.records if "cost formula" in r.getMessage()]

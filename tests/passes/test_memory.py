@@ -238,3 +238,15 @@ def test_pass_leaves_the_graph_unchanged_outputs_unchanged() -> None:
     memory(annotate(gm))
     assert gm.code == before
     assert torch.equal(gm(x), expected)
+
+
+def test_a_sparse_constant_holds_its_indices_and_values() -> None:
+    """A sparse adjacency the step holds (pygcn's ``torch.spmm(adj, x)``) has no storage of its own: the
+    pass asked for one and raised, which refused the capture of a step holding it as a module buffer."""
+    torch.manual_seed(0)
+    adj = ((torch.rand(8, 8) > 0.6).float() + torch.eye(8)).to_sparse()
+    x = torch.randn(8, 3)
+    _, effects, step = _modelled(lambda x: torch.spmm(adj, x), x)
+    held = adj._indices().numel() * 8 + adj._nnz() * F32
+    assert dict(step.peak_by_category_bytes) == {"inputs": held + x.numel() * F32, "outputs": 8 * 3 * F32}
+    assert _triples(effects) == {"mm": (8 * 3 * F32, 0, held + x.numel() * F32 + 8 * 3 * F32)}

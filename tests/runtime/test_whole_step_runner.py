@@ -7,6 +7,9 @@ step; outputs, state and random streams stay those of eager execution.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -154,3 +157,71 @@ def test_an_expanded_input_is_measured_on_a_copy_of_the_same_layout() -> None:
         assert torch.equal(eager(x, position_ids), traced(x, position_ids)), f"call {i}"
         assert all(map(torch.equal, eager_model.parameters(), model.parameters())), f"call {i}"
     assert traced.capture_mode == "whole-step" and traced.get_profile().meta.extra["workspace"] == "measured"
+
+
+def _linear_twins() -> tuple[Any, ...]:
+    """An eager and a traced SGD step on the same linear model, from one seed each."""
+    def make() -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step_of(model: nn.Module, opt: torch.optim.Optimizer):
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    (eager_model, eager_opt), (model, opt) = make(), make()
+    return step_of(eager_model, eager_opt), eager_model, eager_opt, step_of(model, opt), model, opt
+
+
+def _assert_twins_equal(eager_model: nn.Module, eager_opt: torch.optim.Optimizer, model: nn.Module,
+                        opt: torch.optim.Optimizer, where: str) -> None:
+    for p, q in zip(eager_model.parameters(), model.parameters()):
+        assert torch.equal(p, q) and torch.equal(p.grad, q.grad), where
+        assert torch.equal(eager_opt.state[p]["momentum_buffer"], opt.state[q]["momentum_buffer"]), where
+
+
+def _run_linear_twins(calls: int) -> tuple[Any, list[str]]:
+    """Both twins for ``calls`` calls, compared after each; the traced function and its warnings."""
+    eager, eager_model, eager_opt, step, model, opt = _linear_twins()
+    traced = graphprof.trace(step, profiling=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(calls):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(eager(x), traced(x)), f"call {i}"
+            _assert_twins_equal(eager_model, eager_opt, model, opt, f"call {i}")
+    return traced, [str(w.message) for w in caught]
+
+
+def test_a_failed_workspace_measurement_loses_its_figures_not_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement runs after the capture call made the step: graphprof's own error there reached
+    the caller, as if the step had raised, and the next call captured (and made the step) again."""
+    def fails(*args: Any) -> Any:
+        raise NotImplementedError("Cannot access storage of SparseTensorImpl")
+
+    monkeypatch.setattr("graphprof.runtime.whole_step_runner.measure_on_copies", fails)
+    traced, caught = _run_linear_twins(5)
+    assert caught == []
+    assert traced.capture_mode == "whole-step" and traced.captures == 1
+    note = traced.get_profile().meta.extra["workspace"]
+    assert note == ("not measured: the measurement failed "
+                    "(NotImplementedError: Cannot access storage of SparseTensorImpl)")
+
+
+def test_code_generation_that_fails_falls_back_with_one_warning_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generating the graphs' code is graphprof's own work, done in the capture call: a failure there
+    undoes the capture and runs the call eagerly, with one warning that names it, not a crash."""
+    def fails(gm: torch.fx.GraphModule, *args: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded while generating code")
+
+    monkeypatch.setattr("graphprof.runtime.whole_step_runner.compile_graph", fails)
+    traced, caught = _run_linear_twins(5)
+    assert len(caught) == 1 and caught[0].startswith(
+        "graphprof: cannot capture step as one static graph: RecursionError: maximum recursion depth exceeded")
+    assert traced.capture_mode == "segments"
