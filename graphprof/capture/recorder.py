@@ -133,7 +133,7 @@ class CaptureRecorder:
         self.host_sources = HostSources(self.graph, lambda: self.context(()), lambda: user_source(3), is_library,
                                         self.tensor_node)
         self.schedulers.on_warning = self.host_sources.host_call_warned
-        self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()))
+        self.rng_calls = RngStateCalls(self.graph, self.tensor_node, lambda: self.context(()), self.write_log)
         self.distribution_checks = DistributionChecks(self.graph, self.tensor_node, lambda: self.context(()),
                                                       lambda: user_source(3))
         self.recompute_depth = 0

@@ -83,6 +83,8 @@ class WriteLog:
         self._grads: dict[int, tuple[torch.nn.Parameter, torch.Tensor | None]] = {}
         self._rng_state = torch.get_rng_state()
         self._generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
+        #: Told of each generator when first seen (capture/rng_calls.py checks where its draws start).
+        self.first_seen: Callable[[torch.Generator], None] = lambda g: None
         self._state_tensors = state_tensors
         self._by_storage: dict[int, torch.Tensor] | None = None  # made at the first write through an alias
 
@@ -97,6 +99,7 @@ class WriteLog:
         for value in (*args, *kwargs.values()):
             if isinstance(value, torch.Generator) and id(value) not in self._generators:
                 self._generators[id(value)] = (value, value.get_state())
+                self.first_seen(value)
 
     def before_write(self, func: Any, args: tuple, kwargs: dict, is_preexisting: Any) -> None:
         """Copy every pre-existing tensor argument ``func`` writes to, once."""

@@ -15,6 +15,7 @@ after everything else is back (capture/errors.py, ``StateNotRestored``).
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any, Callable
 
@@ -84,7 +85,7 @@ class _Twin:
             elif kind == "container replaced":
                 S["hist"] = [[0]]
             if self.refused:  # a number read anew on every call, given to code that wants a plain one
-                torch.Generator().manual_seed(n)
+                json.dumps(n)
         S["i"] += 1
         return loss.detach()
 
@@ -192,7 +193,7 @@ class _Closure:
                     del _GLOBAL_SCALE
                 else:
                     del total
-                torch.Generator().manual_seed(n)  # refused
+                json.dumps(n)  # refused
             elif S["i"] < AT:
                 total += 1.0
             S["i"] += 1

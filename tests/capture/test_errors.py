@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 from typing import Any, Callable
 
@@ -13,14 +14,14 @@ import graphprof
 
 
 def test_a_run_time_number_given_to_a_plain_number_parameter_is_said_plainly() -> None:
-    """``Generator.manual_seed(i)`` of a number argument: it takes a real int, and the step's number
-    arguments are read anew on every call; the refusal says so at the line, and segments run the step."""
+    """``json.dumps(i)`` of a number argument: it takes a real int, and the step's number arguments are
+    read anew on every call; the refusal says so at the line, and segments run the step."""
     def make() -> tuple[nn.Module, Any]:
         torch.manual_seed(0)
         model = nn.Linear(4, 1)
 
         def step(i: int, x: torch.Tensor) -> torch.Tensor:
-            noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(i))  # the line named
+            noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)) * len(json.dumps(i))  # the line named
             loss = model(x + noise).square().mean()
             loss.backward()
             return loss
