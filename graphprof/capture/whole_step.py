@@ -54,9 +54,10 @@ from graphprof.capture.registered_hooks import RegisteredHooks
 from graphprof.capture.module_contents import ModuleContents
 from graphprof.capture.torch_settings import refuse_changed_settings, restore_settings, torch_settings
 from graphprof.capture.growing_lists import traced_builtins
-from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
-                                          refuse_rebuilt_containers, refuse_unseen_global_writes,
-                                          unnamed_attributes, unread_lists)
+from graphprof.capture.name_read_checks import (grown_lists, refuse_reading_extended_lists,
+                                                refuse_rebuilt_containers, refuse_unseen_global_writes,
+                                                unnamed_attributes, unread_lists)
+from graphprof.capture.name_reads import NameReads
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars
