@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
-from graphprof.capture.scalars import contains_traced_scalar
+from graphprof.capture.scalar_operands import contains_traced_scalar
 
 
 class GroupWrites:

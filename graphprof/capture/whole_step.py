@@ -38,7 +38,8 @@ from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
 from graphprof.capture.scaler_state import ScalerStates
-from graphprof.capture.scalars import DataDependentError, TracedScalar, distinct_guards
+from graphprof.capture.guards import distinct_guards
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.captured_step import CapturedStep, stateful
