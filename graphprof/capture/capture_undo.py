@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.errors import StateNotRestored
 from graphprof.capture.inputs import PythonState
-from graphprof.capture.name_reads import put_back_unseen_globals
+from graphprof.capture.name_read_checks import put_back_unseen_globals
 from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.switched_flags import SwitchedFlags
 

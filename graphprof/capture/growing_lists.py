@@ -71,7 +71,8 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from graphprof.capture.host_nodes import host_function, input_scalar
-from graphprof.capture.scalars import DataDependentError, TracedScalar, recorded_call
+from graphprof.capture.scalar_operands import recorded_call
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import is_machinery, user_source
 
 

@@ -1,6 +1,6 @@
 """Checking a captured graph's guards on a call's own values, before the replay touches anything.
 
-A guard (capture/scalars.py) is ``op(*operands) == expected`` as seen during
+A guard (capture/guards.py) is ``op(*operands) == expected`` as seen during
 the capture call; its operands are the call's number or tensor arguments
 (placeholders), reads of the user's Python state (reader nodes), Python
 arithmetic on those (``operator.*`` nodes), ``.item()`` values recomputed

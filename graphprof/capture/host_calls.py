@@ -39,7 +39,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils._python_dispatch import _disable_current_modes
 
 from graphprof.capture.host_nodes import effect_node, filled, input_scalar, read_after, real_values, template_of
-from graphprof.capture.scalars import DataDependentError, contains_traced_scalar
+from graphprof.capture.scalar_operands import contains_traced_scalar
+from graphprof.capture.scalars import DataDependentError
 from graphprof.capture.snapshot import HostWrites, WriteLog
 from graphprof.capture.step_warnings import StepWarning, call_blamed, step_frames
 

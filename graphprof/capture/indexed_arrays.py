@@ -43,7 +43,8 @@ import sys
 from typing import Any, Callable
 
 from graphprof.capture.host_nodes import host_function, mark_reader
-from graphprof.capture.scalars import DataDependentError, TracedScalar, recorded_call
+from graphprof.capture.scalar_operands import recorded_call
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import user_source
 
 

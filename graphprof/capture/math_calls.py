@@ -35,7 +35,8 @@ import types
 from typing import Any, Callable, Iterable, Iterator
 
 from graphprof.capture.bound_names import wrapped_names
-from graphprof.capture.scalars import DataDependentError, TracedScalar, recorded_call
+from graphprof.capture.scalar_operands import recorded_call
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.sources import user_source
 
 #: Functions of real numbers to real numbers (``floor``, ``ceil`` and ``trunc`` reach ``TracedScalar``'s own

@@ -35,7 +35,7 @@ import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, real_values, refusal, template_of
 from graphprof.capture.hyperparameter_inputs import is_hyperparameter_number
-from graphprof.capture.scalars import contains_traced_scalar
+from graphprof.capture.scalar_operands import contains_traced_scalar
 
 
 class GroupWrites:

@@ -33,7 +33,8 @@ from graphprof.capture.kept_history import BackwardNodes
 from graphprof.capture.parsed_numbers import ParsedNumbers, scalar_tensors
 from graphprof.capture.printed_texts import PRINTED_TEXTS, printed_here
 from graphprof.capture.saved_numbers import passed_through
-from graphprof.capture.scalars import DataDependentError, TracedScalar, call_with_scalars, contains_traced_scalar
+from graphprof.capture.scalar_operands import contains_traced_scalar
+from graphprof.capture.scalars import DataDependentError, TracedScalar, call_with_scalars
 from graphprof.capture.sources import user_source
 from graphprof.capture.value_guards import VALUE_READS, ValueGuards
 

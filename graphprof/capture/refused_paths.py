@@ -31,7 +31,8 @@ from typing import Any, Sequence
 import torch.fx
 
 from graphprof.capture.guard_check import GuardCheck, prefixes_of
-from graphprof.capture.scalars import Guard, distinct_guards
+from graphprof.capture.guards import distinct_guards
+from graphprof.capture.scalars import Guard
 
 
 @dataclass

@@ -21,7 +21,9 @@ its own objects; see ``inputs.py``). Branching on one, comparing it or using
 it as an index is allowed: the capture records a ``Guard`` (the expression
 and the outcome seen), and a replay first checks every guard on the call's
 own values, before anything runs; a different outcome selects or captures
-another graph. Values derived only from inputs are inputs too.
+another graph. Values derived only from inputs are inputs too. (A guard,
+and the check each distinct one gets, is capture/guards.py's; finding and
+recording traced numbers outside torch's ops, capture/scalar_operands.py's.)
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import torch
 import torch.fx
 
 from graphprof.capture.call_numbers import CallScalars, number_leaves
 from graphprof.capture.grad_scaler import OVERFLOW_BRANCH, add_overflow_check
+from graphprof.capture.guards import Guard
 from graphprof.capture.printed_texts import PRINTED_TEXTS
 from graphprof.capture.sources import installed, is_library, is_standard_library, user_source
 
@@ -53,41 +55,6 @@ class DataDependentError(RuntimeError):
 
 
 _Number = (int, float, bool)
-
-
-@dataclass(frozen=True)
-class Guard:
-    """``op(*operands) == expected`` held at capture; operands are scalar nodes or constants."""
-
-    op: Callable[..., Any]
-    operands: tuple[Any, ...]
-    expected: Any
-    where: str
-
-    def describe(self) -> str:
-        expression = getattr(self.op, "expression", None)  # a value guard (value_guards.py) says what it computes
-        if expression is not None:
-            return f"{expression()} == {self.expected!r} at {self.where}"
-        names = [o.name if isinstance(o, torch.fx.Node) else repr(o) for o in self.operands]
-        op = getattr(self.op, "__name__", str(self.op))
-        return f"{op}({', '.join(names)}) == {self.expected!r} at {self.where}"
-
-    @property
-    def formats_text(self) -> bool:
-        """A guard on the text of a number the step prints or formats (``TracedScalar._text``)."""
-        return self.op is str or self.op is format or self.op is repr
-
-    @property
-    def holds_value(self) -> bool:
-        """A guard on a number itself (``int(n)``, an index, ``float(x)``) or its text, rather than on a
-        branch's outcome: it names one call's value, not a path (capture/refused_paths.py)."""
-        return self.formats_text or self.op is int or self.op is float or self.op is operator.index
-
-    def broken_reason(self) -> str:
-        """Why a call that breaks this guard needs another graph, in the user's terms."""
-        if self.formats_text:
-            return f"a number the step prints or formats changed ({self.describe()})"
-        return f"a branch took another way ({self.describe()})"
 
 
 #: On a reader node whose value a check before the replay cannot have: a phrase saying what it reads
@@ -122,57 +89,6 @@ def _refuse_read_during_step(what: str, operands: Any) -> None:
     if during is not None:
         raise DataDependentError(f"{what} at {user_source(2)} depends on {during}, which a replay cannot "
                                  "know before it runs")
-
-
-def distinct_guards(guards: list[Guard]) -> tuple[Guard, ...]:
-    """The guards in order, each distinct check once.
-
-    An optimizer step asks the same question of the same hyperparameter for
-    every parameter (``momentum != 0``: 385 times on a 40-layer MLP; ``1 -
-    dampening == 1``, a fresh ``sub`` node each time, 29 times on the demo
-    ResNet), and every replay checks the guards before it runs: asked once,
-    the answer is the same. Operands are compared by what they compute
-    (``_operand_key``), and operand and expected types are part of the key,
-    since a guard holds only when its outcome has the captured type.
-    """
-    seen: dict[Hashable, Guard] = {}
-    kept: list[Guard] = []
-    for guard in guards:
-        try:
-            key: Hashable = (guard.op, tuple(map(_operand_key, guard.operands)),
-                             type(guard.expected), guard.expected)
-            hash(key)
-        except TypeError:  # an unhashable constant: kept as it is
-            kept.append(guard)
-            continue
-        if key not in seen:
-            seen[key] = guard
-            kept.append(guard)
-    return tuple(kept)
-
-
-def _operand_key(operand: Any) -> Hashable:
-    """What a guard operand computes: equal keys give equal values in one replay's check.
-
-    Python arithmetic (``operator.*`` nodes) is keyed by its function and its
-    operands' keys, so two ``sub`` nodes of the same reads are one; every
-    other node (an input, a read of the user's state, an ``.item()`` recomputed
-    from tensors) by its identity. Constants by type and value (``1`` is not ``True``).
-    """
-    if not isinstance(operand, torch.fx.Node):
-        return (type(operand), operand)
-    if operand.op == "call_function" and operand.target in _PURE_OPS and not operand.kwargs:
-        return (operand.target, tuple(map(_operand_key, operand.args)))
-    return operand
-
-
-#: Python arithmetic and comparisons a TracedScalar records: no side effects, same operands, same value.
-_PURE_OPS = frozenset({
-    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-    operator.pow, operator.neg, operator.pos, operator.abs, operator.lt, operator.le, operator.gt,
-    operator.ge, operator.eq, operator.ne, operator.not_, operator.truth, operator.and_, operator.or_,
-    operator.xor, operator.invert, operator.lshift, operator.rshift, operator.index,
-})
 
 
 #: Where guards recorded now go (the active capture's list); empty outside a capture.
@@ -402,17 +318,6 @@ def _numpy_round(value: Any, decimals: int) -> Any:
 _NEW_TENSOR = (torch.tensor, torch.as_tensor, torch.asarray)
 
 
-def recorded_call(fn: Callable[..., Any], operands: tuple, where: str | None = None) -> Any:
-    """``fn(*operands)`` as a ``TracedScalar`` whose node calls ``fn`` at replay (an operand must be one);
-    NotImplemented when an operand is not a number. ``where`` names the result where a message names it
-    (by default, where its operands came from)."""
-    first = next(op for op in operands if isinstance(op, TracedScalar))
-    result = first._record(fn, *operands)
-    if where is not None and isinstance(result, TracedScalar):
-        result._where = where
-    return result
-
-
 def call_with_scalars(func: Any, args: tuple, kwargs: dict) -> Any:
     """Call ``func`` with TracedScalars unwrapped, linking the op node to their nodes.
 
@@ -469,17 +374,6 @@ def _scalar_tensor(value: TracedScalar, dtype: Any = None, device: Any = None, r
         dtype = {bool: torch.bool, int: torch.int64}.get(type(value.value), torch.get_default_dtype())
     out = call_with_scalars(torch.scalar_tensor, (value,), {"dtype": dtype, "device": device})
     return out.requires_grad_() if requires_grad else out
-
-
-def contains_traced_scalar(tree: Any) -> bool:
-    """True when a (nested) argument structure holds a TracedScalar."""
-    if isinstance(tree, TracedScalar):
-        return True
-    if isinstance(tree, (list, tuple)):
-        return any(contains_traced_scalar(x) for x in tree)
-    if isinstance(tree, dict):
-        return any(contains_traced_scalar(x) for x in tree.values())
-    return False
 
 
 def _is_traced_scalar(value: Any) -> bool:

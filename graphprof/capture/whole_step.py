@@ -38,7 +38,8 @@ from graphprof.capture.recorder import CaptureRecorder
 from graphprof.capture.sources import is_library
 from graphprof.capture.refused_paths import refused_path
 from graphprof.capture.scaler_state import ScalerStates
-from graphprof.capture.scalars import DataDependentError, TracedScalar, distinct_guards
+from graphprof.capture.guards import distinct_guards
+from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.argument_writes import ArgumentWrites
 from graphprof.capture.arguments import argument_objects, parameter_names
 from graphprof.capture.captured_step import CapturedStep, stateful
@@ -54,9 +55,10 @@ from graphprof.capture.registered_hooks import RegisteredHooks
 from graphprof.capture.module_contents import ModuleContents
 from graphprof.capture.torch_settings import refuse_changed_settings, restore_settings, torch_settings
 from graphprof.capture.growing_lists import traced_builtins
-from graphprof.capture.name_reads import (NameReads, grown_lists, refuse_reading_extended_lists,
-                                          refuse_rebuilt_containers, refuse_unseen_global_writes,
-                                          unnamed_attributes, unread_lists)
+from graphprof.capture.name_read_checks import (grown_lists, refuse_reading_extended_lists,
+                                                refuse_rebuilt_containers, refuse_unseen_global_writes,
+                                                unnamed_attributes, unread_lists)
+from graphprof.capture.name_reads import NameReads
 from graphprof.capture.optimizer_state import OptimizerStateEntries, refuse_replaced, snapshot
 from graphprof.capture.foreign_calls import ForeignCalls
 from graphprof.capture.escaped_scalars import DeepContents, refuse_escaped_scalars

@@ -9,7 +9,8 @@ import torch.fx
 from torch import nn
 
 import graphprof
-from graphprof.capture.scalars import Guard, distinct_guards
+from graphprof.capture.guards import distinct_guards
+from graphprof.capture.scalars import Guard
 
 
 def _graph_with_reads() -> tuple[torch.fx.Graph, torch.fx.Node, torch.fx.Node]:
