@@ -10,6 +10,7 @@ refuses it too.
 
 from __future__ import annotations
 
+import logging
 import types
 import warnings
 from typing import Any, Callable
@@ -142,14 +143,31 @@ def test_a_tensor_three_named_fields_down_is_read_where_it_is_kept() -> None:
     assert traced.capture_mode == "whole-step"
 
 
-def test_a_tensor_kept_deeper_than_the_watched_state_refuses_the_capture() -> None:
-    """``helper.items[0].table``: an object in a list the step's state keeps is not watched, so its
-    value would be baked into the graph and a new table given between calls never read."""
+def test_a_tensor_in_a_namespace_kept_in_a_list_is_read_where_it_is_kept() -> None:
+    """``helper.items[0].table``: a namespace in a list the step's state keeps is walked as a user's
+    object is (capture/locations.py), so a new table given between calls is read by the replay."""
     def put(helper: Any, table: torch.Tensor) -> None:
         helper.items[0].table = table
 
     traced, messages = _replace_table_at_call_3(lambda: _deep_table_step(
         lambda t: types.SimpleNamespace(items=[types.SimpleNamespace(table=t)]),
         lambda h: h.items[0].table), put)
+    assert messages == []
+    assert traced.capture_mode == "whole-step"
+
+
+def test_a_tensor_kept_in_a_library_object_refuses_the_capture() -> None:
+    """``helper.items[0].table`` where ``items[0]`` is a library's object (its fields are the
+    library's, not watched): its value would be baked into the graph and a new table given between
+    calls never read, so the capture refuses."""
+    def keep(t: torch.Tensor) -> Any:
+        held = logging.Formatter()
+        held.table = t  # type: ignore[attr-defined]
+        return types.SimpleNamespace(items=[held])
+
+    def put(helper: Any, table: torch.Tensor) -> None:
+        helper.items[0].table = table
+
+    traced, messages = _replace_table_at_call_3(lambda: _deep_table_step(keep, lambda h: h.items[0].table), put)
     assert len(messages) == 1 and "neither an argument nor state it reaches" in messages[0]
     assert traced.capture_mode == "segments"
