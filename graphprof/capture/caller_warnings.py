@@ -14,11 +14,12 @@ import os
 import sys
 import warnings
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from graphprof.capture.sources import PACKAGE_DIR
+
 #: The traced function's entry: the frames between the user's call and the step (capture/step_warnings.py
 #: reads the same folder as graphprof's entry).
-_ENTRY_DIR = os.path.join(_PACKAGE_DIR, "tracing", "")
-_OURS = os.path.join(_PACKAGE_DIR, "")
+_ENTRY_DIR = os.path.join(PACKAGE_DIR, "tracing", "")
+_OURS = os.path.join(PACKAGE_DIR, "")
 
 
 def _caller_stacklevel() -> int:

@@ -53,6 +53,7 @@ import torch
 
 from graphprof.capture.host_nodes import effect_node, filled, real_values, template_of
 from graphprof.capture.kept_history import with_history
+from graphprof.capture.scalar_operands import contains_traced_scalar
 from graphprof.capture.scalars import DataDependentError, TracedScalar
 from graphprof.capture.state import StateIndex, state_tensors
 
@@ -116,7 +117,7 @@ class HandedTensors:
             slots.append(self._node_of(grad))
         for name, value in fields.items():
             _check_attribute(value, f"{where}'s attribute {name!r}", self._made_here)
-            if _holds_traced(value):  # the capture call's own tensor holds real numbers
+            if contains_traced_scalar(value):  # the capture call's own tensor holds real numbers
                 tensor.__dict__[name] = real_values(value)
         template, field_slots = template_of(fields, self._node_of, where, lambda what: "")
         first = len(slots)
@@ -145,11 +146,6 @@ def _check_attribute(value: Any, what: str, made_here: Callable[[torch.Tensor], 
     elif not isinstance(value, _PLAIN):
         raise DataDependentError(f"{what} holds a {type(value).__name__}, which a replay would not give the "
                                  "tensor it hands out as eager's (the same object, its contents)")
-
-
-def _holds_traced(value: Any) -> bool:
-    """Whether ``value`` (a checked attribute value) is or holds a number read during the capture."""
-    return type(value) is TracedScalar or (isinstance(value, tuple) and any(map(_holds_traced, value)))
 
 
 def tensors_before(state: StateIndex,

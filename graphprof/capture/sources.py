@@ -16,11 +16,12 @@ from typing import Callable
 import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: graphprof's own folder: frames of files under it are graphprof's, not the user's.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # graphprof's own machinery is never "user code"; its demo models are.
 _SKIP_DIRS = (
     _TORCH_DIR,
-    *(os.path.join(_PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", os.path.join("tracing", ""))),
+    *(os.path.join(PACKAGE_DIR, d) for d in ("capture", "passes", "runtime", os.path.join("tracing", ""))),
     os.path.dirname(contextlib.__file__),
 )
 

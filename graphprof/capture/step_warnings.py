@@ -65,23 +65,24 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from graphprof.capture.sources import PACKAGE_DIR
+
 #: Frames the capture puts between the step's code and torch's ops: torch's function dispatch and
 #: tracer, and graphprof's modes. Not in eager's stack.
 _TRACER_FILES = tuple(os.path.join(os.path.dirname(torch.__file__), *part) for part in (
     ("overrides.py",), ("fx",), ("utils", "_python_dispatch.py"), ("_compile.py",),
     ("_dynamo", "eval_frame.py")))
 _DISPATCH_FILE = os.path.join(os.path.dirname(torch.__file__), "overrides.py")
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The frame that calls the step while it is captured, and the folder of the code that calls graphprof.
-_CAPTURE_FILE = os.path.join(_PACKAGE_DIR, "capture", "whole_step.py")
-_ENTRY_DIR = os.path.join(_PACKAGE_DIR, "tracing")
+_CAPTURE_FILE = os.path.join(PACKAGE_DIR, "capture", "whole_step.py")
+_ENTRY_DIR = os.path.join(PACKAGE_DIR, "tracing")
 #: graphprof's frames that run while an op of the traced step is dispatched (its modes' handlers).
 _DISPATCH_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
 #: graphprof's stand-ins that call what eager calls from the same place (``Function.apply``, and the
 #: attention and encoder modules' ``forward``, while a step is captured): left out of eager's stack, as if
 #: the caller had called torch's own.
-_STAND_INS = frozenset({(os.path.join(_PACKAGE_DIR, "capture", "custom_functions.py"), "apply"),
-                        (os.path.join(_PACKAGE_DIR, "capture", "fast_paths.py"), "forward")})
+_STAND_INS = frozenset({(os.path.join(PACKAGE_DIR, "capture", "custom_functions.py"), "apply"),
+                        (os.path.join(PACKAGE_DIR, "capture", "fast_paths.py"), "forward")})
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _step_part(frame: FrameType | None) -> tuple[list[FrameType], FrameType] | N
 
 def _is_graphprofs(filename: str) -> bool:
     """Whether a frame of ``filename`` is graphprof's own code (its demo models are the user's)."""
-    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_PACKAGE_DIR + os.sep + "demo")
+    return filename.startswith(PACKAGE_DIR) and not filename.startswith(PACKAGE_DIR + os.sep + "demo")
 
 
 def _callers_of_graphprof(frame: FrameType | None) -> list[FrameType]:
